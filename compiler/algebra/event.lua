@@ -1,0 +1,141 @@
+-- event.lua: all reads and writes of one event (one stage) in one round trip.
+-- Source: SPEC §5.2 (one round trip, atomic per (aggregate, key)),
+-- §5.3 (expiry and pruning); layout in compiler/algebra/ops.py.
+--
+-- KEYS: the Redis hashes touched (sc:{<entity key>}:<definition hash>) and,
+--       for an idempotent event, its id key.
+-- ARGV: a flat list of operations, each an opcode followed by its arguments
+--       (k = 1-based index into KEYS):
+--   ID   k ttl_ms          SET NX PX; if the id was seen, skip every write op
+--                          below (reads still run). Pushes 1 (new) or 0 (seen).
+--   I    k field n         HINCRBY field n                (write)
+--   F    k field x         HINCRBYFLOAT field x           (write)
+--   MIN  k field v kind    keep the smaller of v and field (kind n: number,
+--   MAX  k field v kind    s: string by byte = code point order)   (write)
+--   SEEN k field ms        field := max(field, ms)        (write)
+--   LA   k ms json         lt/lv := ms/json if ms >= lt   (write)
+--   X    k ttl_ms ms w_ms r_ms prune_every_ms
+--                          prune fields no read at time >= ms can use, when
+--                          due; then PEXPIRE k ttl_ms     (write)
+--   R    k n f1..fn        push HMGET f1..fn              (read)
+--   U    k lo_ms hi_ms     push the number of u* fields with lo <= v <= hi (read)
+-- Returns the pushed values, in order.
+
+local SIZES = { s = 1000, m = 60000, h = 3600000, d = 86400000 }
+
+local function bytes_less(a, b)
+  -- byte-wise comparison: UTF-8 byte order is code point order
+  local la, lb = #a, #b
+  local n = la
+  if lb < n then n = lb end
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return la < lb
+end
+
+local function less(a, b, kind)
+  if kind == 'n' then return tonumber(a) < tonumber(b) end
+  return bytes_less(a, b)
+end
+
+local out = {}
+local skip = false
+local i = 1
+local n = #ARGV
+while i <= n do
+  local op = ARGV[i]
+  local key = KEYS[tonumber(ARGV[i + 1])]
+  if op == 'R' then
+    local cnt = tonumber(ARGV[i + 2])
+    if cnt == 0 then
+      out[#out + 1] = {}
+    else
+      out[#out + 1] = redis.call('HMGET', key, unpack(ARGV, i + 3, i + 2 + cnt))
+    end
+    i = i + 3 + cnt
+  elseif op == 'I' then
+    if not skip then redis.call('HINCRBY', key, ARGV[i + 2], ARGV[i + 3]) end
+    i = i + 4
+  elseif op == 'F' then
+    if not skip then redis.call('HINCRBYFLOAT', key, ARGV[i + 2], ARGV[i + 3]) end
+    i = i + 4
+  elseif op == 'MIN' or op == 'MAX' then
+    if not skip then
+      local f, v, kind = ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+      local cur = redis.call('HGET', key, f)
+      if not cur then
+        redis.call('HSET', key, f, v)
+      elseif op == 'MIN' and less(v, cur, kind) then
+        redis.call('HSET', key, f, v)
+      elseif op == 'MAX' and less(cur, v, kind) then
+        redis.call('HSET', key, f, v)
+      end
+    end
+    i = i + 5
+  elseif op == 'SEEN' then
+    if not skip then
+      local f, ms = ARGV[i + 2], tonumber(ARGV[i + 3])
+      local cur = redis.call('HGET', key, f)
+      if not cur or tonumber(cur) < ms then redis.call('HSET', key, f, ARGV[i + 3]) end
+    end
+    i = i + 4
+  elseif op == 'LA' then
+    if not skip then
+      local ms = tonumber(ARGV[i + 2])
+      local cur = redis.call('HGET', key, 'lt')
+      if not cur or ms >= tonumber(cur) then
+        redis.call('HSET', key, 'lt', ARGV[i + 2], 'lv', ARGV[i + 3])
+      end
+    end
+    i = i + 4
+  elseif op == 'X' then
+    if not skip then
+      local ms = tonumber(ARGV[i + 3])
+      local due = redis.call('HGET', key, '_p')
+      if not due or ms >= tonumber(due) then
+        local cutoff = ms - tonumber(ARGV[i + 4]) - tonumber(ARGV[i + 5])
+        local all = redis.call('HGETALL', key)
+        for j = 1, #all, 2 do
+          local f = all[j]
+          local c = string.sub(f, 1, 1)
+          local size = SIZES[c]
+          if size then
+            local idx = tonumber(string.match(f, '^.(%-?%d+)'))
+            if idx and (idx + 1) * size <= cutoff then redis.call('HDEL', key, f) end
+          elseif c == 'u' then
+            if tonumber(all[j + 1]) <= cutoff then redis.call('HDEL', key, f) end
+          end
+        end
+        redis.call('HSET', key, '_p', tostring(ms + tonumber(ARGV[i + 6])))
+      end
+      redis.call('PEXPIRE', key, ARGV[i + 2])
+    end
+    i = i + 7
+  elseif op == 'U' then
+    local lo, hi = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+    local all = redis.call('HGETALL', key)
+    local cnt = 0
+    for j = 1, #all, 2 do
+      if string.sub(all[j], 1, 1) == 'u' then
+        local v = tonumber(all[j + 1])
+        if v >= lo and v <= hi then cnt = cnt + 1 end
+      end
+    end
+    out[#out + 1] = cnt
+    i = i + 4
+  elseif op == 'ID' then
+    local ok = redis.call('SET', key, '1', 'NX', 'PX', ARGV[i + 2])
+    if ok then
+      out[#out + 1] = 1
+    else
+      skip = true
+      out[#out + 1] = 0
+    end
+    i = i + 3
+  else
+    return redis.error_reply('scowl event.lua: unknown op ' .. tostring(op))
+  end
+end
+return out

@@ -1,0 +1,122 @@
+"""Windows, resolutions and multi-resolution tiles (SPEC §3.2).
+
+Terms: a *window* ``W`` (seconds) and its *resolution* ``r`` (seconds);
+``T(x) = floor(x / r)`` is the *tile index* of time ``x``. A write at event
+time ``s`` counts for a read at ``t`` iff ``T(s) > T(t - W)`` and ``s <= t``
+(and ``T(s) > T(a)`` with ``after a``).
+
+Storage keeps tiles at several *levels* (tile sizes): the resolution ``r`` and
+every coarser size of 1 min / 1 h / 1 day that is no larger than ``W``. Since
+each level divides the next, the counted range of fine tiles can be covered
+exactly by aligned tiles of mixed levels: fine ones at the two edges, coarse
+ones in the middle (like Chronon's hops, but exact at the tail). A 30-day
+window at 1-minute resolution is covered by at most ~200 tiles.
+
+No pyspark or fastapi import here: serving, writer and tests share it.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+#: Candidate tile sizes in seconds, finest first (SPEC §3.2).
+LEVELS_S: tuple[int, ...] = (1, 60, 3600, 86400)
+
+#: One-letter level codes used in tile field names (see ``compiler.algebra.layout``).
+LEVEL_CODE: dict[int, str] = {1: "s", 60: "m", 3600: "h", 86400: "d"}
+
+
+def resolution_s(window_s: int) -> int:
+    """Return the resolution ``r`` (seconds) of a window of ``window_s`` seconds.
+
+    ``r`` is the largest of 1 s, 1 min, 1 h, 1 day that is ``<= W / 1000`` and
+    divides ``W``; 1 s if none.
+
+    Args:
+        window_s: window length in whole seconds, ``>= 1``.
+
+    Returns:
+        The resolution in seconds, one of :data:`LEVELS_S`.
+
+    Raises:
+        ValueError: ``window_s < 1``.
+
+    Source: SPEC §3.2.
+
+    >>> resolution_s(600), resolution_s(86400), resolution_s(30 * 86400), resolution_s(1000 * 86400)
+    (1, 60, 60, 86400)
+    """
+    if window_s < 1:
+        raise ValueError(f"window must be at least 1 second, got {window_s}")
+    best = 1
+    for size in LEVELS_S:
+        if size * 1000 <= window_s and window_s % size == 0:
+            best = size
+    return best
+
+
+def levels_s(window_s: int) -> tuple[int, ...]:
+    """Return the tile sizes (seconds, finest first) stored for a window.
+
+    The resolution and every coarser size in :data:`LEVELS_S` that is ``<= W``.
+
+    >>> levels_s(600), levels_s(3 * 3600), levels_s(30 * 86400)
+    ((1, 60), (1, 60, 3600), (60, 3600, 86400))
+    """
+    r = resolution_s(window_s)
+    return tuple(size for size in LEVELS_S if size >= r and (size == r or size <= window_s))
+
+
+def tile_index(time_ms: int, size_s: int) -> int:
+    """Return ``floor(time_ms / (size_s * 1000))`` (works for negative times too)."""
+    return time_ms // (size_s * 1000)
+
+
+def counted_range(read_ms: int, window_s: int, after_ms: int | None = None) -> tuple[int, int]:
+    """Return the inclusive range ``(lo, hi)`` of resolution tile indices a read counts.
+
+    Tiles ``lo..hi`` (at resolution ``r``) hold the writes that count for a
+    read at ``read_ms``, apart from the ``s <= t`` check inside tile ``hi``.
+    ``lo > hi`` means nothing counts.
+
+    Args:
+        read_ms: read (event) time ``t`` in epoch ms.
+        window_s: window ``W`` in seconds.
+        after_ms: the ``after`` time ``a`` in epoch ms, or ``None``.
+
+    Source: SPEC §3.2 -- ``T(s) > T(t - W)`` and ``T(s) > T(a)``.
+    """
+    r = resolution_s(window_s)
+    lo = tile_index(read_ms - window_s * 1000, r) + 1
+    if after_ms is not None:
+        lo = max(lo, tile_index(after_ms, r) + 1)
+    return lo, tile_index(read_ms, r)
+
+
+def cover(lo: int, hi: int, r: int, sizes: tuple[int, ...]) -> Iterator[tuple[int, int]]:
+    """Cover resolution tiles ``lo..hi`` exactly with aligned tiles of mixed levels.
+
+    Args:
+        lo, hi: inclusive range of tile indices at resolution ``r`` (seconds).
+        r: the resolution in seconds (``sizes[0]``).
+        sizes: available tile sizes in seconds, finest first, each dividing the next.
+
+    Yields:
+        ``(size_s, index)`` pairs, in time order, whose time ranges are
+        disjoint and whose union is exactly ``[lo * r, (hi + 1) * r)`` seconds.
+
+    >>> list(cover(59, 121, 1, (1, 60)))
+    [(1, 59), (60, 1), (1, 120), (1, 121)]
+    """
+    if lo > hi:
+        return
+    start = lo * r          # seconds, inclusive
+    end = (hi + 1) * r      # seconds, exclusive
+    while start < end:
+        # the largest size aligned at ``start`` that fits before ``end``
+        size = sizes[0]
+        for cand in sizes[1:]:
+            if start % cand == 0 and start + cand <= end:
+                size = cand
+        yield size, start // size
+        start += size

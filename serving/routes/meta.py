@@ -1,0 +1,54 @@
+"""``GET /health``, ``/ready``, ``/topology``, ``/metrics`` (SPEC §4)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import ORJSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from serving.deps import StoreDep
+from serving.metrics import REGISTRY
+from serving.schemas import Health
+
+router = APIRouter(tags=["meta"])
+
+
+@router.get("/health", response_model=Health)
+async def health():
+    """Liveness: the process answers."""
+    return ORJSONResponse({"status": "ok"})
+
+
+@router.get("/ready", response_model=Health, responses={503: {"model": Health}})
+async def ready(store: StoreDep):
+    """Readiness: the store answers ``PING`` (503 otherwise)."""
+    if await store.ping():
+        return ORJSONResponse({"status": "ready"})
+    return ORJSONResponse({"status": "store-unavailable"}, status_code=503)
+
+
+@router.get("/topology")
+async def topology(request: Request):
+    """Events, features, types, windows and resolutions of the served plan."""
+    plan = request.app.state.plan
+    events = {}
+    for name, ev in sorted(plan.events.items()):
+        feats = []
+        for f in ev.features:
+            d = {"name": f.name, "type": f.type, "kind": f.kind}
+            if f.aggregate is not None:
+                a = f.aggregate
+                d.update(
+                    function=a.function, scopes=list(a.scopes), window_s=a.window_s,
+                    resolution_s=a.resolution_s, limit=a.limit, exclusive=a.exclusive,
+                    definition_hash=a.definition_hash,
+                )
+            feats.append(d)
+        events[name] = {"features": feats, "query_event": not ev.writes}
+    return ORJSONResponse({"events": events})
+
+
+@router.get("/metrics")
+async def metrics():
+    """Prometheus text exposition."""
+    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,32 @@
+"""Response models of the serving API (SPEC §4), for validation-free docs.
+
+Routes return ``ORJSONResponse`` objects built from plain dicts (fast path);
+these models document the shapes in the OpenAPI schema.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class EventResponse(BaseModel):
+    """One event's answer: every feature of the event, inputs included (SPEC §4)."""
+
+    event_id: str
+    event_time: str
+    features: dict[str, Any]
+    errors: dict[str, str] | None = None
+
+
+class ErrorBody(BaseModel):
+    """A 4xx/5xx error: ``{"error": {"code", "message"}}``."""
+
+    error: dict[str, Any]
+
+
+class Health(BaseModel):
+    """``GET /health`` / ``GET /ready``."""
+
+    status: str

@@ -1,0 +1,34 @@
+"""Serving configuration (SPEC §6): environment variables with the ``SCOWL_`` prefix."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Settings of ``scowl serve``.
+
+    Attributes:
+        redis_url: ``SCOWL_REDIS_URL``; ``None`` means the embedded server.
+        api_keys: ``SCOWL_API_KEYS``, comma-separated; empty means no auth.
+        home: ``SCOWL_HOME``, state directory of the embedded server.
+        max_body_bytes: largest accepted request body (413 above).
+        max_batch: largest accepted ``/batch`` array.
+        id_ttl_s: how long an ``_id`` is remembered for idempotency (seconds).
+        store_timeout_s: Redis socket timeout (seconds).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="SCOWL_", extra="ignore")
+
+    redis_url: str | None = None
+    api_keys: str = ""
+    home: str = ".scowl"
+    max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    max_batch: int = Field(default=100_000, ge=1)
+    id_ttl_s: int = Field(default=86_400, ge=1)
+    store_timeout_s: float = Field(default=2.0, gt=0)
+
+    def key_set(self) -> frozenset[str]:
+        """Return the accepted API keys (empty: auth disabled)."""
+        return frozenset(k.strip() for k in self.api_keys.split(",") if k.strip())

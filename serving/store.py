@@ -1,0 +1,69 @@
+"""The Redis side of serving: one registered script call per round (SPEC §5.2).
+
+``Store.run(keys, argv)`` runs ``compiler/algebra/event.lua`` with ``EVALSHA``
+(redis-py's ``Script`` object loads it again after a ``NOSCRIPT`` error), so an
+event costs one network round trip in the common case.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from compiler.algebra.script import event_script
+
+
+class StoreUnavailable(RuntimeError):
+    """The store could not be reached or failed a command (the API answers 503)."""
+
+
+class Store:
+    """An asyncio Redis client with the event script registered.
+
+    Args:
+        url: ``redis://host:port/db`` (``SCOWL_REDIS_URL`` or the embedded server).
+        timeout_s: socket timeout in seconds.
+    """
+
+    def __init__(self, url: str, timeout_s: float = 2.0):
+        self.url = url
+        self.client = aioredis.Redis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, decode_responses=False
+        )
+        self.script = self.client.register_script(event_script())
+
+    async def run(self, keys: Sequence[str], argv: Sequence[Any]) -> list:
+        """Run ``event.lua`` once.
+
+        Args:
+            keys: Redis keys (KEYS).
+            argv: the flat op list (ARGV; see the script header).
+
+        Returns:
+            The script's pushed results (HMGET arrays of bytes/None, ints).
+
+        Raises:
+            StoreUnavailable: connection, timeout or server error. The script
+                is atomic, so either all of its writes happened or none.
+        """
+        try:
+            return await self.script(keys=list(keys), args=list(argv))
+        except (RedisConnectionError, RedisTimeoutError, OSError) as e:
+            raise StoreUnavailable(f"store unreachable: {e}") from e
+        except RedisError as e:
+            raise StoreUnavailable(f"store error: {e}") from e
+
+    async def ping(self) -> bool:
+        """Return whether the store answers ``PING``."""
+        try:
+            return bool(await self.client.ping())
+        except (RedisError, OSError):
+            return False
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        await self.client.aclose()

@@ -1,0 +1,178 @@
+"""Events -> partial aggregates per (state, entity key, tile), with Spark built-ins.
+
+For every state of the plan (``compiler.plan.StateSpec``) this module builds
+rows of the *store image* that the online path would have built from the same
+events (layout: ``compiler/algebra/ops.py``):
+
+    rk: string     Redis hash name  sc:{<entity key>}:<definition hash>
+    field: string  hash field       m22616640, h376944.s, u<tuple>, lt, lv
+    value: string  stored text      what ``AggregateOp.encode`` produces
+    mode: string   "set" (overwrite: a tile complete within the run window),
+                   "seen" (keep the max: CountUnique last-seen ms),
+                   "latest" (newer wins: value = "<ms>\\t<json>")
+    ttl_ms: long   expiry W + r (SPEC §5.3)
+
+Tile partials use ``groupBy(rk, tile).agg(count/sum/min/max)``; no Python
+UDF (SPEC §5.6). Only state a read at or after the run's end can use is
+emitted: tiles ending after ``end - W - r`` (older ones would be pruned by the
+online path anyway, SPEC §5.3).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from compiler.algebra.keys import MAX_KEY_CHARS, PREFIX
+from compiler.algebra.ops import make_op
+from compiler.algebra.windows import LEVEL_CODE, levels_s
+from compiler.plan import Plan, StateSpec
+from writer.features import with_features
+
+ROW_COLUMNS = ("rk", "field", "value", "mode", "ttl_ms")
+
+
+def encode_component_column(col: Column, type_name: str) -> Column:
+    """Spark twin of ``compiler.algebra.keys.encode_component``."""
+    if type_name == "string":
+        return F.concat(F.lit("s"), F.length(col).cast("string"), F.lit(":"), col)
+    if type_name == "int":
+        return F.concat(F.lit("i"), col.cast("long").cast("string"))
+    if type_name == "time":
+        return F.concat(F.lit("t"), col.cast("long").cast("string"))
+    if type_name == "bool":
+        return F.when(col, F.lit("b1")).otherwise(F.lit("b0"))
+    if type_name == "float":
+        return F.concat(F.lit("f"), col.cast("double").cast("string"))
+    raise ValueError(f"cannot use a value of type {type_name} as a key")
+
+
+def encode_tuple_column(cols: Sequence[Column], types: Sequence[str]) -> Column:
+    """Spark twin of ``compiler.algebra.keys.encode_key`` for non-null components.
+
+    Returns the escaped, length-bounded encoding (SPEC §5.5).
+    """
+    if cols:
+        raw = F.concat_ws("|", *[encode_component_column(c, t) for c, t in zip(cols, types)])
+    else:
+        raw = F.lit("")
+    esc = F.replace(F.replace(F.replace(raw, F.lit("%"), F.lit("%25")), F.lit("{"), F.lit("%7B")), F.lit("}"), F.lit("%7D"))
+    return F.when(F.length(esc) > MAX_KEY_CHARS, F.concat(F.lit("#"), F.substring(F.sha2(esc, 256), 1, 40))).otherwise(esc)
+
+
+def writes_of_state(raw: DataFrame, plan: Plan, state: StateSpec) -> DataFrame:
+    """Return the counted writes of one state: ``rk``, ``t`` (ms), ``seq``, ``v0..vn``.
+
+    Applies SPEC §2.4's write rules per writer event: the ``where`` filter
+    (null is false), non-null values, non-null key components.
+
+    Args:
+        raw: valid raw events (``_type``, ``_time_ms``, ``_seq``, ``_raw``).
+        plan: the plan.
+        state: the state.
+    """
+    from compiler.codegen.spark import compile_column
+
+    frames = []
+    for ev, w in sorted(state.writes.items()):
+        event = plan.events[ev]
+        df = raw.where(F.col("_type") == F.lit(ev))
+        df = with_features(df, event, sorted(w.deps()))
+        cond = F.lit(True)
+        if w.where is not None:
+            cols = {n: F.col(f"f_{n}") for n in w.where.refs()}
+            cond = F.coalesce(compile_column(w.where, cols, F.col("_time_ms")), F.lit(False))
+        for n in list(w.values) + list(w.keys):
+            cond = cond & F.col(f"f_{n}").isNotNull()
+        df = df.where(cond)
+        key = encode_tuple_column([F.col(f"f_{k}") for k in w.keys], state.key_types)
+        rk = F.concat(F.lit(PREFIX + "{"), key, F.lit("}:" + state.definition_hash))
+        frames.append(
+            df.select(
+                rk.alias("rk"),
+                F.col("_time_ms").alias("t"),
+                F.col("_seq").alias("seq"),
+                *[F.col(f"f_{n}").alias(f"v{i}") for i, n in enumerate(w.values)],
+            )
+        )
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out
+
+
+def _num_text(col: Column, type_name: str) -> Column:
+    if type_name == "float":
+        return col.cast("double").cast("string")
+    if type_name == "bool":
+        return F.when(col, F.lit("1")).otherwise(F.lit("0"))
+    if type_name in ("int", "time"):
+        return col.cast("long").cast("string")
+    return col
+
+
+def state_rows(writes: DataFrame, state: StateSpec, end_ms: int) -> DataFrame:
+    """Return the store image rows (module docstring) of one state.
+
+    Args:
+        writes: output of :func:`writes_of_state`, already restricted to the
+            (widened) run window.
+        state: the state.
+        end_ms: end of the widened run window (exclusive, epoch ms).
+    """
+    W = state.window_s * 1000
+    r = state.resolution_s * 1000
+    ttl = F.lit(W + r).cast("long")
+    cutoff = end_ms - W - r
+    fn = state.function
+    op = make_op(fn, state.value_types)
+    if fn == "CountUnique":
+        enc = encode_tuple_column([F.col(f"v{i}") for i in range(len(state.value_types))], state.value_types)
+        g = writes.groupBy("rk", enc.alias("u")).agg(F.max("t").alias("t")).where(F.col("t") > F.lit(cutoff))
+        return g.select("rk", F.concat(F.lit("u"), "u").alias("field"), F.col("t").cast("string").alias("value"),
+                        F.lit("seen").alias("mode"), ttl.alias("ttl_ms"))
+    if fn in ("Latest", "LatestTime"):
+        vals = [F.col(f"v{i}").alias(f"v{i}") for i in range(len(state.value_types))]
+        payload = F.to_json(F.struct(*vals)) if vals else F.lit("")
+        g = writes.groupBy("rk").agg(F.max_by(F.struct(F.col("t"), payload.alias("j")), F.struct("t", "seq")).alias("m"))
+        g = g.where(F.col("m.t") > F.lit(cutoff))
+        return g.select("rk", F.lit("lt").alias("field"),
+                        F.concat(F.col("m.t").cast("string"), F.lit("\t"), F.col("m.j")).alias("value"),
+                        F.lit("latest").alias("mode"), ttl.alias("ttl_ms"))
+    frames = []
+    for size in levels_s(state.window_s):
+        ms = size * 1000
+        tile = F.floor(F.col("t") / F.lit(ms)).cast("long")
+        grouped = writes.groupBy("rk", tile.alias("tile"))
+        if fn == "Count":
+            parts = [("", F.count(F.lit(1)).cast("string"))]
+        elif fn == "Sum":
+            if op.is_int:
+                parts = [("", F.sum(F.col("v0").cast("long")).cast("string"))]
+            else:
+                parts = [("", F.sum(F.col("v0").cast("double")).cast("string"))]
+        elif fn == "Average":
+            parts = [(".s", F.sum(F.col("v0").cast("double")).cast("string")), (".c", F.count(F.lit(1)).cast("string"))]
+        elif fn in ("Min", "Max"):
+            agg = F.min if fn == "Min" else F.max
+            parts = [("", _num_text(agg(F.col("v0")), state.value_types[0]))]
+        else:
+            raise NotImplementedError(f"backfill of {fn} is not implemented yet")
+        g = grouped.agg(*[c.alias(f"p{i}") for i, (_, c) in enumerate(parts)])
+        g = g.where((F.col("tile") + 1) * F.lit(ms) > F.lit(cutoff))
+        for i, (suffix, _) in enumerate(parts):
+            frames.append(
+                g.select(
+                    "rk",
+                    F.concat(F.lit(LEVEL_CODE[size]), F.col("tile").cast("string"), F.lit(suffix)).alias("field"),
+                    F.col(f"p{i}").alias("value"),
+                    F.lit("set").alias("mode"),
+                    ttl.alias("ttl_ms"),
+                )
+            )
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out
