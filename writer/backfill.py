@@ -1,11 +1,14 @@
 """``scowl backfill``: historical events -> tiles in Redis (SPEC §5.6).
 
 Steps: read the timeline (``writer.sources``), set aside invalid records,
-widen the run window ``[start, end)`` to whole tiles of the coarsest level in
-use (so every tile written is complete, and re-running a window overwrites
-the same tiles with the same values), compute each state's store image with
+widen the start of the run window ``[start, end)`` down to a whole tile of the
+coarsest level in use (reading the older events that tile needs), compute each state's store image with
 Spark built-ins (``writer.tiles``) and write it from the executors, pipelined
-(``writer.sink``). The covered interval is recorded per state in
+(``writer.sink``). Tiles are overwritten, never added to, so re-running a
+window gives the same state. The end is not widened: a tile that ``end``
+cuts through holds exactly the events before ``end``, so online events from
+``end`` on add to it correctly, and a later run starting at ``end`` is widened
+down to that tile's start and rewrites it whole. The covered interval is recorded per state in
 ``sc:cov:<definition hash>`` (field ``<start_ms>-<end_ms>``, value: wall-clock
 ms of the run).
 """
@@ -122,7 +125,8 @@ def run_backfill(
     if s >= e:
         raise BackfillError(f"empty run window: start {s} >= end {e}")
     unit_s = max((max(levels_s(st.window_s)) for st in plan.states.values()), default=1)
-    ws, we = widen(s, e, unit_s * 1000)
+    ws, _ = widen(s, e, unit_s * 1000)
+    we = e
     report = BackfillReport(requested=(s, e), window=(ws, we), widened=(ws, we) != (s, e), rejected=rejected,
                             rejected_path=rejected_path)
     events = raw.where(ok & (F.col("_time_ms") >= F.lit(ws)) & (F.col("_time_ms") < F.lit(we)))

