@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from fastapi import Request
-from fastapi.responses import ORJSONResponse
+from fastapi.responses import Response
+from serving.responses import json_response
 
 
 class ApiError(Exception):
@@ -23,6 +24,6 @@ class ApiError(Exception):
         self.extra = extra
 
 
-async def api_error_handler(request: Request, exc: ApiError) -> ORJSONResponse:
+async def api_error_handler(request: Request, exc: ApiError) -> Response:
     """Render an :class:`ApiError`."""
-    return ORJSONResponse({"error": {"code": exc.code, "message": exc.message, **exc.extra}}, status_code=exc.status)
+    return json_response({"error": {"code": exc.code, "message": exc.message, **exc.extra}}, status_code=exc.status)

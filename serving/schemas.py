@@ -1,6 +1,6 @@
 """Response models of the serving API (SPEC §4), for validation-free docs.
 
-Routes return ``ORJSONResponse`` objects built from plain dicts (fast path);
+Routes return orjson-encoded responses built from plain dicts (fast path);
 these models document the shapes in the OpenAPI schema.
 """
 

@@ -3,16 +3,14 @@
 The server is started by the same mechanism as the embedded default
 (``scowl.embedded.EmbeddedStore``, SPEC §5.9); each test that asks for
 ``redis_url`` gets it flushed. Spark follows chispa's pattern: one
-session-scoped ``spark`` fixture (start-up costs ~5 s).
+session-scoped ``spark`` fixture (start-up costs ~5 s). ``SPARK_TESTING`` is
+not set: it would turn off Spark's code-generation fallback, which the jobs
+rely on in production too.
 """
 
 from __future__ import annotations
 
-import os
-
 import pytest
-
-os.environ.setdefault("SPARK_TESTING", "1")
 
 
 @pytest.fixture(scope="session")
@@ -40,8 +38,12 @@ def redis_url(redis_server):
 @pytest.fixture(scope="session")
 def spark():
     """One local SparkSession for the whole test run (UTC, 2 cores, UI off)."""
+    import os
+    import sys
+
     from pyspark.sql import SparkSession
 
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
         SparkSession.builder.master("local[2]")
         .appName("scowl-tests")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from pyspark.sql import SparkSession
 
@@ -19,6 +20,8 @@ def get_spark(master: str | None = None, app_name: str = "scowl") -> SparkSessio
         (the jobs' data are grouped by (key, tile), small after aggregation).
     """
     master = master or os.environ.get("SCOWL_SPARK_MASTER") or "local[*]"
+    # executors' Python workers must run this interpreter (it has redis-py etc.)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)

@@ -282,9 +282,13 @@ class _ExtremumOp(AggregateOp):
         return ir
 
     def encode(self, ir):
+        if ir is None:
+            raise ValueError("an empty Min/Max partial is never stored")
         return [_encode_scalar(ir, self.value_types[0])]
 
     def decode(self, raw):
+        if raw[0] in ("", b"") and self.value_types[0] != "string":
+            return None
         return _decode_scalar(raw[0], self.value_types[0])
 
     def write_args(self, key_index, fields, values, time_ms):

@@ -6,7 +6,7 @@ import time
 
 import orjson
 from fastapi import APIRouter, Request
-from fastapi.responses import ORJSONResponse
+from serving.responses import json_response
 
 from serving.deps import ApiKey, EvaluatorDep
 from serving.errors import ApiError
@@ -64,7 +64,7 @@ async def post_event(request: Request, evaluator: EvaluatorDep, features: bool |
         raise ApiError(503, "store-unavailable", str(e)) from None
     EVENTS.labels(parsed[0].name).inc()
     EVENT_LATENCY.observe(time.perf_counter() - start)
-    return ORJSONResponse(_select(resp, features, exports))
+    return json_response(_select(resp, features, exports))
 
 
 @router.post("/batch", response_model=list[EventResponse], responses=_ERRORS)
@@ -92,4 +92,4 @@ async def post_batch(request: Request, evaluator: EvaluatorDep, features: bool |
         EVENTS.labels(p[0].name).inc()
         EVENT_LATENCY.observe(time.perf_counter() - start)
         out.append(_select(resp, features, exports))
-    return ORJSONResponse(out)
+    return json_response(out)

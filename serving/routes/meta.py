@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import ORJSONResponse, Response
+from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from serving.deps import StoreDep
 from serving.metrics import REGISTRY
+from serving.responses import json_response
 from serving.schemas import Health
 
 router = APIRouter(tags=["meta"])
@@ -16,15 +17,15 @@ router = APIRouter(tags=["meta"])
 @router.get("/health", response_model=Health)
 async def health():
     """Liveness: the process answers."""
-    return ORJSONResponse({"status": "ok"})
+    return json_response({"status": "ok"})
 
 
 @router.get("/ready", response_model=Health, responses={503: {"model": Health}})
 async def ready(store: StoreDep):
     """Readiness: the store answers ``PING`` (503 otherwise)."""
     if await store.ping():
-        return ORJSONResponse({"status": "ready"})
-    return ORJSONResponse({"status": "store-unavailable"}, status_code=503)
+        return json_response({"status": "ready"})
+    return json_response({"status": "store-unavailable"}, status_code=503)
 
 
 @router.get("/topology")
@@ -45,7 +46,7 @@ async def topology(request: Request):
                 )
             feats.append(d)
         events[name] = {"features": feats, "query_event": not ev.writes}
-    return ORJSONResponse({"events": events})
+    return json_response({"events": events})
 
 
 @router.get("/metrics")

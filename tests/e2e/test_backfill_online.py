@@ -50,10 +50,10 @@ total := $.total as int
 """
 
 START_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
-SPLIT_MS = START_MS + 2 * 86_400_000 + 5 * 3_600_000 + 123_456  # not on a tile boundary
+SPLIT_MS = START_MS + 86_400_000 + 17 * 3_600_000 + 123_456  # not on a tile boundary
 
 
-def make_events(n: int = 2500, seed: int = 7) -> list[dict]:
+def make_events(n: int = 3500, seed: int = 7) -> list[dict]:
     rng = random.Random(seed)
     users = [f"u{i}" for i in range(12)] + ["ü-ñ|{x}"]
     ips = [f"10.0.0.{i}" for i in range(6)] + [None]

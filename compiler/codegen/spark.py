@@ -1,0 +1,619 @@
+"""Spark code generator: scalar :class:`~compiler.plan.Expr` -> a ``Column`` (SPEC §2.3, §5.10).
+
+Built-in column functions only (no Python UDF). Types: int and time are
+``LongType`` (time = epoch ms), float and duration ``DoubleType`` (duration =
+seconds), bool ``BooleanType``, string ``StringType``.
+
+Each node compiles to a *value* column and an *error* column (a never-null
+boolean, or nothing when the node cannot fail). An error anywhere that the
+Python engine would have evaluated makes the whole result null, exactly as
+:class:`compiler.codegen.python.EvalError` makes the feature null there; the
+lazy operators (``and``, ``or``, ``If``, ``Coalesce``) only take the error of
+an operand the Python engine would have evaluated. Every operation that
+could throw under ANSI mode is guarded (``try_add``, ``nullif`` on divisors,
+clamped inputs before ``floor``/casts), so results do not depend on
+``spark.sql.ansi.enabled``.
+
+Semantics are those of :mod:`compiler.codegen.python` (its docstring lists
+them); Spark-specific notes: ``~=`` is ``rlike`` (Java ``find``) on a literal
+pattern; ``String(float)`` re-lays Java's ``Double.toString`` digits in
+Python's ``repr`` layout (Java < 19 prints a few doubles with non-shortest
+digits, see :func:`compiler.typesystem.format_float`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+from compiler.codegen import UnsupportedError
+from compiler.plan import Expr
+from compiler.typesystem import (
+    _J_NUMBER,
+    SPARK_TYPES,
+    _double_to_long,
+    _flag,
+    _number_to_long,
+    format_float_column,
+    format_time_column,
+    parse_time_column,
+)
+
+__all__ = ["UnsupportedError", "compile_column", "compile_column_with_error"]
+
+_NUMERIC = ("int", "float", "duration")
+_INT64_MIN = -(1 << 63)
+
+
+@dataclass(frozen=True)
+class _C:
+    v: Column
+    err: Column | None
+    type: str
+    null: bool = False  # a known null (null literal or a null-typed operand)
+    lit: Any = None
+    is_lit: bool = False
+
+
+def _or(*errs: Column | None) -> Column | None:
+    out = None
+    for e in errs:
+        if e is not None:
+            out = e if out is None else (out | e)
+    return out
+
+
+def _null(type_name: str) -> Column:
+    return F.lit(None).cast(SPARK_TYPES.get(type_name, "string"))
+
+
+def _dbl(c: _C) -> Column:
+    return c.v.cast("double") if c.type in ("int", "time") else c.v
+
+
+def _long(n: int) -> Column:
+    return F.lit(n).cast("long")
+
+
+class _Gen:
+    def __init__(self, cols: Mapping[str, Column], event_time_ms: Column) -> None:
+        self.cols = cols
+        self.event_time_ms = event_time_ms
+
+    # ------------------------------------------------------------- helpers
+    def notnull(self, args: list[_C]) -> Column | None:
+        """All (possibly null) operands non-null: the Python engine only errs then."""
+        conds = [a.v.isNotNull() for a in args if not a.is_lit]
+        if not conds:
+            return None
+        out = conds[0]
+        for c in conds[1:]:
+            out = out & c
+        return out
+
+    def local(self, args: list[_C], cond: Column) -> Column:
+        nn = self.notnull(args)
+        return _flag(cond if nn is None else (nn & cond))
+
+    def result(self, args: list[_C], value: Column, type_name: str, local: Column | None = None) -> _C:
+        """A null-propagating node; known-null operands make a null result."""
+        err = _or(*(a.err for a in args), local)
+        if any(a.null for a in args):
+            return _C(_null(type_name), _or(*(a.err for a in args)), type_name, null=True)
+        return _C(value, err, type_name)
+
+    def overflow(self, args: list[_C], r: Column) -> Column:
+        return self.local(args, r.isNull())
+
+    # ---------------------------------------------------------------- nodes
+    def gen(self, e: Expr) -> _C:
+        c = self.node(e)
+        if e.type in ("float", "duration") and c.type in ("int", "time"):
+            return replace(c, v=c.v.cast("double"), type=e.type)
+        if e.type in ("float", "duration") and c.type in ("float", "duration"):
+            return replace(c, type=e.type)
+        return c
+
+    def node(self, e: Expr) -> _C:
+        if e.kind == "lit":
+            return self.literal(e)
+        if e.kind == "ref":
+            if e.name not in self.cols:
+                raise UnsupportedError(f"no column for feature {e.name!r}", e)
+            col = self.cols[e.name]
+            if e.type in ("int", "time"):
+                col = col.cast("long")
+            elif e.type in ("float", "duration"):
+                col = col.cast("double")
+            return _C(col, None, e.type, null=e.type == "null")
+        if e.kind in ("op", "call"):
+            method = getattr(self, f"{e.kind}_{e.op}", None)
+            if method is None:
+                what = "operator" if e.kind == "op" else "function"
+                raise UnsupportedError(f"{what} {e.op!r} is not supported", e)
+            return method(e)
+        raise UnsupportedError(f"{e.kind!r} node is not supported here", e)
+
+    def literal(self, e: Expr) -> _C:
+        value = e.value
+        if value is None:
+            return _C(_null(e.type), None, e.type, null=True, is_lit=True)
+        if e.type in ("float", "duration"):
+            value = float(value)
+            col = F.lit(value)
+        elif e.type in ("int", "time"):
+            value = int(value)
+            col = F.lit(value).cast("long")
+        elif e.type == "bool" and isinstance(value, bool):
+            col = F.lit(value)
+        elif e.type == "string" and isinstance(value, str):
+            col = F.lit(value)
+        else:
+            raise UnsupportedError(f"literal of type {e.type!r} not supported: {value!r}", e)
+        return _C(col, None, e.type, lit=value, is_lit=True)
+
+    def args(self, e: Expr, n: int | None = None) -> list[_C]:
+        if n is not None and len(e.args) != n:
+            raise UnsupportedError(f"{e.op or e.kind} takes {n} argument(s), got {len(e.args)}", e)
+        return [self.gen(a) for a in e.args]
+
+    def need_int(self, e: Expr, *cs: _C) -> None:
+        for c in cs:
+            if c.type not in ("int", "null"):
+                raise UnsupportedError(f"{e.op} needs int operands, got {c.type}", e)
+
+    # unary
+    def op_neg(self, e: Expr) -> _C:
+        (a,) = self.args(e, 1)
+        if a.type == "int":
+            r = F.try_subtract(_long(0), a.v)
+            return self.result([a], r, "int", self.overflow([a], r))
+        return self.result([a], -a.v, a.type)
+
+    def op_bitnot(self, e: Expr) -> _C:
+        (a,) = self.args(e, 1)
+        self.need_int(e, a)
+        return self.result([a], F.bitwise_not(a.v), "int")
+
+    # arithmetic
+    def arith(self, a: _C, b: _C, int_fn: Callable[[Column, Column], Column],
+              float_fn: Callable[[Column, Column], Column], type_name: str) -> _C:
+        if a.type == "int" and b.type == "int":
+            r = int_fn(a.v, b.v)
+            return self.result([a, b], r, "int", self.overflow([a, b], r))
+        r = float_fn(_dbl(a), _dbl(b))
+        return self.result([a, b], r, type_name, _flag(F.isnan(r)))
+
+    @staticmethod
+    def float_type(a: _C, b: _C) -> str:
+        return "duration" if "duration" in (a.type, b.type) else "float"
+
+    def op_mul(self, e: Expr) -> _C:
+        a, b = self.args(e, 2)
+        return self.arith(a, b, F.try_multiply, lambda x, y: x * y, self.float_type(a, b))
+
+    def op_div(self, e: Expr) -> _C:
+        a, b = self.args(e, 2)
+        out = e.type if e.type in ("float", "duration") else "float"
+        db = _dbl(b)
+        r = _dbl(a) / F.nullif(db, F.lit(0.0))
+        return self.result([a, b], r, out, self.local([a, b], db == 0) | _flag(F.isnan(r)))
+
+    def op_floordiv(self, e: Expr) -> _C:
+        a, b = self.args(e, 2)
+        if a.type == "int" and b.type == "int":
+            bnz = F.nullif(b.v, _long(0))
+            too_big = (a.v == _long(_INT64_MIN)) & (b.v == _long(-1))
+            a_safe = F.when(~_flag(too_big), a.v)
+            q = F.call_function("div", a_safe, bnz)
+            rem = a_safe % bnz
+            r = F.when((rem != 0) & ((rem < 0) != (b.v < 0)), q - 1).otherwise(q)
+            return self.result([a, b], r, "int", self.local([a, b], (b.v == 0) | too_big))
+        db = _dbl(b)
+        q = _dbl(a) / F.nullif(db, F.lit(0.0))
+        fl, in_range = _double_to_long(q, floor=True)
+        r = F.when(in_range, fl.cast("double")).otherwise(q)
+        return self.result([a, b], r, "float", self.local([a, b], db == 0) | _flag(F.isnan(q)))
+
+    def op_mod(self, e: Expr) -> _C:
+        a, b = self.args(e, 2)
+        if a.type == "int" and b.type == "int":
+            rem = a.v % F.nullif(b.v, _long(0))
+            r = F.when((rem != 0) & ((rem < 0) != (b.v < 0)), rem + b.v).otherwise(rem)
+            return self.result([a, b], r, "int", self.local([a, b], b.v == 0))
+        da, db = _dbl(a), _dbl(b)
+        rem = da % F.nullif(db, F.lit(0.0))
+        r = (F.when(rem == 0, F.lit(0.0) * F.signum(db))
+             .when((rem < 0) != (db < 0), rem + db)
+             .otherwise(rem))
+        out = "duration" if a.type == "duration" else "float"
+        return self.result([a, b], r, out, self.local([a, b], db == 0) | _flag(F.isnan(r)))
+
+    def shift_time(self, t: _C, d: _C, sign: int) -> _C:
+        ms, ok = _double_to_long(_dbl(d) * 1000.0 + 0.5, floor=True)
+        r = F.try_add(t.v, ms) if sign > 0 else F.try_subtract(t.v, ms)
+        local = self.local([t, d], ~ok) | self.local([t, d], ok & r.isNull())
+        return self.result([t, d], r, "time", local)
+
+    def op_add(self, e: Expr) -> _C:
+        a, b = self.args(e, 2)
+        if a.type == "string" or b.type == "string":
+            return self.result([a, b], F.concat(a.v, b.v), "string")
+        if a.type == "time" and b.type != "time":
+            return self.shift_time(a, b, +1)
+        if b.type == "time" and a.type != "time":
+            return self.shift_time(b, a, +1)
+        return self.arith(a, b, F.try_add, lambda x, y: x + y, self.float_type(a, b))
+
+    def op_sub(self, e: Expr) -> _C:
+        a, b = self.args(e, 2)
+        if a.type == "time" and b.type == "time":
+            d = F.try_subtract(a.v, b.v)
+            return self.result([a, b], d.cast("double") / 1000.0, "duration", self.overflow([a, b], d))
+        if a.type == "time":
+            return self.shift_time(a, b, -1)
+        return self.arith(a, b, F.try_subtract, lambda x, y: x - y, self.float_type(a, b))
+
+    # bits
+    def op_shl(self, e: Expr) -> _C:
+        a, b = self.args(e, 2)
+        self.need_int(e, a, b)
+        small = _flag((b.v >= 0) & (b.v <= 63))
+        n = F.when(small, b.v).otherwise(_long(0)).cast("int")
+        r = F.call_function("shiftleft", a.v, n)
+        back = F.call_function("shiftright", r, n)
+        value = F.when(a.v == 0, _long(0)).otherwise(r)
+        bad = (b.v < 0) | ((a.v != 0) & (~small | (back != a.v)))
+        return self.result([a, b], value, "int", self.local([a, b], bad))
+
+    def op_shr(self, e: Expr) -> _C:
+        a, b = self.args(e, 2)
+        self.need_int(e, a, b)
+        n = F.when(b.v > 63, _long(63)).when(b.v < 0, _long(0)).otherwise(b.v).cast("int")
+        r = F.call_function("shiftright", a.v, n)
+        return self.result([a, b], r, "int", self.local([a, b], b.v < 0))
+
+    def bitwise(self, e: Expr, op: str) -> _C:
+        a, b = self.args(e, 2)
+        if a.type == "bool" or b.type == "bool":
+            x, y = a.v, b.v
+            r = {"and": x & y, "or": x | y, "xor": x != y}[op]
+            r = F.when(x.isNull() | y.isNull(), F.lit(None).cast("boolean")).otherwise(r)
+            return self.result([a, b], r, "bool")
+        self.need_int(e, a, b)
+        fn = {"and": a.v.bitwiseAND, "or": a.v.bitwiseOR, "xor": a.v.bitwiseXOR}[op]
+        return self.result([a, b], fn(b.v), "int")
+
+    def op_bitand(self, e: Expr) -> _C:
+        return self.bitwise(e, "and")
+
+    def op_bitxor(self, e: Expr) -> _C:
+        return self.bitwise(e, "xor")
+
+    def op_bitor(self, e: Expr) -> _C:
+        return self.bitwise(e, "or")
+
+    # comparison
+    def compare(self, e: Expr, fn: Callable[[Column, Column], Column]) -> _C:
+        a, b = self.args(e, 2)
+        if a.type != b.type and a.type in _NUMERIC and b.type in _NUMERIC:
+            return self.result([a, b], fn(_dbl(a), _dbl(b)), "bool")
+        return self.result([a, b], fn(a.v, b.v), "bool")
+
+    def op_eq(self, e: Expr) -> _C:
+        return self.compare(e, lambda x, y: x == y)
+
+    def op_ne(self, e: Expr) -> _C:
+        return self.compare(e, lambda x, y: x != y)
+
+    def op_lt(self, e: Expr) -> _C:
+        return self.compare(e, lambda x, y: x < y)
+
+    def op_gt(self, e: Expr) -> _C:
+        return self.compare(e, lambda x, y: x > y)
+
+    def op_le(self, e: Expr) -> _C:
+        return self.compare(e, lambda x, y: x <= y)
+
+    def op_ge(self, e: Expr) -> _C:
+        return self.compare(e, lambda x, y: x >= y)
+
+    def op_match(self, e: Expr) -> _C:
+        if len(e.args) != 2:
+            raise UnsupportedError("~= takes 2 operands", e)
+        pattern = e.args[1]
+        if pattern.kind != "lit" or not (pattern.value is None or isinstance(pattern.value, str)):
+            raise UnsupportedError("the right side of ~= must be a string literal", e)
+        a = self.gen(e.args[0])
+        if pattern.value is None:
+            return self.result([a, _C(_null("string"), None, "string", null=True, is_lit=True)],
+                               _null("bool"), "bool")
+        return self.result([a], a.v.rlike(pattern.value), "bool")
+
+    def op_in(self, e: Expr, negate: bool = False) -> _C:
+        if len(e.args) != 2 or e.args[1].kind != "list":
+            raise UnsupportedError("in takes a needle and a list", e)
+        needle = self.gen(e.args[0])
+        items = [self.gen(x) for x in e.args[1].args]
+        every = [needle, *items]
+        floaty = any(x.type in ("float", "duration") for x in every) and any(x.type == "int" for x in every)
+        conv = _dbl if floaty else (lambda c: c.v)
+        err = _or(needle.err, *(x.err for x in items))
+        if needle.null:
+            return _C(_null("bool"), err, "bool", null=True)
+        if not items:
+            r = F.when(needle.v.isNull(), F.lit(None).cast("boolean")).otherwise(F.lit(negate))
+            return _C(r, err, "bool")
+        r = conv(needle).isin(*[conv(x) if not x.null else F.lit(None) for x in items])
+        return _C(~r if negate else r, err, "bool")
+
+    def op_not_in(self, e: Expr) -> _C:
+        return self.op_in(e, negate=True)
+
+    def op_is_null(self, e: Expr) -> _C:
+        (a,) = self.args(e, 1)
+        return _C(F.lit(True) if a.null else a.v.isNull(), a.err, "bool")
+
+    def op_is_not_null(self, e: Expr) -> _C:
+        (a,) = self.args(e, 1)
+        return _C(F.lit(False) if a.null else a.v.isNotNull(), a.err, "bool")
+
+    # logic (SQL three-valued logic is Spark's own for &, |, ~)
+    def op_not(self, e: Expr) -> _C:
+        (a,) = self.args(e, 1)
+        return _C(~a.v.cast("boolean"), a.err, "bool")
+
+    def logic(self, e: Expr, is_and: bool) -> _C:
+        a, b = self.args(e, 2)
+        av, bv = a.v.cast("boolean"), b.v.cast("boolean")
+        value = (av & bv) if is_and else (av | bv)
+        err = a.err
+        if b.err is not None:
+            # b is evaluated unless a already decides (false for and, true for or)
+            decided = _flag(av == F.lit(not is_and))
+            err = _or(err, ~decided & b.err)
+        return _C(value, err, "bool")
+
+    def op_and(self, e: Expr) -> _C:
+        return self.logic(e, True)
+
+    def op_or(self, e: Expr) -> _C:
+        return self.logic(e, False)
+
+    # ------------------------------------------------------------ built-ins
+    def call_EventTime(self, e: Expr) -> _C:
+        self.args(e, 0)
+        return _C(self.event_time_ms.cast("long"), None, "time")
+
+    def call_Time(self, e: Expr) -> _C:
+        (a,) = self.args(e, 1)
+        if a.type in ("time", "int", "null"):
+            return replace(a, type="time")
+        if a.type == "string":
+            ms, ok = parse_time_column(a.v)
+            return self.result([a], ms, "time", ~ok)
+        if a.type == "float":
+            ms, ok = _double_to_long(a.v, floor=True)
+            return self.result([a], ms, "time", self.local([a], ~ok))
+        raise UnsupportedError(f"{e.op} of {a.type} is not supported", e)
+
+    call_ParseTime = call_Time
+
+    def call_FromUnixSeconds(self, e: Expr) -> _C:
+        (a,) = self.args(e, 1)
+        if a.type == "int":
+            r = F.try_multiply(a.v, _long(1000))
+            return self.result([a], r, "time", self.overflow([a], r))
+        if a.type in ("float", "null"):
+            ms, ok = _double_to_long(a.v * 1000.0, floor=True)
+            return self.result([a], ms, "time", self.local([a], ~ok))
+        raise UnsupportedError(f"FromUnixSeconds of {a.type} is not supported", e)
+
+    def per_unit(self, e: Expr, seconds: float) -> _C:
+        (a,) = self.args(e, 1)
+        if a.type not in (*_NUMERIC, "null"):
+            raise UnsupportedError(f"{e.op} of {a.type} is not supported", e)
+        v = _dbl(a) if seconds == 1.0 else _dbl(a) / F.lit(seconds)
+        return self.result([a], v, "float")
+
+    def call_Days(self, e: Expr) -> _C:
+        return self.per_unit(e, 86400.0)
+
+    def call_Hours(self, e: Expr) -> _C:
+        return self.per_unit(e, 3600.0)
+
+    def call_Minutes(self, e: Expr) -> _C:
+        return self.per_unit(e, 60.0)
+
+    def call_Seconds(self, e: Expr) -> _C:
+        return self.per_unit(e, 1.0)
+
+    def call_Len(self, e: Expr) -> _C:
+        (a,) = self.args(e, 1)
+        return self.result([a], F.char_length(a.v).cast("long"), "int")
+
+    call_Length = call_Len
+
+    def extremum(self, e: Expr, fn: Callable[..., Column]) -> _C:
+        if not e.args:
+            raise UnsupportedError(f"{e.op} needs at least one argument", e)
+        vals = self.args(e)
+        floaty = any(x.type in ("float", "duration") for x in vals)
+        cols = [_dbl(x) if floaty else x.v for x in vals]
+        out = e.type if e.type != "null" else vals[0].type
+        if len(cols) == 1:
+            return self.result(vals, cols[0], out)
+        any_null = cols[0].isNull()
+        for c in cols[1:]:
+            any_null = any_null | c.isNull()
+        value = F.when(any_null, _null(out)).otherwise(fn(*cols))
+        return self.result(vals, value, out)
+
+    def call_Maximum(self, e: Expr) -> _C:
+        return self.extremum(e, F.greatest)
+
+    def call_Minimum(self, e: Expr) -> _C:
+        return self.extremum(e, F.least)
+
+    def call_Lower(self, e: Expr) -> _C:
+        (a,) = self.args(e, 1)
+        return self.result([a], F.lower(a.v), "string")
+
+    def call_Upper(self, e: Expr) -> _C:
+        (a,) = self.args(e, 1)
+        return self.result([a], F.upper(a.v), "string")
+
+    def call_Contains(self, e: Expr) -> _C:
+        a, b = self.args(e, 2)
+        return self.result([a, b], a.v.contains(b.v), "bool")
+
+    def call_StartsWith(self, e: Expr) -> _C:
+        a, b = self.args(e, 2)
+        return self.result([a, b], a.v.startswith(b.v), "bool")
+
+    def call_EndsWith(self, e: Expr) -> _C:
+        a, b = self.args(e, 2)
+        return self.result([a, b], a.v.endswith(b.v), "bool")
+
+    def convert(self, c: _C, type_name: str) -> Column:
+        if c.null:
+            return _null(type_name)
+        if type_name in ("float", "duration"):
+            return _dbl(c)
+        return c.v
+
+    def call_Coalesce(self, e: Expr) -> _C:
+        if not e.args:
+            raise UnsupportedError("Coalesce needs at least one argument", e)
+        vals = self.args(e)
+        out = e.type
+        cols = [self.convert(x, out) for x in vals]
+        # error: x_i errs and every earlier value was null (so Python evaluated x_i)
+        err: Column | None = None
+        for x in reversed(vals):
+            tail = err
+            if tail is not None:
+                tail = _flag(x.v.isNull()) & tail
+            err = _or(x.err, tail)
+        value = cols[0] if len(cols) == 1 else F.coalesce(*cols)
+        return _C(value, err, out)
+
+    def call_If(self, e: Expr) -> _C:
+        if len(e.args) != 3:
+            raise UnsupportedError("If takes 3 arguments", e)
+        cond, x, y = self.args(e, 3)
+        out = e.type
+        taken = _flag(cond.v.cast("boolean"))
+        value = F.when(taken, self.convert(x, out)).otherwise(self.convert(y, out))
+        branch_err = None
+        if x.err is not None or y.err is not None:
+            branch_err = F.when(taken, x.err if x.err is not None else F.lit(False)) \
+                .otherwise(y.err if y.err is not None else F.lit(False))
+        return _C(value, _or(cond.err, branch_err), out)
+
+    def call_Int(self, e: Expr) -> _C:
+        (a,) = self.args(e, 1)
+        t = a.type
+        if t in ("int", "time", "null"):
+            return replace(a, type="int")
+        if t in ("float", "duration"):
+            v, ok = _double_to_long(a.v, floor=False)
+            return self.result([a], v, "int", self.local([a], ~ok))
+        if t == "string":
+            v, _lossy, ok = _number_to_long(a.v, F.lit(False))
+            return self.result([a], v, "int", self.local([a], ~ok))
+        if t == "bool":
+            return self.result([a], a.v.cast("long"), "int")
+        raise UnsupportedError(f"Int of {t} is not supported", e)
+
+    def call_Float(self, e: Expr) -> _C:
+        (a,) = self.args(e, 1)
+        t = a.type
+        if t in ("float", "duration", "null"):
+            return replace(a, type="float")
+        if t in ("int", "time", "bool"):
+            return self.result([a], a.v.cast("double"), "float")
+        if t == "string":
+            ok = _flag(a.v.rlike(_J_NUMBER))
+            v = F.when(ok, a.v.try_cast("double"))
+            return self.result([a], v, "float", self.local([a], ~ok))
+        raise UnsupportedError(f"Float of {t} is not supported", e)
+
+    def call_String(self, e: Expr) -> _C:
+        (a,) = self.args(e, 1)
+        t = a.type
+        if t in ("string", "null"):
+            return replace(a, type="string")
+        if t in ("int", "bool"):
+            return self.result([a], a.v.cast("string"), "string")
+        if t in ("float", "duration"):
+            return self.result([a], format_float_column(a.v), "string")
+        if t == "time":
+            text, ok = format_time_column(a.v)
+            return self.result([a], text, "string", ~ok)
+        raise UnsupportedError(f"String of {t} is not supported", e)
+
+    def call_Bool(self, e: Expr) -> _C:
+        (a,) = self.args(e, 1)
+        t = a.type
+        if t in ("bool", "null"):
+            return replace(a, type="bool")
+        if t in ("int", "float"):
+            return self.result([a], a.v != 0, "bool")
+        if t == "string":
+            low = F.lower(a.v)
+            v = F.when(low == "true", F.lit(True)).when(low == "false", F.lit(False))
+            return self.result([a], v, "bool", self.local([a], v.isNull()))
+        raise UnsupportedError(f"Bool of {t} is not supported", e)
+
+
+def compile_column_with_error(
+    expr: Expr, cols: Mapping[str, Column], event_time_ms: Column
+) -> tuple[Column, Column]:
+    """Compile a scalar expression to a Spark value column and its error flag.
+
+    Args:
+        expr: the typed expression tree.
+        cols: a column for every feature the expression references (values
+            in run-time representation: time ``LongType`` ms, duration
+            ``DoubleType`` seconds).
+        event_time_ms: ``LongType`` column of the event time, for ``EventTime()``.
+
+    Returns:
+        ``(value, error)``: the value typed per
+        :data:`compiler.typesystem.SPARK_TYPES` (null where the Python engine
+        raises :class:`~compiler.codegen.python.EvalError`), and a never-null
+        ``BooleanType`` column, true exactly there.
+
+    Raises:
+        UnsupportedError: a node Spark cannot express, or a missing column.
+    """
+    c = _Gen(cols, event_time_ms).gen(expr)
+    spark_type = SPARK_TYPES.get(expr.type, "string")
+    value = c.v.cast(spark_type)
+    if c.err is None:
+        return value, F.lit(False)
+    return F.when(c.err, F.lit(None).cast(spark_type)).otherwise(value), c.err
+
+
+def compile_column(expr: Expr, cols: Mapping[str, Column], event_time_ms: Column) -> Column:
+    """Compile a scalar expression to a Spark column with the Python engine's values (SPEC §5.10).
+
+    Args:
+        expr: the typed expression tree (:class:`compiler.plan.Expr`).
+        cols: feature name -> column, for every referenced feature.
+        event_time_ms: ``LongType`` epoch-ms column for ``EventTime()``.
+
+    Returns:
+        The value column (time ``LongType`` ms, duration ``DoubleType``
+        seconds, int ``LongType``, float ``DoubleType``); evaluation errors
+        are null.
+
+    Raises:
+        UnsupportedError: a node Spark cannot express (at compile time).
+    """
+    return compile_column_with_error(expr, cols, event_time_ms)[0]

@@ -1,0 +1,397 @@
+"""Types, operator typing rules, built-in and aggregate function signatures (SPEC §2.3, §2.4).
+
+One table for the checker and the code generators:
+
+* Type names are strings (see :mod:`compiler.plan`): scalar ``bool int float
+  string time duration null`` and, for aggregate results,
+  ``struct{a:int,b:string}``, ``array<T>``, ``array<tuple{int,string}>``.
+  The checker also uses ``error`` internally for an expression that already
+  has a diagnostic; it never reaches a plan.
+* :func:`unify` -- the common type of two types (``null`` fits anything,
+  ``int`` promotes to ``float``).
+* :func:`unary_result` / :func:`binary_result` -- result type of an operator
+  (names from :data:`compiler.plan.OPERATORS`), or ``None`` for a type error.
+* :data:`SCALAR_FUNCTIONS` -- built-ins by canonical name; :data:`ALIASES`
+  maps other spellings (``Length`` -> ``Len``).
+* :data:`AGGREGATES` -- aggregate functions with value arity, accepted value
+  types, whether ``after`` is allowed, default ``limit`` and result type.
+
+Run-time representations: time = int epoch milliseconds, duration = float
+seconds. So ``time - time`` is ``(a - b) / 1000``, ``time + duration`` is
+``a + round(d * 1000)``, and ``Days(d)`` is ``d / 86400``.
+
+Source: SPEC §2.3 (operators, built-ins), §2.4 (aggregate table).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+__all__ = [
+    "NUMERIC", "VALUE_TYPES", "KEY_TYPES", "INPUT_TYPES", "unify", "unify_all", "is_numeric",
+    "unary_result", "binary_result", "ScalarFunction", "SCALAR_FUNCTIONS", "ALIASES",
+    "canonical_function", "AggregateFunction", "AGGREGATES", "struct_type", "array_type", "tuple_type",
+    "all_function_names",
+]
+
+ERROR = "error"
+NULL = "null"
+NUMERIC = frozenset({"int", "float"})
+#: Types an input may declare (SPEC §2.2).
+INPUT_TYPES = ("bool", "int", "float", "string", "time")
+#: Types an aggregate value may have.
+VALUE_TYPES = frozenset({"bool", "int", "float", "string", "time", "duration"})
+#: Types an entity key component may have.
+KEY_TYPES = frozenset({"bool", "int", "float", "string", "time", "duration"})
+_COMPARABLE = frozenset({"int", "float", "string", "time", "duration"})
+_ANY_SCALAR = frozenset({"bool", "int", "float", "string", "time", "duration"})
+
+
+def is_numeric(t: str) -> bool:
+    """``int`` or ``float``."""
+    return t in NUMERIC
+
+
+def unify(a: str, b: str) -> str | None:
+    """Return the common type of ``a`` and ``b``, or ``None`` if they do not mix.
+
+    ``null`` unifies with anything, ``int`` with ``float`` gives ``float``,
+    ``error`` absorbs everything.
+
+    >>> unify("int", "float"), unify("null", "string"), unify("string", "int")
+    ('float', 'string', None)
+    """
+    if a == ERROR or b == ERROR:
+        return ERROR
+    if a == b:
+        return a
+    if a == NULL:
+        return b
+    if b == NULL:
+        return a
+    if a in NUMERIC and b in NUMERIC:
+        return "float"
+    return None
+
+
+def unify_all(types: Sequence[str]) -> str | None:
+    """:func:`unify` over a sequence (``null`` for an empty one)."""
+    out = NULL
+    for t in types:
+        u = unify(out, t)
+        if u is None:
+            return None
+        out = u
+    return out
+
+
+def unary_result(op: str, t: str) -> str | None:
+    """Result type of a unary operator (``neg``, ``bitnot``, ``not``), ``None`` on a type error."""
+    if t == ERROR:
+        return ERROR
+    if op == "neg":
+        return t if t in ("int", "float", "duration", NULL) else None
+    if op == "bitnot":
+        return "int" if t in ("int", NULL) else None
+    if op == "not":
+        return "bool" if t in ("bool", NULL) else None
+    if op in ("is_null", "is_not_null"):
+        return "bool"
+    return None
+
+
+def _arith(op: str, a: str, b: str) -> str | None:
+    """add/sub/mul/div/floordiv/mod with both operands non-null."""
+    if a in NUMERIC and b in NUMERIC:
+        if op == "div":
+            return "float"
+        return "int" if a == b == "int" else "float"
+    if op == "add":
+        if a == b == "string":
+            return "string"
+        if {a, b} == {"time", "duration"}:
+            return "time"
+        if a == b == "duration":
+            return "duration"
+    if op == "sub":
+        if a == b == "time":
+            return "duration"
+        if a == "time" and b == "duration":
+            return "time"
+        if a == b == "duration":
+            return "duration"
+    if op == "mul" and {a, b} in ({"duration", "int"}, {"duration", "float"}):
+        return "duration"
+    if op == "div":
+        if a == "duration" and b in NUMERIC:
+            return "duration"
+        if a == b == "duration":
+            return "float"
+    return None
+
+
+def binary_result(op: str, a: str, b: str) -> str | None:
+    """Result type of a binary operator, or ``None`` for a type error.
+
+    Args:
+        op: a name from :data:`compiler.plan.OPERATORS` (not ``in``/``not_in``,
+            which the checker types against a list).
+        a, b: operand types.
+
+    >>> binary_result("sub", "time", "time"), binary_result("add", "string", "string")
+    ('duration', 'string')
+    >>> binary_result("div", "int", "int"), binary_result("floordiv", "int", "int")
+    ('float', 'int')
+    >>> binary_result("lt", "null", "int"), binary_result("add", "int", "string") is None
+    ('bool', True)
+    """
+    if a == ERROR or b == ERROR:
+        return ERROR
+    if op in ("and", "or"):
+        return "bool" if a in ("bool", NULL) and b in ("bool", NULL) else None
+    if op in ("eq", "ne"):
+        if a == NULL or b == NULL or unify(a, b) is not None and a in _ANY_SCALAR and b in _ANY_SCALAR:
+            return "bool"
+        return None
+    if op in ("lt", "gt", "le", "ge"):
+        if a == NULL and b == NULL:
+            return "bool"
+        if a == NULL or b == NULL:
+            return "bool" if (b if a == NULL else a) in _COMPARABLE else None
+        u = unify(a, b)
+        return "bool" if u is not None and u in _COMPARABLE else None
+    if op == "match":
+        return "bool" if a in ("string", NULL) and b in ("string", NULL) else None
+    if op in ("shl", "shr", "bitand", "bitor", "bitxor"):
+        if a in ("int", NULL) and b in ("int", NULL):
+            return "int"
+        return None
+    if op in ("add", "sub", "mul", "div", "floordiv", "mod"):
+        if a == NULL and b == NULL:
+            return NULL
+        if a == NULL or b == NULL:
+            other = b if a == NULL else a
+            # the null operand takes whatever type makes the operation valid
+            for guess in (other, "int", "float", "duration", "time", "string"):
+                r = _arith(op, guess, other) if a == NULL else _arith(op, other, guess)
+                if r is not None:
+                    return r
+            return None
+        return _arith(op, a, b)
+    return None
+
+
+# ------------------------------------------------------------ scalar built-ins
+@dataclass(frozen=True)
+class ScalarFunction:
+    """A scalar built-in.
+
+    Attributes:
+        name: canonical spelling (used as ``Expr.op`` of a ``call``).
+        min_args, max_args: arity (``max_args=None``: variadic).
+        params: accepted types per position; the last entry repeats for
+            variadic functions. ``null`` (and ``error``) is always accepted.
+        result: argument types -> result type, or ``None`` if they do not fit
+            together (e.g. ``If(c, 1, 'a')``).
+        promote: whether int arguments are converted to float when the result
+            is float (``Maximum``, ``Minimum``, ``Coalesce``, ``If``).
+        doc: one line, for docs.
+    """
+
+    name: str
+    min_args: int
+    max_args: int | None
+    params: tuple[frozenset[str], ...]
+    result: Callable[[Sequence[str]], str | None]
+    doc: str
+    promote: bool = False
+
+    def accepts(self, position: int) -> frozenset[str]:
+        """Types accepted at ``position`` (0-based)."""
+        if not self.params:
+            return frozenset()
+        return self.params[min(position, len(self.params) - 1)]
+
+    def arity_text(self) -> str:
+        """Human text for the arity, e.g. ``1``, ``2 or more``."""
+        if self.max_args is None:
+            return f"{self.min_args} or more"
+        if self.min_args == self.max_args:
+            return str(self.min_args)
+        return f"{self.min_args} to {self.max_args}"
+
+
+def _const(t: str) -> Callable[[Sequence[str]], str | None]:
+    return lambda _args: t
+
+
+def _unified(args: Sequence[str]) -> str | None:
+    return unify_all(args)
+
+
+def _if_result(args: Sequence[str]) -> str | None:
+    return unify_all(args[1:])
+
+
+_S = frozenset
+SCALAR_FUNCTIONS: dict[str, ScalarFunction] = {
+    f.name: f
+    for f in (
+        ScalarFunction("EventTime", 0, 0, (), _const("time"), "the event time of the current event"),
+        ScalarFunction("Time", 1, 1, (_S({"string"}),), _const("time"),
+                       "parse an ISO-8601 string; Time(null) is a typed null time"),
+        ScalarFunction("ParseTime", 1, 1, (_S({"string"}),), _const("time"), "parse an ISO-8601 string"),
+        ScalarFunction("FromUnixSeconds", 1, 1, (NUMERIC,), _const("time"), "time from epoch seconds"),
+        ScalarFunction("Days", 1, 1, (_S({"duration"}),), _const("float"), "a duration in days"),
+        ScalarFunction("Hours", 1, 1, (_S({"duration"}),), _const("float"), "a duration in hours"),
+        ScalarFunction("Minutes", 1, 1, (_S({"duration"}),), _const("float"), "a duration in minutes"),
+        ScalarFunction("Seconds", 1, 1, (_S({"duration"}),), _const("float"), "a duration in seconds"),
+        ScalarFunction("Len", 1, 1, (_S({"string"}),), _const("int"), "length of a string in code points"),
+        ScalarFunction("Maximum", 1, None, (_COMPARABLE,), _unified, "the largest argument (nulls skipped)",
+                       promote=True),
+        ScalarFunction("Minimum", 1, None, (_COMPARABLE,), _unified, "the smallest argument (nulls skipped)",
+                       promote=True),
+        ScalarFunction("Lower", 1, 1, (_S({"string"}),), _const("string"), "lower-case"),
+        ScalarFunction("Upper", 1, 1, (_S({"string"}),), _const("string"), "upper-case"),
+        ScalarFunction("Contains", 2, 2, (_S({"string"}), _S({"string"})), _const("bool"),
+                       "whether s contains sub"),
+        ScalarFunction("StartsWith", 2, 2, (_S({"string"}), _S({"string"})), _const("bool"),
+                       "whether s starts with p"),
+        ScalarFunction("EndsWith", 2, 2, (_S({"string"}), _S({"string"})), _const("bool"),
+                       "whether s ends with p"),
+        ScalarFunction("Coalesce", 1, None, (_ANY_SCALAR,), _unified, "the first non-null argument",
+                       promote=True),
+        ScalarFunction("If", 3, 3, (_S({"bool"}), _ANY_SCALAR, _ANY_SCALAR), _if_result,
+                       "a if cond else b (null cond counts as false)", promote=True),
+        ScalarFunction("Int", 1, 1, (_S({"bool", "int", "float", "string"}),), _const("int"),
+                       "cast to int (floats truncate toward zero); Int(null) is a typed null"),
+        ScalarFunction("Float", 1, 1, (_S({"bool", "int", "float", "string"}),), _const("float"),
+                       "cast to float"),
+        ScalarFunction("String", 1, 1, (_S({"bool", "int", "float", "string", "time"}),), _const("string"),
+                       "cast to string (time as ISO-8601 with milliseconds)"),
+        ScalarFunction("Bool", 1, 1, (_S({"bool", "int", "float", "string"}),), _const("bool"),
+                       "cast to bool"),
+    )
+}
+
+#: Other accepted spellings -> canonical name.
+ALIASES: dict[str, str] = {"Length": "Len"}
+
+
+def canonical_function(name: str) -> str | None:
+    """Return the canonical built-in or aggregate name for ``name``, or ``None``.
+
+    >>> canonical_function("Length"), canonical_function("Count"), canonical_function("Nope")
+    ('Len', 'Count', None)
+    """
+    name = ALIASES.get(name, name)
+    if name in SCALAR_FUNCTIONS or name in AGGREGATES:
+        return name
+    return None
+
+
+# ------------------------------------------------------------------ aggregates
+def struct_type(names: Sequence[str], types: Sequence[str]) -> str:
+    """``struct{a:int,b:string}``."""
+    return "struct{" + ",".join(f"{n}:{t}" for n, t in zip(names, types)) + "}"
+
+
+def tuple_type(types: Sequence[str]) -> str:
+    """``tuple{int,string}``."""
+    return "tuple{" + ",".join(types) + "}"
+
+
+def array_type(t: str) -> str:
+    """``array<T>``."""
+    return f"array<{t}>"
+
+
+@dataclass(frozen=True)
+class AggregateFunction:
+    """An aggregate function (SPEC §2.4 table).
+
+    Attributes:
+        name: canonical name.
+        min_values, max_values: value arity (``max_values=None``: 1 or more).
+        value_types: accepted types of each value.
+        approximate: ``after`` is not allowed (Decayed*, HyperLogLog).
+        default_limit: ``limit`` when none is written.
+        result: ``(value_names, value_types) -> result type``.
+        needs_value_types: whether ``result`` looks at the value types.
+        doc: result on an empty window, for docs.
+    """
+
+    name: str
+    min_values: int
+    max_values: int | None
+    value_types: frozenset[str]
+    approximate: bool
+    default_limit: int | None
+    result: Callable[[Sequence[str], Sequence[str]], str]
+    needs_value_types: bool
+    doc: str
+
+    def arity_text(self) -> str:
+        """``exactly 1``, ``no``, ``1 or more`` ..."""
+        if self.max_values is None:
+            return f"{self.min_values} or more" if self.min_values else "any number of"
+        if self.max_values == 0:
+            return "no"
+        return f"exactly {self.min_values}"
+
+
+def _one_or_struct(names: Sequence[str], types: Sequence[str]) -> str:
+    return types[0] if len(types) == 1 else struct_type(names, types)
+
+
+def _sequence(names: Sequence[str], types: Sequence[str]) -> str:
+    return array_type(_one_or_struct(names, types))
+
+
+def _set(names: Sequence[str], types: Sequence[str]) -> str:
+    return array_type(types[0] if len(types) == 1 else tuple_type(types))
+
+
+def _sum(_names: Sequence[str], types: Sequence[str]) -> str:
+    return "int" if types and types[0] == "int" else "float"
+
+
+def _agg(name, lo, hi, vtypes, approx, limit, result, needs, doc) -> AggregateFunction:
+    return AggregateFunction(name, lo, hi, frozenset(vtypes), approx, limit, result, needs, doc)
+
+
+_R_INT = lambda _n, _t: "int"  # noqa: E731
+_R_FLOAT = lambda _n, _t: "float"  # noqa: E731
+_R_TIME = lambda _n, _t: "time"  # noqa: E731
+_R_FIRST = lambda _n, t: t[0]  # noqa: E731
+
+AGGREGATES: dict[str, AggregateFunction] = {
+    a.name: a
+    for a in (
+        _agg("Count", 0, None, VALUE_TYPES, False, None, _R_INT, False,
+             "int (0): events, or events whose values are all non-null"),
+        _agg("CountUnique", 1, None, VALUE_TYPES, False, None, _R_INT, False, "int, exact (0)"),
+        _agg("Sum", 1, 1, NUMERIC, False, None, _sum, True, "int for int input, else float (0 / 0.0)"),
+        _agg("Min", 1, 1, {"int", "float", "string", "time"}, False, None, _R_FIRST, True, "input type (null)"),
+        _agg("Max", 1, 1, {"int", "float", "string", "time"}, False, None, _R_FIRST, True, "input type (null)"),
+        _agg("Average", 1, 1, NUMERIC, False, None, _R_FLOAT, False, "float (null)"),
+        _agg("Latest", 1, None, VALUE_TYPES, False, None, _one_or_struct, True, "value or struct (null)"),
+        _agg("First", 1, None, VALUE_TYPES, False, None, _one_or_struct, True, "value or struct (null)"),
+        _agg("LatestTime", 0, 0, VALUE_TYPES, False, None, _R_TIME, False, "time (null)"),
+        _agg("FirstTime", 0, 0, VALUE_TYPES, False, None, _R_TIME, False, "time (null)"),
+        _agg("Sequence", 1, None, VALUE_TYPES, False, 100, _sequence, True,
+             "array of values or structs, oldest first ([])"),
+        _agg("Set", 1, None, VALUE_TYPES, False, 100, _set, True,
+             "array of distinct values or tuples, ascending ([])"),
+        _agg("DecayedCount", 0, 0, VALUE_TYPES, True, None, _R_FLOAT, False, "float (0.0)"),
+        _agg("DecayedSum", 1, 1, NUMERIC, True, None, _R_FLOAT, False, "float (0.0)"),
+        _agg("DecayedAverage", 1, 1, NUMERIC, True, None, _R_FLOAT, False, "float (null)"),
+        _agg("HyperLogLog", 1, None, VALUE_TYPES, True, None, _R_INT, False, "int, approximate (0)"),
+    )
+}
+
+
+def all_function_names() -> list[str]:
+    """Every callable name (built-ins, aliases, aggregates), for did-you-mean hints."""
+    return sorted(set(SCALAR_FUNCTIONS) | set(ALIASES) | set(AGGREGATES))
