@@ -674,9 +674,9 @@ def format_time_column(ms: "Column") -> tuple["Column", "Column"]:
 def format_float_column(x: "Column") -> "Column":
     """Spark twin of :func:`format_float`: Python ``repr`` text of a double.
 
-    * fixed notation (1e-4 <= |x| < 1e16, and 0): ``cast(x as decimal(38,22))``
+    * fixed notation (1e-4 <= |x| < 1e16): ``cast(x as decimal(38,22))``
       -- whose digits are Java's ``Double.toString`` digits -- with trailing
-      zeros dropped (``100.0``, ``0.0001``, ``-0.0``);
+      zeros dropped (``100.0``, ``0.0001``); ``0.0`` and ``-0.0`` as such;
     * scientific: Java's ``d.dddE±n`` re-spelt ``d.ddde±nn``;
     * integral doubles in [1e16, 2^63), where Java 17 prints every digit of the
       integer (``2.82879384806159008E17``), are rounded to the coarsest power
@@ -701,7 +701,8 @@ def format_float_column(x: "Column") -> "Column":
     e = F.regexp_replace(e, "E-", "e-")
     sci_text = F.regexp_replace(e, "E", "e+")
     big = (a >= F.lit(1e16)) & (a < F.lit(_F_INT64_HI))
-    n = F.when(big, a).otherwise(F.lit(1e16)).cast("decimal(20,0)")
+    # double -> long is exact for these integral values (double -> decimal would use Java's digits)
+    n = F.when(big, a).otherwise(F.lit(1e16)).cast("long").cast("decimal(20,0)")
     # Shortest digits: a k-digit value with k <= 12 is exact here, so rounding at
     # 10^10 or finer finds it; take the coarsest rounding that converts back to a.
     pick = n
@@ -718,6 +719,7 @@ def format_float_column(x: "Column") -> "Column":
             .when(s == "Infinity", F.lit("inf"))
             .when(s == "-Infinity", F.lit("-inf"))
             .when(s == "-0.0", F.lit("-0.0"))
+            .when(x == 0, F.lit("0.0"))
             .when(big, big_text)
             .when(sci, sci_text)
             .otherwise(fixed))

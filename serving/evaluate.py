@@ -23,7 +23,7 @@ from typing import Any, Awaitable, Callable, Sequence
 
 from compiler.algebra.keys import encode_key, redis_key
 from compiler.algebra.ops import AggregateOp, CountUniqueOp, LatestOp, make_op, tile_field
-from compiler.algebra.windows import counted_range, cover, levels_s, tile_index
+from compiler.algebra.windows import counted_range, levels_s, tile_index
 from compiler.codegen.python import EvalError, compile_expr
 from compiler.plan import AggregateSpec, EventPlan, Feature, Plan, StateSpec, WriteSpec
 from compiler.typesystem import coerce, format_time, parse_time, read_path, to_json_value
@@ -313,8 +313,7 @@ class EventProgram:
             decoders.append(dec_l)
             return
         comps = op.components
-        fields = [tile_field(size, idx) + c for size, idx in cover(lo, hi, r.state.resolution_s, r.sizes) for c in comps]
-        argv += ["R", rk, len(fields), *fields]
+        argv += ["T", rk, lo, hi, r.state.resolution_s, len(r.sizes), *r.sizes, len(comps), *comps]
         nc = len(comps)
 
         def dec_t(res: Any) -> None:

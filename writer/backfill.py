@@ -29,7 +29,7 @@ from compiler.algebra.windows import levels_s
 from compiler.plan import Plan
 from writer.sink import write_partition
 from writer.sources import read_events, valid
-from writer.tiles import state_rows, writes_of_state
+from writer.tiles import feature_frames, state_rows, writes_of_state
 
 Progress = Callable[[str, int, int], None]
 
@@ -139,12 +139,15 @@ def run_backfill(
     t1 = time.perf_counter()
     states = sorted(plan.states.values(), key=lambda st: st.definition_hash)
     url = redis_url
+    frames = {ev: df.persist(StorageLevel.MEMORY_AND_DISK) for ev, df in feature_frames(events, plan, states).items()}
     for i, st in enumerate(states):
         report_progress("tiles", i, len(states))
-        rows = state_rows(writes_of_state(events, plan, st), st, we)
+        rows = state_rows(writes_of_state(frames, st), st, we)
         written = rows.rdd.mapPartitions(lambda it: [write_partition(it, url)]).sum()
         report.rows[st.definition_hash] = int(written)
     report_progress("tiles", len(states), len(states))
+    for df in frames.values():
+        df.unpersist()
     events.unpersist()
     client = redis.Redis.from_url(redis_url)
     now = int(time.time() * 1000)

@@ -62,24 +62,50 @@ def encode_tuple_column(cols: Sequence[Column], types: Sequence[str]) -> Column:
     return F.when(F.length(esc) > MAX_KEY_CHARS, F.concat(F.lit("#"), F.substring(F.sha2(esc, 256), 1, 40))).otherwise(esc)
 
 
-def writes_of_state(raw: DataFrame, plan: Plan, state: StateSpec) -> DataFrame:
+def feature_frames(raw: DataFrame, plan: Plan, states: Sequence[StateSpec]) -> dict[str, DataFrame]:
+    """Compute, once per writer event type, every feature its state writes need.
+
+    Args:
+        raw: valid raw events (``_type``, ``_time_ms``, ``_seq``, ``_raw``).
+        plan: the plan.
+        states: the states to be written.
+
+    Returns:
+        ``{event type: DataFrame}`` with ``_time_ms``, ``_seq`` and ``f_<feature>``
+        columns, unpersisted; the caller persists them so that the (large)
+        input-coercion expressions are evaluated once, not once per state and
+        tile level.
+
+    Raises:
+        writer.features.StagedFeatureError: a write needs an aggregate.
+    """
+    needs: dict[str, set[str]] = {}
+    for st in states:
+        for ev, w in st.writes.items():
+            needs.setdefault(ev, set()).update(w.deps())
+    out = {}
+    for ev, names in sorted(needs.items()):
+        df = raw.where(F.col("_type") == F.lit(ev)).select("_time_ms", "_seq", "_raw")
+        df = with_features(df, plan.events[ev], sorted(names))
+        out[ev] = df.drop("_raw")
+    return out
+
+
+def writes_of_state(frames: dict[str, DataFrame], state: StateSpec) -> DataFrame:
     """Return the counted writes of one state: ``rk``, ``t`` (ms), ``seq``, ``v0..vn``.
 
     Applies SPEC §2.4's write rules per writer event: the ``where`` filter
     (null is false), non-null values, non-null key components.
 
     Args:
-        raw: valid raw events (``_type``, ``_time_ms``, ``_seq``, ``_raw``).
-        plan: the plan.
+        frames: output of :func:`feature_frames`.
         state: the state.
     """
     from compiler.codegen.spark import compile_column
 
-    frames = []
+    parts = []
     for ev, w in sorted(state.writes.items()):
-        event = plan.events[ev]
-        df = raw.where(F.col("_type") == F.lit(ev))
-        df = with_features(df, event, sorted(w.deps()))
+        df = frames[ev]
         cond = F.lit(True)
         if w.where is not None:
             cols = {n: F.col(f"f_{n}") for n in w.where.refs()}
@@ -89,7 +115,7 @@ def writes_of_state(raw: DataFrame, plan: Plan, state: StateSpec) -> DataFrame:
         df = df.where(cond)
         key = encode_tuple_column([F.col(f"f_{k}") for k in w.keys], state.key_types)
         rk = F.concat(F.lit(PREFIX + "{"), key, F.lit("}:" + state.definition_hash))
-        frames.append(
+        parts.append(
             df.select(
                 rk.alias("rk"),
                 F.col("_time_ms").alias("t"),
@@ -97,8 +123,8 @@ def writes_of_state(raw: DataFrame, plan: Plan, state: StateSpec) -> DataFrame:
                 *[F.col(f"f_{n}").alias(f"v{i}") for i, n in enumerate(w.values)],
             )
         )
-    out = frames[0]
-    for f in frames[1:]:
+    out = parts[0]
+    for f in parts[1:]:
         out = out.unionByName(f)
     return out
 

@@ -18,10 +18,20 @@
 --                          prune fields no read at time >= ms can use, when
 --                          due; then PEXPIRE k ttl_ms     (write)
 --   R    k n f1..fn        push HMGET f1..fn              (read)
+--   T    k lo hi r ns s1..sns nc c1..cnc
+--                          push HMGET of the tiles covering resolution tiles
+--                          lo..hi exactly (r: resolution, s*: tile sizes in
+--                          seconds finest first, c*: component suffixes);
+--                          the cover is windows.cover() of windows.py, one
+--                          field per (tile, component), tiles in time order (read)
 --   U    k lo_ms hi_ms     push the number of u* fields with lo <= v <= hi (read)
 -- Returns the pushed values, in order.
 
-local SIZES = { s = 1000, m = 60000, h = 3600000, d = 86400000 }
+-- tile size codes, as windows.LEVEL_CODE (ms / seconds)
+local SIZES = { s = 1000, a = 5000, b = 15000, m = 60000, c = 300000, e = 900000,
+                h = 3600000, f = 14400000, d = 86400000 }
+local CODES = { [1] = 's', [5] = 'a', [15] = 'b', [60] = 'm', [300] = 'c', [900] = 'e',
+                [3600] = 'h', [14400] = 'f', [86400] = 'd' }
 
 local function bytes_less(a, b)
   -- byte-wise comparison: UTF-8 byte order is code point order
@@ -55,6 +65,57 @@ while i <= n do
       out[#out + 1] = redis.call('HMGET', key, unpack(ARGV, i + 3, i + 2 + cnt))
     end
     i = i + 3 + cnt
+  elseif op == 'T' then
+    local lo, hi, r = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
+    local ns = tonumber(ARGV[i + 5])
+    local sizes = {}
+    for j = 1, ns do sizes[j] = tonumber(ARGV[i + 5 + j]) end
+    local nc = tonumber(ARGV[i + 6 + ns])
+    local comps = {}
+    for j = 1, nc do comps[j] = ARGV[i + 6 + ns + j] end
+    local fields = {}
+    local nf = 0
+    local function emit(size, from, count)
+      local code = CODES[size]
+      local first = from / size
+      for q = first, first + count - 1 do
+        local base = code .. string.format('%d', q)
+        for j = 1, nc do
+          nf = nf + 1
+          fields[nf] = base .. comps[j]
+        end
+      end
+    end
+    if lo <= hi then
+      -- the greedy cover of windows.cover(), in closed form: finer tiles up
+      -- to each coarser boundary (ascending), then the largest tiles that
+      -- fit before the end (descending)
+      local start, stop = lo * r, (hi + 1) * r
+      local j = 1
+      while j < ns do
+        local up = sizes[j + 1]
+        local b = math.ceil(start / up) * up
+        if b + up > stop then break end
+        emit(sizes[j], start, (b - start) / sizes[j])
+        start = b
+        j = j + 1
+      end
+      while j >= 1 do
+        local size = sizes[j]
+        local count = math.floor((stop - start) / size)
+        if count > 0 then
+          emit(size, start, count)
+          start = start + count * size
+        end
+        j = j - 1
+      end
+    end
+    if #fields == 0 then
+      out[#out + 1] = {}
+    else
+      out[#out + 1] = redis.call('HMGET', key, unpack(fields))
+    end
+    i = i + 7 + ns + nc
   elseif op == 'I' then
     if not skip then redis.call('HINCRBY', key, ARGV[i + 2], ARGV[i + 3]) end
     i = i + 4

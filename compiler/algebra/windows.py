@@ -5,12 +5,14 @@ Terms: a *window* ``W`` (seconds) and its *resolution* ``r`` (seconds);
 time ``s`` counts for a read at ``t`` iff ``T(s) > T(t - W)`` and ``s <= t``
 (and ``T(s) > T(a)`` with ``after a``).
 
-Storage keeps tiles at several *levels* (tile sizes): the resolution ``r`` and
-every coarser size of 1 min / 1 h / 1 day that is no larger than ``W``. Since
-each level divides the next, the counted range of fine tiles can be covered
-exactly by aligned tiles of mixed levels: fine ones at the two edges, coarse
-ones in the middle (like Chronon's hops, but exact at the tail). A 30-day
-window at 1-minute resolution is covered by at most ~200 tiles.
+Storage keeps tiles at several *levels* (tile sizes, :data:`TILE_SIZES_S`):
+the resolution ``r`` and every coarser size of the ladder 1 s, 5 s, 15 s,
+1 min, 5 min, 15 min, 1 h, 4 h, 1 day that is no larger than ``W``. Since each
+size divides the next, the counted range of resolution tiles is covered
+exactly by aligned tiles of mixed sizes: fine ones at the two edges, coarse
+ones in the middle (like Chronon's hops, but exact at the tail). The ladder's
+small steps keep reads short: at most ~50 tiles for any window up to a day,
+~80 for 30 days, at the price of one more field per level on each write.
 
 No pyspark or fastapi import here: serving, writer and tests share it.
 """
@@ -19,11 +21,18 @@ from __future__ import annotations
 
 from typing import Iterator
 
-#: Candidate tile sizes in seconds, finest first (SPEC §3.2).
+#: Candidate resolutions in seconds, finest first (SPEC §3.2).
 LEVELS_S: tuple[int, ...] = (1, 60, 3600, 86400)
 
-#: One-letter level codes used in tile field names (see ``compiler.algebra.layout``).
-LEVEL_CODE: dict[int, str] = {1: "s", 60: "m", 3600: "h", 86400: "d"}
+#: Stored tile sizes in seconds, finest first; each divides the next and
+#: every resolution in :data:`LEVELS_S` is one of them.
+TILE_SIZES_S: tuple[int, ...] = (1, 5, 15, 60, 300, 900, 3600, 14400, 86400)
+
+#: One-letter codes of tile sizes used in hash field names (``ops.tile_field``;
+#: ``event.lua`` has the same table).
+LEVEL_CODE: dict[int, str] = {
+    1: "s", 5: "a", 15: "b", 60: "m", 300: "c", 900: "e", 3600: "h", 14400: "f", 86400: "d",
+}
 
 
 def resolution_s(window_s: int) -> int:
@@ -58,13 +67,13 @@ def resolution_s(window_s: int) -> int:
 def levels_s(window_s: int) -> tuple[int, ...]:
     """Return the tile sizes (seconds, finest first) stored for a window.
 
-    The resolution and every coarser size in :data:`LEVELS_S` that is ``<= W``.
+    The resolution and every coarser size in :data:`TILE_SIZES_S` that is ``<= W``.
 
-    >>> levels_s(600), levels_s(3 * 3600), levels_s(30 * 86400)
-    ((1, 60), (1, 60, 3600), (60, 3600, 86400))
+    >>> levels_s(600), levels_s(30 * 86400)
+    ((1, 5, 15, 60, 300), (60, 300, 900, 3600, 14400, 86400))
     """
     r = resolution_s(window_s)
-    return tuple(size for size in LEVELS_S if size >= r and (size == r or size <= window_s))
+    return tuple(size for size in TILE_SIZES_S if size >= r and (size == r or size <= window_s))
 
 
 def tile_index(time_ms: int, size_s: int) -> int:
@@ -107,6 +116,8 @@ def cover(lo: int, hi: int, r: int, sizes: tuple[int, ...]) -> Iterator[tuple[in
 
     >>> list(cover(59, 121, 1, (1, 60)))
     [(1, 59), (60, 1), (1, 120), (1, 121)]
+    >>> list(cover(58, 131, 1, (1, 5, 15, 60)))
+    [(1, 58), (1, 59), (60, 1), (5, 24), (5, 25), (1, 130), (1, 131)]
     """
     if lo > hi:
         return

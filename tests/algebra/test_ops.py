@@ -93,3 +93,28 @@ def test_tiles_equal_oracle(data, fi, w):
             ir = op.merge(ir, op.decode(op.encode(tiles[f])))
     expected = aggregate(fn, [(s, v) for s, v in writes if counts(s, t, w, r)])
     assert close(op.finalize(ir), expected)
+
+
+def test_lua_cover_matches_python(redis_url):
+    """event.lua's T op reads exactly the fields of windows.cover (same order)."""
+    import random
+
+    import redis
+
+    from compiler.algebra.script import event_script
+
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    script = client.register_script(event_script())
+    rng = random.Random(3)
+    for _ in range(300):
+        w = rng.choice([1, 7, 600, 3600, 3 * 3600, 86400, 7 * 86400, 30 * 86400])
+        r = resolution_s(w)
+        sizes = levels_s(w)
+        t = rng.randint(-10**11, 2 * 10**12)
+        lo, hi = counted_range(t, w)
+        fields = [tile_field(size, idx) + c for size, idx in cover(lo, hi, r, sizes) for c in ("", ".x")]
+        client.delete("h")
+        if fields:
+            client.hset("h", mapping={f: f for f in fields})
+        got = script(keys=["h"], args=["T", 1, lo, hi, r, len(sizes), *sizes, 2, "", ".x"])[0]
+        assert got == fields, (w, t)
