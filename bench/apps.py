@@ -12,7 +12,7 @@ import os
 
 import orjson
 from fastapi import FastAPI, Request
-from fastapi.responses import ORJSONResponse
+from fastapi.responses import Response
 
 
 def scowl_app():
@@ -33,6 +33,6 @@ def bare_app():
     @app.post("/event")
     async def event(request: Request):
         orjson.loads(await request.body())
-        return ORJSONResponse({"ok": True})
+        return Response(orjson.dumps({"ok": True}), media_type="application/json")
 
     return app
