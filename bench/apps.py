@@ -16,14 +16,10 @@ from fastapi.responses import Response
 
 
 def scowl_app():
-    """Return the scowl API for ``$SCOWL_TOPOLOGY`` (see module docstring)."""
-    from compiler import compile_dir
-    from serving.app import create_app
-    from serving.settings import Settings
+    """Return the scowl API for ``$SCOWL_TOPOLOGY`` (``serving.app.create_app_from_env``)."""
+    from serving.app import create_app_from_env
 
-    result = compile_dir(os.environ["SCOWL_TOPOLOGY"])
-    assert result.plan is not None, result.render()
-    return create_app(result.plan, Settings())
+    return create_app_from_env()
 
 
 def bare_app():

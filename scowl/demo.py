@@ -30,9 +30,10 @@ BATCH = 250
 
 #: Features shown in the sample table (event ``departure``).
 SAMPLE_FEATURES = (
-    "carrier", "flight", "origin", "dest", "dep_delay", "departures_1h", "delayed_3h", "dests_10m",
-    "avg_delay_route_7d", "miles_tail_30d", "prev_flight", "mins_since_prev", "visib", "max_wind_6h",
-    "arrivals_at_dest_1d",
+    "carrier", "flight", "route", "dep_delay", "departures_1h", "delayed_3h", "dests_10m",
+    "avg_delay_route_7d", "max_delay_carrier_1d", "cancellations_carrier_1d", "miles_tail_30d",
+    "prev_flight", "mins_since_prev", "visib", "min_visib_6h", "max_wind_6h", "arrivals_at_dest_1d",
+    "late_arrivals_carrier_1d",
 )
 
 
@@ -175,29 +176,27 @@ def run_demo(home: Path, days: int = 7, console: Console | None = None) -> dict:
 
 
 def _print_samples(console: Console, live: list[dict], responses: list[dict]) -> list[dict]:
-    """Print a table of departures picked across the replay; return their responses."""
-    picks = []
+    """Print departures picked across the replay, one column per event; return their responses."""
     deps = [i for i, e in enumerate(live) if e["_type"] == "departure"]
+    picks: list[int] = []
     if deps:
-        step = max(1, len(deps) // 12)
-        picks = [deps[k] for k in range(step // 2, len(deps), step)][:12]
+        step = max(1, len(deps) // 4)
+        picks = [deps[k] for k in range(step // 2, len(deps), step)][:4]
     table = Table(title="sample departure features (December, served online)", title_justify="left")
-    table.add_column("event_time")
-    for name in SAMPLE_FEATURES:
-        table.add_column(name, overflow="fold")
+    table.add_column("feature")
     out = []
     for i in picks:
-        resp = responses[i]
-        out.append(resp)
-        feats = resp["features"]
-        row = [resp["event_time"][:16]]
-        for name in SAMPLE_FEATURES:
-            v = feats.get(name)
+        out.append(responses[i])
+        table.add_column(responses[i]["event_time"][5:16].replace("T", " "), overflow="fold")
+    for name in SAMPLE_FEATURES:
+        row = [name]
+        for resp in out:
+            v = resp["features"].get(name)
             if isinstance(v, float):
-                v = f"{v:.1f}"
+                v = f"{v:.2f}"
             elif isinstance(v, dict):
                 v = " ".join(str(x) for x in v.values())
-            row.append("" if v is None else str(v))
+            row.append("null" if v is None else str(v))
         table.add_row(*row)
     console.print(table)
     return out

@@ -63,3 +63,26 @@ def create_app(plan: Plan, settings: Settings | None = None, redis_url: str | No
 
 async def _no_store(keys, argv):  # pragma: no cover - never awaited
     raise RuntimeError("no store")
+
+
+def create_app_from_env() -> FastAPI:
+    """ASGI factory for process managers: compile ``$SCOWL_TOPOLOGY`` and serve it.
+
+    Use ``uvicorn --factory serving.app:create_app_from_env`` (several workers
+    need a shared ``SCOWL_REDIS_URL``).
+
+    Raises:
+        RuntimeError: ``SCOWL_TOPOLOGY`` unset or the topology has errors
+            (the diagnostics are in the message).
+    """
+    import os
+
+    from compiler import compile_dir
+
+    topo = os.environ.get("SCOWL_TOPOLOGY")
+    if not topo:
+        raise RuntimeError("set SCOWL_TOPOLOGY to the topology directory")
+    result = compile_dir(topo)
+    if result.plan is None:
+        raise RuntimeError(result.render())
+    return create_app(result.plan, Settings())
