@@ -18,7 +18,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Scowl feature service: compile, backfill, serve.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Scowl feature service: compile, backfill, serve.")
 console = Console()
 err_console = Console(stderr=True)
 
@@ -34,7 +35,7 @@ def _compile(directory: Path):
         raise UserError(f"{directory}: not a directory")
     result = compile_dir(directory)
     if result.plan is None:
-        err_console.print(result.render(), markup=False, highlight=False)
+        sys.stderr.write(result.render().rstrip("\n") + "\n")
         raise typer.Exit(1)
     return result.plan
 
@@ -210,22 +211,9 @@ def demo(
 
 
 def main() -> None:
-    """Console entry point: run the app, turning user errors into exit code 1."""
+    """Console entry point: usage errors exit 2 (click), user errors exit 1 without a traceback."""
     try:
-        app(standalone_mode=False)
+        app()
     except UserError as e:
         err_console.print(f"error: {e}", markup=False, highlight=False)
         sys.exit(1)
-    except typer.Exit as e:
-        sys.exit(e.exit_code)
-    except SystemExit:
-        raise
-    except Exception as e:  # click usage errors and aborts
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        if isinstance(e, click.exceptions.Abort):
-            sys.exit(1)
-        raise

@@ -1,0 +1,5 @@
+"""``python -m scowl`` runs the ``scowl`` command."""
+
+from scowl.cli import main
+
+main()
