@@ -1,0 +1,50 @@
+"""What the API leaves in Redis: expiry, namespaces, pruning (SPEC §5.1-5.5)."""
+
+from __future__ import annotations
+
+import redis
+
+from tests.serving.helpers import batch, client_for, compile_text
+
+TOPO = """
+event e
+k := $.k as string
+n := Count(by k last 10 minutes)
+"""
+
+
+def test_one_hash_per_state_and_key_with_expiry(redis_url):
+    store = redis.Redis.from_url(redis_url)
+    with client_for(TOPO, redis_url) as c:
+        batch(c, [{"_type": "e", "_time": 1_700_000_000_000, "k": "a"},
+                  {"_type": "e", "_time": 1_700_000_000_500, "k": "b{x}"}])
+    keys = sorted(store.keys("sc:{*"))
+    assert len(keys) == 2
+    for key in keys:
+        ttl = store.pttl(key)
+        assert 600_000 < ttl <= 601_000          # W + r, by the store's clock
+    assert keys[0].startswith(b"sc:{s1:a}:")
+    assert keys[1].startswith(b"sc:{s4:b%7Bx%7D}:")
+
+
+def test_definition_hash_namespaces():
+    base = compile_text(TOPO)
+    renamed = compile_text(TOPO.replace("k :=", "key :=").replace("by k", "by key").replace("n :=", "m :="))
+    changed = compile_text(TOPO.replace("10 minutes", "11 minutes"))
+    h = lambda p, name: p.events["e"].feature(name).aggregate.definition_hash  # noqa: E731
+    assert h(base, "n") == h(renamed, "m")        # renaming keeps state
+    assert h(base, "n") != h(changed, "n")        # a new definition gets new state
+
+
+def test_old_tiles_are_pruned(redis_url):
+    store = redis.Redis.from_url(redis_url)
+    t0 = 1_700_000_000_000
+    with client_for(TOPO, redis_url) as c:
+        events = [{"_type": "e", "_time": t0 + i * 7_000, "k": "a"} for i in range(600)]  # 70 min of events
+        out = batch(c, events)
+    assert out[-1]["n"] == 86                     # 10 min / 7 s, inclusive
+    key = store.keys("sc:{s1:a}:*")[0]
+    fields = store.hkeys(key)
+    # only tiles a read at the last time can still use survive (plus <= W/4 of slack)
+    oldest_s = min(int(f[1:]) for f in fields if f.startswith(b"s"))
+    assert oldest_s * 1000 >= t0 + 599 * 7_000 - (600 + 150 + 2) * 1000
