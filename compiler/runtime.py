@@ -63,7 +63,7 @@ def check_float(x: float) -> float:
     Raises:
         EvalError: ``result is not a number``.
     """
-    if x != x:
+    if math.isnan(x):
         raise EvalError("result is not a number")
     return x
 

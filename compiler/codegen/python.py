@@ -3,9 +3,11 @@
 :func:`compile_expr` turns one expression tree into Python source text -- a
 single function of straight-line statements over temporaries, with the null
 checks and integer-range checks inlined and rarer operations calling
-:mod:`compiler.runtime` -- and compiles it once. Generated code beat a tree
-of closures by about 3x per evaluation on typical feature expressions (see
-``tests/conformance/test_python_speed.py``), so this is the only backend.
+:mod:`compiler.runtime` -- and compiles it once. Measured against a tree of
+closures (CPython 3.11, per call): ``If(i > 0 and f < 10.0, i * 2 + 1,
+Coalesce(j, 0))`` 280 ns generated vs 655 ns closures; ``i + j`` 170 vs
+180 ns; ``Contains(Lower(s), 'abc')`` 160 vs 200 ns -- so generated source it
+is. ``f.__scowl_source__`` shows what was generated.
 
 Semantics, shared with :mod:`compiler.codegen.spark` and held equal by the
 conformance table:
@@ -22,10 +24,24 @@ conformance table:
 * int and float mix by converting the int to float first (also for ``=``,
   ``<`` …, so ``9007199254740993 = 9007199254740992.0`` is true, as in Spark).
 * ``~=`` is ``re.search`` with ``re.ASCII`` (Java's defaults: ``\\d``, ``\\w``,
-  ``\\s``, ``\\b`` and ``(?i)`` are ASCII-only); the pattern must be a string
-  literal. Java and Python regex dialects agree on ordinary patterns; they
-  differ on ``.`` versus ``\\r``/``\\u2028``, ``$`` before a final ``\\r\\n``,
-  and syntax one side lacks (``(?P<n>…)``, ``\\Z``, ``\\p{…}``).
+  ``\\s`` and ``(?i)`` are ASCII-only); the pattern must be a string literal
+  that ``re`` accepts (else :class:`UnsupportedError`; the Spark generator also
+  asks ``java.util.regex`` when a JVM is at hand). The dialects agree on
+  ordinary patterns; they differ on ``.`` versus ``\\r``/``\\u2028``, ``$``
+  before a final ``\\r\\n``, and ``\\b`` next to non-ASCII letters.
+* ``/`` always gives float; ``//`` and ``%`` follow Python's signs on ints;
+  with a float operand ``//`` is ``floor(a / b)`` and ``%`` is Python's float
+  ``%``. ``<<`` with a negative count or a result beyond 64 bits is an error;
+  ``>>`` counts above 63 act as 63.
+* ``time ± duration`` moves by ``floor(d * 1000 + 0.5)`` ms; ``time - time``
+  is ``(a - b) / 1000.0`` seconds; ``FromUnixSeconds(x)`` is
+  ``floor(x * 1000)`` ms.
+* Casts: ``Int`` truncates floats toward zero and reads integer strings
+  exactly (other numeric strings via float); ``Float``/``Int`` accept only
+  :data:`compiler.typesystem.NUMBER_PATTERN` text; ``Bool`` accepts
+  ``true``/``false`` in any case; ``String`` of a float is Python's ``repr``
+  (:func:`compiler.typesystem.format_float`), of a time the ISO form with
+  milliseconds (years 0000-9999, else an error), of a bool ``true``/``false``.
 """
 
 from __future__ import annotations
@@ -47,6 +63,7 @@ CompiledExpr = Callable[[Mapping[str, Any], int], Any]
 
 _NUMERIC = ("int", "float", "duration")
 _RANGE = "-9223372036854775808 <= {v} <= 9223372036854775807"
+_MAX_DEPTH = 90  # CPython's tokenizer allows 100 indentation levels
 
 
 @dataclass(frozen=True)
@@ -74,6 +91,8 @@ class _Gen:
 
     # ------------------------------------------------------------ emission
     def emit(self, line: str) -> None:
+        if self.depth > _MAX_DEPTH:
+            raise UnsupportedError(f"expression nested more than {_MAX_DEPTH} lazy levels deep")
         self.lines.append("    " * self.depth + line)
 
     def tmp(self) -> str:

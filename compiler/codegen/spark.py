@@ -23,6 +23,7 @@ digits, see :func:`compiler.typesystem.format_float`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -40,6 +41,7 @@ from compiler.typesystem import (
     _number_to_long,
     format_float_column,
     format_time_column,
+    let,
     parse_time_column,
 )
 
@@ -57,6 +59,7 @@ class _C:
     null: bool = False  # a known null (null literal or a null-typed operand)
     lit: Any = None
     is_lit: bool = False
+    leaf: bool = False  # a column reference or literal: cheap to repeat in a tree
 
 
 def _or(*errs: Column | None) -> Column | None:
@@ -75,8 +78,90 @@ def _dbl(c: _C) -> Column:
     return c.v.cast("double") if c.type in ("int", "time") else c.v
 
 
-def _long(n: int) -> Column:
+def _long(n: int | None) -> Column:
     return F.lit(n).cast("long")
+
+
+def _check_regex(pattern: str, node: Expr) -> None:
+    """Refuse a pattern either regex dialect rejects, at compile time (Python's ``re``
+    always; ``java.util.regex`` too when a classic SparkContext is running)."""
+    try:
+        re.compile(pattern, re.ASCII)
+    except re.error as exc:
+        raise UnsupportedError(f"invalid regular expression {pattern!r}: {exc}", node) from None
+    try:
+        from pyspark import SparkContext
+
+        jvm = SparkContext._jvm  # best effort; absent under Spark Connect
+    except Exception:  # pragma: no cover
+        jvm = None
+    if jvm is None:
+        return
+    try:
+        jvm.java.util.regex.Pattern.compile(pattern)
+    except Exception as exc:  # py4j wraps PatternSyntaxException
+        raise UnsupportedError(f"invalid regular expression {pattern!r} for Java: {exc}", node) from None
+
+
+def _floor_to_long(x: Column) -> Column:
+    """``floor(x)`` as a long; null when NaN, infinite or beyond 64 bits."""
+    return _double_to_long(x, floor=True)[0]
+
+
+def _trunc_to_long(x: Column) -> Column:
+    """``x`` truncated toward zero as a long; null when NaN, infinite or beyond 64 bits."""
+    return _double_to_long(x, floor=False)[0]
+
+
+def _ms_shift(d: Column) -> Column:
+    """Milliseconds a duration of ``d`` seconds moves a time: ``floor(d * 1000 + 0.5)``."""
+    return _floor_to_long(d * 1000.0 + 0.5)
+
+
+def _floordiv_int(a: Column, b: Column) -> Column:
+    """Python ``//`` on longs (null for /0 and INT64_MIN // -1; the caller flags those)."""
+    bnz = F.nullif(b, _long(0))
+    a_safe = F.when(~_flag((a == _long(_INT64_MIN)) & (b == _long(-1))), a)
+    q = F.call_function("div", a_safe, bnz)
+    rem = a_safe % bnz
+    return F.when((rem != 0) & ((rem < 0) != (b < 0)), q - 1).otherwise(q)
+
+
+def _floordiv_float(a: Column, b: Column) -> Column:
+    """``floor(a / b)`` as a double (null for /0)."""
+    q = a / F.nullif(b, F.lit(0.0))
+    fl, in_range = _double_to_long(q, floor=True)
+    return F.when(in_range, fl.cast("double")).otherwise(q)
+
+
+def _mod_int(a: Column, b: Column) -> Column:
+    """Python ``%`` on longs: the result has the divisor's sign (null for %0)."""
+    rem = a % F.nullif(b, _long(0))
+    return F.when((rem != 0) & ((rem < 0) != (b < 0)), rem + b).otherwise(rem)
+
+
+def _mod_float(a: Column, b: Column) -> Column:
+    """Python ``%`` on doubles: ``fmod`` moved to the divisor's sign, a zero signed like it."""
+    rem = a % F.nullif(b, F.lit(0.0))
+    return (F.when(rem == 0, F.lit(0.0) * F.signum(b))
+            .when((rem < 0) != (b < 0), rem + b)
+            .otherwise(rem))
+
+
+def _shl(a: Column, b: Column) -> Column:
+    """``a << b``; null for a negative count or 64-bit overflow (the caller flags those)."""
+    small = _flag((b >= 0) & (b <= 63))
+    n = F.when(small, b).otherwise(_long(0)).cast("int")
+    r = F.call_function("shiftleft", a, n)
+    back = F.call_function("shiftright", r, n)
+    bad = (b < 0) | ((a != 0) & (~small | (back != a)))
+    return F.when(_flag(bad), _long(None)).when(a == 0, _long(0)).otherwise(r)
+
+
+def _int_of_string(a: Column) -> Column:
+    """``Int(s)``: null when not numeric or out of range."""
+    v, _lossy, _ok = _number_to_long(a, F.lit(False))
+    return v
 
 
 class _Gen:
@@ -109,6 +194,14 @@ class _Gen:
     def overflow(self, args: list[_C], r: Column) -> Column:
         return self.local(args, r.isNull())
 
+    @staticmethod
+    def apply(fn: Callable[..., Column], *args: _C) -> Column:
+        """``fn`` over the operands' values; non-leaf operands are bound once (:func:`let`)
+        so formulas that use an operand several times do not copy its tree."""
+        if all(a.leaf for a in args):
+            return fn(*(a.v for a in args))
+        return let(fn, *(a.v for a in args))
+
     # ---------------------------------------------------------------- nodes
     def gen(self, e: Expr) -> _C:
         c = self.node(e)
@@ -129,7 +222,7 @@ class _Gen:
                 col = col.cast("long")
             elif e.type in ("float", "duration"):
                 col = col.cast("double")
-            return _C(col, None, e.type, null=e.type == "null")
+            return _C(col, None, e.type, null=e.type == "null", leaf=True)
         if e.kind in ("op", "call"):
             method = getattr(self, f"{e.kind}_{e.op}", None)
             if method is None:
@@ -141,7 +234,7 @@ class _Gen:
     def literal(self, e: Expr) -> _C:
         value = e.value
         if value is None:
-            return _C(_null(e.type), None, e.type, null=True, is_lit=True)
+            return _C(_null(e.type), None, e.type, null=True, is_lit=True, leaf=True)
         if e.type in ("float", "duration"):
             value = float(value)
             col = F.lit(value)
@@ -154,7 +247,7 @@ class _Gen:
             col = F.lit(value)
         else:
             raise UnsupportedError(f"literal of type {e.type!r} not supported: {value!r}", e)
-        return _C(col, None, e.type, lit=value, is_lit=True)
+        return _C(col, None, e.type, lit=value, is_lit=True, leaf=True)
 
     def args(self, e: Expr, n: int | None = None) -> list[_C]:
         if n is not None and len(e.args) != n:
@@ -206,38 +299,25 @@ class _Gen:
     def op_floordiv(self, e: Expr) -> _C:
         a, b = self.args(e, 2)
         if a.type == "int" and b.type == "int":
-            bnz = F.nullif(b.v, _long(0))
             too_big = (a.v == _long(_INT64_MIN)) & (b.v == _long(-1))
-            a_safe = F.when(~_flag(too_big), a.v)
-            q = F.call_function("div", a_safe, bnz)
-            rem = a_safe % bnz
-            r = F.when((rem != 0) & ((rem < 0) != (b.v < 0)), q - 1).otherwise(q)
+            r = self.apply(_floordiv_int, a, b)
             return self.result([a, b], r, "int", self.local([a, b], (b.v == 0) | too_big))
-        db = _dbl(b)
-        q = _dbl(a) / F.nullif(db, F.lit(0.0))
-        fl, in_range = _double_to_long(q, floor=True)
-        r = F.when(in_range, fl.cast("double")).otherwise(q)
-        return self.result([a, b], r, "float", self.local([a, b], db == 0) | _flag(F.isnan(q)))
+        r = self.apply(_floordiv_float, replace(a, v=_dbl(a)), replace(b, v=_dbl(b)))
+        return self.result([a, b], r, "float", self.local([a, b], _dbl(b) == 0) | _flag(F.isnan(r)))
 
     def op_mod(self, e: Expr) -> _C:
         a, b = self.args(e, 2)
         if a.type == "int" and b.type == "int":
-            rem = a.v % F.nullif(b.v, _long(0))
-            r = F.when((rem != 0) & ((rem < 0) != (b.v < 0)), rem + b.v).otherwise(rem)
+            r = self.apply(_mod_int, a, b)
             return self.result([a, b], r, "int", self.local([a, b], b.v == 0))
-        da, db = _dbl(a), _dbl(b)
-        rem = da % F.nullif(db, F.lit(0.0))
-        r = (F.when(rem == 0, F.lit(0.0) * F.signum(db))
-             .when((rem < 0) != (db < 0), rem + db)
-             .otherwise(rem))
+        r = self.apply(_mod_float, replace(a, v=_dbl(a)), replace(b, v=_dbl(b)))
         out = "duration" if a.type == "duration" else "float"
-        return self.result([a, b], r, out, self.local([a, b], db == 0) | _flag(F.isnan(r)))
+        return self.result([a, b], r, out, self.local([a, b], _dbl(b) == 0) | _flag(F.isnan(r)))
 
     def shift_time(self, t: _C, d: _C, sign: int) -> _C:
-        ms, ok = _double_to_long(_dbl(d) * 1000.0 + 0.5, floor=True)
+        ms = self.apply(_ms_shift, replace(d, v=_dbl(d)))
         r = F.try_add(t.v, ms) if sign > 0 else F.try_subtract(t.v, ms)
-        local = self.local([t, d], ~ok) | self.local([t, d], ok & r.isNull())
-        return self.result([t, d], r, "time", local)
+        return self.result([t, d], r, "time", self.overflow([t, d], r))
 
     def op_add(self, e: Expr) -> _C:
         a, b = self.args(e, 2)
@@ -262,13 +342,8 @@ class _Gen:
     def op_shl(self, e: Expr) -> _C:
         a, b = self.args(e, 2)
         self.need_int(e, a, b)
-        small = _flag((b.v >= 0) & (b.v <= 63))
-        n = F.when(small, b.v).otherwise(_long(0)).cast("int")
-        r = F.call_function("shiftleft", a.v, n)
-        back = F.call_function("shiftright", r, n)
-        value = F.when(a.v == 0, _long(0)).otherwise(r)
-        bad = (b.v < 0) | ((a.v != 0) & (~small | (back != a.v)))
-        return self.result([a, b], value, "int", self.local([a, b], bad))
+        r = self.apply(_shl, a, b)
+        return self.result([a, b], r, "int", self.overflow([a, b], r))
 
     def op_shr(self, e: Expr) -> _C:
         a, b = self.args(e, 2)
@@ -332,6 +407,7 @@ class _Gen:
         if pattern.value is None:
             return self.result([a, _C(_null("string"), None, "string", null=True, is_lit=True)],
                                _null("bool"), "bool")
+        _check_regex(pattern.value, e)
         return self.result([a], a.v.rlike(pattern.value), "bool")
 
     def op_in(self, e: Expr, negate: bool = False) -> _C:
@@ -387,18 +463,18 @@ class _Gen:
     # ------------------------------------------------------------ built-ins
     def call_EventTime(self, e: Expr) -> _C:
         self.args(e, 0)
-        return _C(self.event_time_ms.cast("long"), None, "time")
+        return _C(self.event_time_ms.cast("long"), None, "time", leaf=True)
 
     def call_Time(self, e: Expr) -> _C:
         (a,) = self.args(e, 1)
         if a.type in ("time", "int", "null"):
             return replace(a, type="time")
         if a.type == "string":
-            ms, ok = parse_time_column(a.v)
-            return self.result([a], ms, "time", ~ok)
+            ms = parse_time_column(a.v, bind=not a.leaf)
+            return self.result([a], ms, "time", self.overflow([a], ms))
         if a.type == "float":
-            ms, ok = _double_to_long(a.v, floor=True)
-            return self.result([a], ms, "time", self.local([a], ~ok))
+            ms = self.apply(_floor_to_long, a)
+            return self.result([a], ms, "time", self.overflow([a], ms))
         raise UnsupportedError(f"{e.op} of {a.type} is not supported", e)
 
     call_ParseTime = call_Time
@@ -409,8 +485,8 @@ class _Gen:
             r = F.try_multiply(a.v, _long(1000))
             return self.result([a], r, "time", self.overflow([a], r))
         if a.type in ("float", "null"):
-            ms, ok = _double_to_long(a.v * 1000.0, floor=True)
-            return self.result([a], ms, "time", self.local([a], ~ok))
+            ms = _floor_to_long(a.v * 1000.0) if a.leaf else let(_floor_to_long, a.v * 1000.0)
+            return self.result([a], ms, "time", self.overflow([a], ms))
         raise UnsupportedError(f"FromUnixSeconds of {a.type} is not supported", e)
 
     def per_unit(self, e: Expr, seconds: float) -> _C:
@@ -521,11 +597,11 @@ class _Gen:
         if t in ("int", "time", "null"):
             return replace(a, type="int")
         if t in ("float", "duration"):
-            v, ok = _double_to_long(a.v, floor=False)
-            return self.result([a], v, "int", self.local([a], ~ok))
+            v = self.apply(_trunc_to_long, a)
+            return self.result([a], v, "int", self.overflow([a], v))
         if t == "string":
-            v, _lossy, ok = _number_to_long(a.v, F.lit(False))
-            return self.result([a], v, "int", self.local([a], ~ok))
+            r = self.apply(_int_of_string, a)
+            return self.result([a], r, "int", self.overflow([a], r))
         if t == "bool":
             return self.result([a], a.v.cast("long"), "int")
         raise UnsupportedError(f"Int of {t} is not supported", e)
@@ -551,10 +627,10 @@ class _Gen:
         if t in ("int", "bool"):
             return self.result([a], a.v.cast("string"), "string")
         if t in ("float", "duration"):
-            return self.result([a], format_float_column(a.v), "string")
+            return self.result([a], format_float_column(a.v, bind=not a.leaf), "string")
         if t == "time":
-            text, ok = format_time_column(a.v)
-            return self.result([a], text, "string", ~ok)
+            text = self.apply(format_time_column, a)
+            return self.result([a], text, "string", self.overflow([a], text))
         raise UnsupportedError(f"String of {t} is not supported", e)
 
     def call_Bool(self, e: Expr) -> _C:

@@ -66,7 +66,7 @@ def LIST(*items: Expr) -> Expr:
     return Expr("list", functions.unify_all([x.type for x in items]) or "null", args=items)
 
 
-def O(op: str, *args: Expr) -> Expr:  # noqa: E743 - a table constructor
+def O(op: str, *args: Expr) -> Expr:
     """An operator node; result type by the checker's rules."""
     if op in ("in", "not_in", "is_null", "is_not_null"):
         t = "bool"

@@ -1,8 +1,8 @@
 """Every row of the conformance table through the Python and the Spark engine (SPEC §5.10).
 
 The Spark run is one DataFrame for the whole table: one row per table row
-(features as typed columns), one output column per table row, guarded by
-the row id, plus the engine's error flag. It runs with ANSI mode on (the
+(features as typed columns) and, per distinct expression, a value column and
+the engine's error-flag column, each guarded by the ids of its rows. It runs with ANSI mode on (the
 Spark 4 default) and off: the generated columns must not depend on it.
 """
 
@@ -42,7 +42,9 @@ def test_python(row):
         assert same(actual, expected), f"{actual!r} != {expected!r}"
 
 
-def _spark_results(spark):
+@pytest.fixture(scope="module")
+def spark_query(spark):
+    """The whole table as one DataFrame query: a row per table row, a column pair per distinct expression."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructField, StructType, _parse_datatype_string
 
@@ -58,25 +60,34 @@ def _spark_results(spark):
     ]
     df = spark.createDataFrame(rows, schema).repartition(2)
     cols = {n: F.col(n) for n in names}
-    out = [F.col("_row")]
+    by_expr: dict = {}
     for k, (_id, expr, _env, _x) in enumerate(TABLE):
+        by_expr.setdefault(expr, []).append(k)
+    out = [F.col("_row")]
+    slot_of = {}
+    for u, (expr, ks) in enumerate(by_expr.items()):
         value, err = compile_column_with_error(expr, cols, F.col("_t"))
-        mine = F.col("_row") == k
-        out.append(F.when(mine, value).alias(f"v{k}"))
-        out.append(F.when(mine, err).alias(f"e{k}"))
-    got = {}
-    for r in df.select(*out).collect():
-        k = r["_row"]
-        got[k] = (r[f"v{k}"], r[f"e{k}"])
-    return got
+        mine = F.col("_row").isin(ks)
+        out.append(F.when(mine, value).alias(f"v{u}"))
+        out.append(F.when(mine, err).alias(f"e{u}"))
+        for k in ks:
+            slot_of[k] = u
+    return df.select(*out), slot_of
 
 
 @pytest.fixture(scope="module", params=["ansi", "legacy"])
-def spark_results(request, spark):
+def spark_results(request, spark, spark_query):
+    """``{row index: (value, error flag)}`` with ANSI mode on (Spark 4's default) or off."""
+    query, slot_of = spark_query
     before = spark.conf.get("spark.sql.ansi.enabled")
     spark.conf.set("spark.sql.ansi.enabled", "true" if request.param == "ansi" else "false")
     try:
-        yield _spark_results(spark)
+        got = {}
+        for r in query.collect():
+            k = r["_row"]
+            u = slot_of[k]
+            got[k] = (r[f"v{u}"], r[f"e{u}"])
+        yield got
     finally:
         spark.conf.set("spark.sql.ansi.enabled", before)
 

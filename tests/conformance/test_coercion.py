@@ -1,0 +1,220 @@
+"""The coercion table (SPEC §2.2): ``coerce``/``read_input`` in Python and ``input_column`` in Spark agree.
+
+Each row is ``(json_value, type, expected_value, expected_error)``: the raw
+JSON text of one value, read from ``{"v": <json>}``. Python gets the value
+parsed by :func:`json.loads`; Spark gets the raw text. ``expected_error`` says
+whether an error is reported (Python: a message; Spark: the error flag).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from compiler.plan import InputSpec
+from compiler.typesystem import INT64_MAX, INT64_MIN, coerce, read_input, time_column
+from tests.conformance.compare import same
+
+T0 = 1_357_035_420_000
+
+COERCIONS: list[tuple[str, str, object, bool]] = [
+    # int
+    ("5", "int", 5, False),
+    ('"5"', "int", 5, False),
+    ("5.0", "int", 5, False),
+    ('"5.0"', "int", 5, False),
+    ("5.6", "int", 5, True),
+    ('"5.6"', "int", 5, True),
+    ("-5.6", "int", -5, True),
+    ('"bar"', "int", None, True),
+    ('"null"', "int", None, False),
+    ("null", "int", None, False),
+    ("true", "int", None, True),
+    ('"1e3"', "int", 1000, False),
+    ("1e3", "int", 1000, False),
+    ("-0.0", "int", 0, False),
+    ("9223372036854775807", "int", INT64_MAX, False),
+    ("-9223372036854775808", "int", INT64_MIN, False),
+    ('"9223372036854775807"', "int", INT64_MAX, False),
+    ("9223372036854775808", "int", None, True),
+    ("12345678901234567890", "int", None, True),
+    ("9007199254740993.0", "int", 9007199254740992, False),
+    ('" 5"', "int", None, True),
+    ('""', "int", None, True),
+    ('{"a": 1}', "int", None, True),
+    ("[1]", "int", None, True),
+    # float
+    ("2.5", "float", 2.5, False),
+    ('"2.5"', "float", 2.5, False),
+    ("2", "float", 2.0, False),
+    ("0.1", "float", 0.1, False),
+    ("9007199254740993", "float", 9007199254740992.0, False),
+    ('"1e3"', "float", 1000.0, False),
+    ("-0.0", "float", 0.0, False),
+    ('"abc"', "float", None, True),
+    ('"NaN"', "float", None, True),
+    ('"Infinity"', "float", None, True),
+    ("true", "float", None, True),
+    ("[]", "float", None, True),
+    ('"null"', "float", None, False),
+    # string
+    ('"abc"', "string", "abc", False),
+    ('""', "string", "", False),
+    ('"é😀"', "string", "é😀", False),
+    ('" spaced "', "string", " spaced ", False),
+    ('"line\\nbreak"', "string", "line\nbreak", False),
+    ('"5"', "string", "5", False),
+    ("5", "string", "5", False),
+    ("-3", "string", "-3", False),
+    ("5.0", "string", "5.0", False),
+    ("5.60", "string", "5.6", False),
+    ("0.1", "string", "0.1", False),
+    ("1e20", "string", "1e+20", False),
+    ("1.5e-7", "string", "1.5e-07", False),
+    ("12345678901234567890", "string", "12345678901234567890", False),
+    ("true", "string", "true", False),
+    ("false", "string", "false", False),
+    ('"null"', "string", None, False),
+    ('{"a": 1}', "string", None, True),
+    ("[1, 2]", "string", None, True),
+    # bool
+    ("true", "bool", True, False),
+    ("false", "bool", False, False),
+    ('"true"', "bool", True, False),
+    ('"FALSE"', "bool", False, False),
+    ("1", "bool", None, True),
+    ("0", "bool", None, True),
+    ('"yes"', "bool", None, True),
+    ('"null"', "bool", None, False),
+    # time
+    ('"2013-01-01T10:17:00Z"', "time", T0, False),
+    ('"2013-01-01T10:17:00.000+00:00"', "time", T0, False),
+    ('"2013-01-01T12:17:00+02:00"', "time", T0, False),
+    ('"2013-01-01 10:17:00"', "time", T0, False),
+    ('"1969-12-31T23:59:59.999Z"', "time", -1, False),
+    ('"2024-02-29T00:00:00Z"', "time", 1_709_164_800_000, False),
+    ('"2023-02-29T00:00:00Z"', "time", None, True),
+    ("1357035420000", "time", T0, False),
+    ('"1357035420000"', "time", T0, False),
+    ("1357035420000.9", "time", T0, False),
+    ("1.35703542E12", "time", T0, False),
+    ("-1", "time", -1, False),
+    ('"bad"', "time", None, True),
+    ("true", "time", None, True),
+    ('{"t": 1}', "time", None, True),
+    ('"null"', "time", None, False),
+]
+
+#: ``(payload JSON, spec, type, expected value, expected error)`` for paths, required/optional/default.
+INPUTS: list[tuple[str, InputSpec, str, object, bool]] = [
+    ("{}", InputSpec(("v",)), "int", None, True),
+    ('{"v": null}', InputSpec(("v",)), "int", None, True),
+    ('{"v": "null"}', InputSpec(("v",)), "string", None, True),
+    ("{}", InputSpec(("v",), optional=True), "int", None, False),
+    ("{}", InputSpec(("v",), default=7, has_default=True), "int", 7, False),
+    ('{"v": "null"}', InputSpec(("v",), default=7, has_default=True), "int", 7, False),
+    ('{"v": "bar"}', InputSpec(("v",), default=7, has_default=True), "int", None, True),
+    ('{"v": 0}', InputSpec(("v",), default=7, has_default=True), "int", 0, False),
+    ("{}", InputSpec(("v",), default=False, has_default=True), "bool", False, False),
+    ("{}", InputSpec(("v",), default=T0, has_default=True), "time", T0, False),
+    ("{}", InputSpec(("v",), default="", has_default=True), "string", "", False),
+    ('{"a": {"b": [1, 7]}}', InputSpec(("a", "b", 1)), "int", 7, False),
+    ('{"a": {"b": [1, 7]}}', InputSpec(("a", "b", 2)), "int", None, True),
+    ('{"a": {"b": [1, 7]}}', InputSpec(("a", "c")), "int", None, True),
+    ('{"a": [1]}', InputSpec(("a", "b")), "int", None, True),
+    ('{"a": 5}', InputSpec(("a", 0)), "int", None, True),
+    ('{"a.b": 5}', InputSpec(("a.b",)), "int", 5, False),
+    ('{"a b": "x"}', InputSpec(("a b",)), "string", "x", False),
+    ('{"é": 1.5}', InputSpec(("é",)), "float", 1.5, False),
+    ("not json", InputSpec(("v",)), "int", None, True),
+]
+
+
+def _python_row(payload: str, spec: InputSpec, type_name: str):
+    try:
+        parsed = json.loads(payload)
+    except ValueError:
+        return None, "missing required input" if not spec.optional and not spec.has_default else None
+    return read_input(parsed, spec, type_name)
+
+
+@pytest.mark.parametrize("raw,type_name,expected,error", COERCIONS, ids=[f"{t}:{r}" for r, t, _, _ in COERCIONS])
+def test_coerce_python(raw, type_name, expected, error):
+    value, err = coerce(json.loads(raw), type_name)
+    assert same(value, expected), f"{value!r} != {expected!r}"
+    assert (err is not None) == error, err
+
+
+@pytest.mark.parametrize("payload,spec,type_name,expected,error", INPUTS,
+                         ids=[f"{t}:{p}:{s.path}" for p, s, t, _, _ in INPUTS])
+def test_read_input_python(payload, spec, type_name, expected, error):
+    value, err = _python_row(payload, spec, type_name)
+    assert same(value, expected), f"{value!r} != {expected!r}"
+    assert (err is not None) == error, err
+
+
+def test_required_error_message():
+    assert read_input({}, InputSpec(("v",)), "int") == (None, "missing required input")
+    assert coerce(5.6, "int") == (5, "loss of precision")
+
+
+def test_coercion_spark_matches(spark):
+    """All rows in one DataFrame; one column pair per distinct (spec, type)."""
+    from pyspark.sql import functions as F
+
+    from compiler.typesystem import input_column_with_error
+
+    cases = [(f'{{"v": {raw}}}', InputSpec(("v",), optional=True), t, v, e) for raw, t, v, e in COERCIONS]
+    cases += INPUTS
+    df = spark.createDataFrame([(k, c[0]) for k, c in enumerate(cases)], "_row bigint, raw string")
+    groups: dict = {}
+    for k, (_p, spec, t, _v, _e) in enumerate(cases):
+        groups.setdefault((spec, t), []).append(k)
+    out, slot_of = [F.col("_row")], {}
+    for u, ((spec, t), ks) in enumerate(groups.items()):
+        value, err = input_column_with_error(F.col("raw"), spec, t)
+        mine = F.col("_row").isin(ks)
+        out += [F.when(mine, value).alias(f"v{u}"), F.when(mine, err).alias(f"e{u}")]
+        slot_of.update({k: u for k in ks})
+    failures = []
+    for r in df.select(*out).collect():
+        k = r["_row"]
+        u = slot_of[k]
+        payload, spec, t, expected, error = cases[k]
+        value, err = r[f"v{u}"], r[f"e{u}"]
+        py_value, py_err = _python_row(payload, spec, t)
+        if not (same(value, expected) and err is error and same(py_value, value) and (py_err is not None) is err):
+            failures.append(f"{t} {payload} {spec}: spark={value!r}/{err!r} "
+                            f"python={py_value!r}/{py_err!r} expected={expected!r}/{error!r}")
+    assert not failures, "\n".join(failures)
+
+
+def test_time_column_matches_parse_time(spark):
+    from pyspark.sql import functions as F
+
+    from compiler.typesystem import parse_time
+
+    texts = ["2013-01-01T10:17:00Z", "1357035420000", "1.35703542E12", "2013-01-01", "nope", None,
+             "2013-01-01T10:17:00.999999Z", "0000-01-01T00:00:00Z"]
+    rows = spark.createDataFrame([(x,) for x in texts], "raw string").select(
+        "raw", time_column(F.col("raw")).alias("ms")).collect()
+    for r in rows:
+        try:
+            expected = None if r.raw is None else parse_time(r.raw)
+        except ValueError:
+            expected = None
+        assert r.ms == expected, r.raw
+    longs = spark.createDataFrame([(T0,), (-1,)], "raw bigint").select(time_column(F.col("raw")).alias("ms"))
+    assert [r.ms for r in longs.collect()] == [T0, -1]
+
+
+def test_input_column_keeps_lossy_value(spark):
+    """``input_column`` is the value half of ``input_column_with_error``: errors null, 5.6 as int still 5."""
+    from pyspark.sql import functions as F
+
+    from compiler.typesystem import input_column
+
+    df = spark.createDataFrame([('{"v": 5.6}',), ('{"v": "bar"}',), ('{"v": "7"}',)], "raw string")
+    got = [r.v for r in df.select(input_column(F.col("raw"), InputSpec(("v",)), "int").alias("v")).collect()]
+    assert got == [5, None, 7]
