@@ -805,7 +805,9 @@ def _input_body(kind: Column, text: Column, spec: InputSpec, type_name: str) -> 
     return value, error
 
 
-def input_column_with_error(raw_json: Column, spec: InputSpec, type_name: str) -> tuple[Column, Column]:
+def input_column_with_error(
+    raw_json: Column, spec: InputSpec, type_name: str, parsed: bool = False
+) -> tuple[Column, Column]:
     """Spark twin of :func:`read_input`: the typed value and an error flag.
 
     The payload is parsed with ``try_parse_json`` (a VARIANT; malformed JSON
@@ -814,9 +816,12 @@ def input_column_with_error(raw_json: Column, spec: InputSpec, type_name: str) -
     and objects are told apart exactly as Python sees them.
 
     Args:
-        raw_json: ``StringType`` column with the event's raw JSON text.
+        raw_json: ``StringType`` column with the event's raw JSON text, or,
+            with ``parsed``, a ``VARIANT`` column from ``try_parse_json`` of it
+            (the writer parses each event once for all of its inputs).
         spec: the input (path, optional, default).
         type_name: one of :data:`INPUT_TYPES`.
+        parsed: ``raw_json`` is already parsed.
 
     Returns:
         ``(value, error)``: value typed per :data:`SPARK_TYPES` (null on
@@ -830,7 +835,7 @@ def input_column_with_error(raw_json: Column, spec: InputSpec, type_name: str) -
     if type_name not in INPUT_TYPES:
         raise ValueError(f"not an input type: {type_name!r}")
     path = json_path(spec.path)
-    variant = F.try_parse_json(raw_json)
+    variant = raw_json if parsed else F.try_parse_json(raw_json)
     kind = F.schema_of_variant(F.try_variant_get(variant, path, "variant"))
     text = F.try_variant_get(variant, path, "string")
     # kind and text are small expressions over one try_parse_json, which Spark's
@@ -838,19 +843,21 @@ def input_column_with_error(raw_json: Column, spec: InputSpec, type_name: str) -
     return _input_body(kind, text, spec, type_name)
 
 
-def input_column(raw_json: Column, spec: InputSpec, type_name: str) -> Column:
+def input_column(raw_json: Column, spec: InputSpec, type_name: str, parsed: bool = False) -> Column:
     """The typed value of one input feature read from the raw event JSON (Spark).
 
     Same results as :func:`read_input` with errors as null, except the lossy
     int case keeps its value (``5.6`` as int is 5, SPEC §3.5).
 
     Args:
-        raw_json: ``StringType`` column with the event's raw JSON text.
+        raw_json: ``StringType`` column with the event's raw JSON text (or
+            its ``VARIANT`` parse, with ``parsed``).
         spec: the input (path, optional, default).
         type_name: one of :data:`INPUT_TYPES`.
+        parsed: ``raw_json`` is already parsed (see :func:`input_column_with_error`).
 
     Returns:
         Column typed per :data:`SPARK_TYPES`.
     """
-    value, _ = input_column_with_error(raw_json, spec, type_name)
+    value, _ = input_column_with_error(raw_json, spec, type_name, parsed)
     return value

@@ -139,7 +139,18 @@ def run_backfill(
     t1 = time.perf_counter()
     states = sorted(plan.states.values(), key=lambda st: st.definition_hash)
     url = redis_url
-    frames = {ev: df.persist(StorageLevel.MEMORY_AND_DISK) for ev, df in feature_frames(events, plan, states).items()}
+    # Input coercion makes wide projections; whole-stage code generation of
+    # them can exceed the JVM's 64 KB method limit (Spark then falls back,
+    # slowly, logging errors). Materialise the feature columns without it,
+    # then aggregate with it.
+    previous = spark.conf.get("spark.sql.codegen.wholeStage")
+    spark.conf.set("spark.sql.codegen.wholeStage", "false")
+    try:
+        frames = {ev: df.persist(StorageLevel.MEMORY_AND_DISK) for ev, df in feature_frames(events, plan, states).items()}
+        for df in frames.values():
+            df.count()
+    finally:
+        spark.conf.set("spark.sql.codegen.wholeStage", previous)
     for i, st in enumerate(states):
         report_progress("tiles", i, len(states))
         rows = state_rows(writes_of_state(frames, st), st, we)

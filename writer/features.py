@@ -66,12 +66,15 @@ def with_features(df: DataFrame, event: EventPlan, names: Iterable[str]) -> Data
     cols: dict[str, Column] = {}
     feats = {f.name: f for f in event.features}
     t = F.col("_time_ms")
-    for n in needed_features(event, names):
+    needed = needed_features(event, names)
+    # parse each event's JSON once for all of its inputs
+    df = df.withColumn("_v", F.try_parse_json(F.col("_raw")))
+    for n in needed:
         f = feats[n]
         if f.kind == "input":
-            col = input_column(F.col("_raw"), f.input, f.type)
+            col = input_column(F.col("_v"), f.input, f.type, parsed=True)
         else:
             col = compile_column(f.expr, cols, t)
         df = df.withColumn(f"f_{n}", col)
         cols[n] = F.col(f"f_{n}")
-    return df
+    return df.drop("_v")

@@ -22,10 +22,14 @@ def get_spark(master: str | None = None, app_name: str = "scowl") -> SparkSessio
     master = master or os.environ.get("SCOWL_SPARK_MASTER") or "local[*]"
     # executors' Python workers must run this interpreter (it has redis-py etc.)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master.startswith("local"):
+        # stay on loopback (and skip Spark's warning about the host name)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", os.environ.get("SCOWL_SHUFFLE_PARTITIONS", "8"))
         .config("spark.driver.memory", os.environ.get("SCOWL_DRIVER_MEMORY", "4g"))
