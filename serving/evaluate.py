@@ -26,7 +26,7 @@ from compiler.algebra.ops import AggregateOp, CountUniqueOp, LatestOp, make_op, 
 from compiler.algebra.windows import counted_range, levels_s, tile_index
 from compiler.codegen.python import EvalError, compile_expr
 from compiler.plan import AggregateSpec, EventPlan, Feature, Plan, StateSpec, WriteSpec
-from compiler.typesystem import coerce, format_time, parse_time, read_path, to_json_value
+from compiler.typesystem import MAX_TIME_MS, MIN_TIME_MS, coerce, format_time, parse_time, read_path, to_json_value
 
 
 class BadEvent(ValueError):
@@ -390,6 +390,8 @@ class Evaluator:
                 t_ms = parse_time(raw_time)
             except (ValueError, TypeError, OverflowError):
                 raise BadEvent("bad-time", f"_time must be ISO-8601 or epoch ms, got {raw_time!r}") from None
+            if not MIN_TIME_MS <= t_ms <= MAX_TIME_MS:
+                raise BadEvent("bad-time", f"_time {raw_time!r} is outside years 0000-9999")
         event_id = body.get("_id")
         if event_id is not None:
             if isinstance(event_id, bool) or not isinstance(event_id, (str, int)):

@@ -192,6 +192,7 @@ def test_bad_input_is_4xx_and_writes_nothing(redis_url):
             (c.post("/event", json={"_type": "nope"}), 400, "unknown-type"),
             (c.post("/event", json={"_type": "login", "_time": "yesterday", "user": "x"}), 400, "bad-time"),
             (c.post("/event", json=[1]), 400, "not-an-object"),
+            (c.post("/event", json={"_type": "login", "_time": 10**17, "user": "x"}), 400, "bad-time"),
             (c.post("/event", json={"_type": "login", "user": "x" * 5000}), 413, "body-too-large"),
             (c.post("/batch", json=[EVENTS[0], {"_type": "nope"}]), 400, "unknown-type"),
             (c.post("/batch", json={"_type": "login"}), 400, "not-an-array"),
