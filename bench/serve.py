@@ -197,23 +197,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as home, EmbeddedStore(home, persist=False) as store:
         per_event = commands_per_event(plan, events[:3000], store.url)
         env = {"SCOWL_REDIS_URL": store.url, "SCOWL_TOPOLOGY": str(topo)}
-        port = free_port()
-        proc = start_server("bench.apps:bare_app", port, env)
-        try:
-            rows.append(("bare FastAPI (constant)", *asyncio.run(load(port, bodies, args.seconds, args.concurrency))))
-        finally:
-            proc.terminate()
-            proc.wait()
+
+        def http_scenario(name: str, factory: str) -> None:
+            port = free_port()
+            proc = start_server(factory, port, env)
+            try:
+                rows.append((name, *asyncio.run(load(port, bodies, args.seconds, args.concurrency))))
+            finally:
+                proc.terminate()
+                proc.wait()
+
+        http_scenario("bare FastAPI (constant)", "bench.apps:bare_app")
         rows.append((f"redis pipeline ({per_event:.0f} cmds/event)",
                      *asyncio.run(redis_floor(store.url, round(per_event), args.seconds, args.concurrency))))
         redis.Redis.from_url(store.url).flushall()
-        port = free_port()
-        proc = start_server("bench.apps:scowl_app", port, env)
-        try:
-            rows.append(("scowl POST /event (flights)", *asyncio.run(load(port, bodies, args.seconds, args.concurrency))))
-        finally:
-            proc.terminate()
-            proc.wait()
+        http_scenario("scowl POST /event (flights)", "bench.apps:scowl_app")
 
     table = Table(title=f"POST /event, {args.concurrency} connections, {args.seconds:.0f} s each (loopback, 2 cores)")
     for col in ("scenario", "events/s", "p50 ms", "p99 ms", "vs bare FastAPI"):

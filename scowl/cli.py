@@ -166,14 +166,7 @@ def run_backfill_with_progress(plan, events, url, start_ms, end_ms, master):
 
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=False) as prog:
-        tasks: dict[str, int] = {}
-
-        def cb(phase: str, done: int, total: int) -> None:
-            label = {"read": "reading events", "tiles": "computing and writing tiles (per aggregate state)"}[phase]
-            if phase not in tasks:
-                tasks[phase] = prog.add_task(label, total=total)
-            prog.update(tasks[phase], completed=done, total=total)
-
+        cb = backfill_progress(prog)
         spark_task = prog.add_task("starting Spark", total=1)
         spark = get_spark(master)
         prog.update(spark_task, completed=1)
@@ -182,6 +175,19 @@ def run_backfill_with_progress(plan, events, url, start_ms, end_ms, master):
                                 rejected_dir=scowl_home() / "rejected", progress=cb)
         except (BackfillError, StagedFeatureError, SourceError, NotImplementedError) as e:
             raise UserError(str(e)) from None
+
+
+def backfill_progress(prog):
+    """Return a ``run_backfill`` progress callback drawing one bar per phase on ``prog``."""
+    labels = {"read": "backfill: reading events", "tiles": "backfill: tiles per aggregate state"}
+    tasks: dict[str, int] = {}
+
+    def cb(phase: str, done: int, total: int) -> None:
+        if phase not in tasks:
+            tasks[phase] = prog.add_task(labels.get(phase, phase), total=total)
+        prog.update(tasks[phase], completed=done, total=total)
+
+    return cb
 
 
 def print_backfill_report(report) -> None:

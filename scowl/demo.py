@@ -91,6 +91,7 @@ def run_demo(home: Path, days: int = 7, console: Console | None = None) -> dict:
         ``{"phases": [(name, events, seconds)], "samples": [response, ...]}``.
     """
     from compiler import compile_dir
+    from scowl.cli import backfill_progress
     from scowl.demo_data import iter_events, write_timeline
     from scowl.embedded import EmbeddedStore, free_port
     from serving.app import create_app
@@ -131,14 +132,7 @@ def run_demo(home: Path, days: int = 7, console: Console | None = None) -> dict:
             t = time.perf_counter()
             spark = get_spark()
             prog.update(boot, completed=1)
-            tasks: dict[str, int] = {}
-
-            def cb(phase: str, done: int, total: int) -> None:
-                label = {"read": "backfill: reading events", "tiles": "backfill: tiles per aggregate state"}[phase]
-                if phase not in tasks:
-                    tasks[phase] = prog.add_task(label, total=total)
-                prog.update(tasks[phase], completed=done, total=total)
-
+            cb = backfill_progress(prog)
             t_bf = time.perf_counter()
             report = run_backfill(spark, plan, [history], store.url, progress=cb,
                                   end_ms=int(LIVE_START.timestamp() * 1000))

