@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 
 def same(actual: Any, expected: Any) -> bool:
@@ -19,3 +19,29 @@ def same(actual: Any, expected: Any) -> bool:
             return actual == expected
         return actual == expected or abs(actual - expected) <= 1e-9 * max(abs(actual), abs(expected))
     return type(actual) is type(expected) and actual == expected
+
+
+def grouped_columns(keys: list, build: Callable[[Any], tuple]) -> tuple[list, dict[int, int]]:
+    """Columns evaluating each distinct key once over a ``_row``-numbered DataFrame.
+
+    Args:
+        keys: one hashable key per row (row ``k`` has ``_row == k``).
+        build: ``key -> (value Column, error Column)``.
+
+    Returns:
+        ``(columns, slot_of)``: ``_row`` plus ``v<u>``/``e<u>`` per distinct
+        key (null outside that key's rows), and each row's slot ``u``. Identical
+        expressions are compiled once, which keeps Spark's plans small.
+    """
+    from pyspark.sql import functions as F
+
+    groups: dict = {}
+    for k, key in enumerate(keys):
+        groups.setdefault(key, []).append(k)
+    out, slot_of = [F.col("_row")], {}
+    for u, (key, ks) in enumerate(groups.items()):
+        value, err = build(key)
+        mine = F.col("_row").isin(ks)
+        out += [F.when(mine, value).alias(f"v{u}"), F.when(mine, err).alias(f"e{u}")]
+        slot_of.update({k: u for k in ks})
+    return out, slot_of

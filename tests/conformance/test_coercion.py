@@ -14,7 +14,7 @@ import pytest
 
 from compiler.plan import InputSpec
 from compiler.typesystem import INT64_MAX, INT64_MIN, coerce, read_input, time_column
-from tests.conformance.compare import same
+from tests.conformance.compare import grouped_columns, same
 
 T0 = 1_357_035_420_000
 
@@ -168,15 +168,8 @@ def test_coercion_spark_matches(spark):
     cases = [(f'{{"v": {raw}}}', InputSpec(("v",), optional=True), t, v, e) for raw, t, v, e in COERCIONS]
     cases += INPUTS
     df = spark.createDataFrame([(k, c[0]) for k, c in enumerate(cases)], "_row bigint, raw string")
-    groups: dict = {}
-    for k, (_p, spec, t, _v, _e) in enumerate(cases):
-        groups.setdefault((spec, t), []).append(k)
-    out, slot_of = [F.col("_row")], {}
-    for u, ((spec, t), ks) in enumerate(groups.items()):
-        value, err = input_column_with_error(F.col("raw"), spec, t)
-        mine = F.col("_row").isin(ks)
-        out += [F.when(mine, value).alias(f"v{u}"), F.when(mine, err).alias(f"e{u}")]
-        slot_of.update({k: u for k in ks})
+    out, slot_of = grouped_columns([(spec, t) for _p, spec, t, _v, _e in cases],
+                                   lambda key: input_column_with_error(F.col("raw"), *key))
     failures = []
     for r in df.select(*out).collect():
         k = r["_row"]

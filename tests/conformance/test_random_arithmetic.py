@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from compiler.codegen.python import EvalError, compile_expr
 from compiler.plan import Expr
 from compiler.typesystem import INT64_MAX, INT64_MIN
-from tests.conformance.compare import same
+from tests.conformance.compare import grouped_columns, same
 from tests.conformance.table import C, L, O, R
 
 ERROR = "<error>"
@@ -124,15 +124,8 @@ def test_python_and_spark_agree(spark):
     schema = "_row bigint, " + ", ".join(f"{n} {t}" for n, t in FEATURES.items())
     df = spark.createDataFrame([(k, *[env.get(n) for n in names]) for k, (_e, env) in enumerate(batch)], schema)
     cols = {n: F.col(n) for n in names}
-    by_expr: dict = {}
-    for k, (expr, _env) in enumerate(batch):
-        by_expr.setdefault(expr, []).append(k)
-    out, slot_of = [F.col("_row")], {}
-    for u, (expr, ks) in enumerate(by_expr.items()):
-        value, err = compile_column_with_error(expr, cols, F.lit(T0))
-        mine = F.col("_row").isin(ks)
-        out += [F.when(mine, value).alias(f"v{u}"), F.when(mine, err).alias(f"e{u}")]
-        slot_of.update({k: u for k in ks})
+    out, slot_of = grouped_columns([expr for expr, _env in batch],
+                                   lambda expr: compile_column_with_error(expr, cols, F.lit(T0)))
     failures = []
     for r in df.select(*out).collect():
         k = r["_row"]
