@@ -12,7 +12,8 @@ events (layout: ``compiler/algebra/ops.py``):
                    "latest" (newer wins: value = "<ms>\\t<json>")
     ttl_ms: long   expiry W + r (SPEC §5.3)
 
-Tile partials use ``groupBy(rk, tile).agg(count/sum/min/max)``; no Python
+Tile partials use one ``groupBy(rk, size, tile).agg(count/sum/min/max)`` over
+the writes exploded to one row per stored tile size; no Python
 UDF (SPEC §5.6). Only state a read at or after the run's end can use is
 emitted: tiles ending after ``end - W - r`` (older ones would be pruned by the
 online path anyway, SPEC §5.3).
@@ -167,37 +168,42 @@ def state_rows(writes: DataFrame, state: StateSpec, end_ms: int) -> DataFrame:
         return g.select("rk", F.lit("lt").alias("field"),
                         F.concat(F.col("m.t").cast("string"), F.lit("\t"), F.col("m.j")).alias("value"),
                         F.lit("latest").alias("mode"), ttl.alias("ttl_ms"))
-    frames = []
-    for size in levels_s(state.window_s):
-        ms = size * 1000
-        tile = F.floor(F.col("t") / F.lit(ms)).cast("long")
-        grouped = writes.groupBy("rk", tile.alias("tile"))
-        if fn == "Count":
-            parts = [("", F.count(F.lit(1)).cast("string"))]
-        elif fn == "Sum":
-            if op.is_int:
-                parts = [("", F.sum(F.col("v0").cast("long")).cast("string"))]
-            else:
-                parts = [("", F.sum(F.col("v0").cast("double")).cast("string"))]
-        elif fn == "Average":
-            parts = [(".s", F.sum(F.col("v0").cast("double")).cast("string")), (".c", F.count(F.lit(1)).cast("string"))]
-        elif fn in ("Min", "Max"):
-            agg = F.min if fn == "Min" else F.max
-            parts = [("", _num_text(agg(F.col("v0")), state.value_types[0]))]
+    # every write lands in one tile per stored size: explode to (size, tile)
+    # and aggregate all sizes in ONE groupBy (one shuffle per state)
+    sizes = levels_s(state.window_s)
+    slots = F.explode(F.array(*[
+        F.struct(F.lit(size).cast("long").alias("size"), F.floor(F.col("t") / F.lit(size * 1000)).cast("long").alias("tile"))
+        for size in sizes
+    ])).alias("slot")
+    exploded = writes.select("rk", "v0" if "v0" in writes.columns else F.lit(None).alias("v0"), slots)
+    exploded = exploded.select("rk", "v0", F.col("slot.size").alias("size"), F.col("slot.tile").alias("tile"))
+    if fn == "Count":
+        parts = [("", F.count(F.lit(1)).cast("string"))]
+    elif fn == "Sum":
+        if op.is_int:
+            parts = [("", F.sum(F.col("v0").cast("long")).cast("string"))]
         else:
-            raise NotImplementedError(f"backfill of {fn} is not implemented yet")
-        g = grouped.agg(*[c.alias(f"p{i}") for i, (_, c) in enumerate(parts)])
-        g = g.where((F.col("tile") + 1) * F.lit(ms) > F.lit(cutoff))
-        for i, (suffix, _) in enumerate(parts):
-            frames.append(
-                g.select(
-                    "rk",
-                    F.concat(F.lit(LEVEL_CODE[size]), F.col("tile").cast("string"), F.lit(suffix)).alias("field"),
-                    F.col(f"p{i}").alias("value"),
-                    F.lit("set").alias("mode"),
-                    ttl.alias("ttl_ms"),
-                )
-            )
+            parts = [("", F.sum(F.col("v0").cast("double")).cast("string"))]
+    elif fn == "Average":
+        parts = [(".s", F.sum(F.col("v0").cast("double")).cast("string")), (".c", F.count(F.lit(1)).cast("string"))]
+    elif fn in ("Min", "Max"):
+        agg = F.min if fn == "Min" else F.max
+        parts = [("", _num_text(agg(F.col("v0")), state.value_types[0]))]
+    else:
+        raise NotImplementedError(f"backfill of {fn} is not implemented yet")
+    g = exploded.groupBy("rk", "size", "tile").agg(*[c.alias(f"p{i}") for i, (_, c) in enumerate(parts)])
+    g = g.where((F.col("tile") + 1) * F.col("size") * F.lit(1000) > F.lit(cutoff))
+    code = F.create_map(*[x for size in sizes for x in (F.lit(size).cast("long"), F.lit(LEVEL_CODE[size]))])
+    frames = [
+        g.select(
+            "rk",
+            F.concat(F.element_at(code, F.col("size")), F.col("tile").cast("string"), F.lit(suffix)).alias("field"),
+            F.col(f"p{i}").alias("value"),
+            F.lit("set").alias("mode"),
+            ttl.alias("ttl_ms"),
+        )
+        for i, (suffix, _) in enumerate(parts)
+    ]
     out = frames[0]
     for f in frames[1:]:
         out = out.unionByName(f)
