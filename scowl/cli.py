@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, List, Optional
 
@@ -71,13 +70,12 @@ def parse_iso_ms(text: str) -> int:
     Raises:
         UserError: not a valid ISO-8601 time.
     """
+    from compiler.typesystem import parse_time
+
     try:
-        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parse_time(text)
     except ValueError:
         raise UserError(f"not an ISO-8601 time: {text!r}") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return int(dt.timestamp() * 1000)
 
 
 @app.command()

@@ -38,14 +38,16 @@ def create_app(plan: Plan, settings: Settings | None = None, redis_url: str | No
     url = redis_url or settings.redis_url
     if not url:
         raise ValueError("no store: set SCOWL_REDIS_URL or run through `scowl serve` (embedded store)")
-    # Build programs eagerly so an unsupported plan fails before serving.
-    Evaluator(plan, run=_no_store)
+    # Built eagerly so an unsupported plan fails before serving; the
+    # lifespan attaches the store's script call.
+    evaluator = Evaluator(plan, run=None, id_ttl_ms=settings.id_ttl_s * 1000)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         store = Store(url, timeout_s=settings.store_timeout_s)
         app.state.store = store
-        app.state.evaluator = Evaluator(plan, store.run, id_ttl_ms=settings.id_ttl_s * 1000)
+        evaluator.run = store.run
+        app.state.evaluator = evaluator
         try:
             yield
         finally:
@@ -59,10 +61,6 @@ def create_app(plan: Plan, settings: Settings | None = None, redis_url: str | No
     app.include_router(events.router)
     app.include_router(meta.router)
     return app
-
-
-async def _no_store(keys, argv):  # pragma: no cover - never awaited
-    raise RuntimeError("no store")
 
 
 def create_app_from_env() -> FastAPI:

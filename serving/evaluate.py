@@ -26,7 +26,7 @@ from compiler.algebra.ops import AggregateOp, CountUniqueOp, LatestOp, make_op, 
 from compiler.algebra.windows import counted_range, levels_s, tile_index
 from compiler.codegen.python import EvalError, compile_expr
 from compiler.plan import AggregateSpec, EventPlan, Feature, Plan, StateSpec, WriteSpec
-from compiler.typesystem import MAX_TIME_MS, MIN_TIME_MS, coerce, format_time, parse_time, read_path, to_json_value
+from compiler.typesystem import MAX_TIME_MS, MIN_TIME_MS, format_time, parse_time, read_input, to_json_value
 
 
 class BadEvent(ValueError):
@@ -58,6 +58,11 @@ class _Read:
     before_write: bool
     round: int = 1
 
+    def __post_init__(self) -> None:
+        # the static tail of the T op (resolution, sizes, component suffixes)
+        comps = self.op.components
+        self.tile_args = (self.state.resolution_s, len(self.sizes), *self.sizes, len(comps), *comps)
+
 
 @dataclass
 class _Write:
@@ -67,6 +72,13 @@ class _Write:
     sizes: tuple[int, ...]
     where: Callable[[Any, int], Any] | None
     round: int = 1
+
+    def __post_init__(self) -> None:
+        window_ms = self.state.window_s * 1000
+        res_ms = self.state.resolution_s * 1000
+        # X op arguments: ttl W + r (SPEC §5.3), W, r, prune at most every W/4
+        self.ttl_ms = window_ms + res_ms
+        self.prune_args = (window_ms, res_ms, max(window_ms // 4, res_ms))
 
 
 @dataclass
@@ -188,23 +200,7 @@ class EventProgram:
     def _eval_scalars(self, feats: list[Feature], env: dict, errors: dict, t_ms: int, payload: dict) -> None:
         for f in feats:
             if f.kind == "input":
-                spec = f.input
-                assert spec is not None
-                raw = read_path(payload, spec.path)
-                if raw is None or (isinstance(raw, str) and raw == "null"):
-                    if spec.has_default:
-                        env[f.name] = spec.default
-                    else:
-                        env[f.name] = None
-                        if not spec.optional:
-                            errors[f.name] = "missing required input"
-                    continue
-                value, err = coerce(raw, f.type)
-                if value is None and err is None:
-                    if spec.has_default:
-                        value = spec.default
-                    elif not spec.optional:
-                        err = "missing required input"
+                value, err = read_input(payload, f.input, f.type)
                 env[f.name] = value
                 if err is not None:
                     errors[f.name] = err
@@ -312,9 +308,8 @@ class EventProgram:
 
             decoders.append(dec_l)
             return
-        comps = op.components
-        argv += ["T", rk, lo, hi, r.state.resolution_s, len(r.sizes), *r.sizes, len(comps), *comps]
-        nc = len(comps)
+        argv += ["T", rk, lo, hi, *r.tile_args]
+        nc = len(op.components)
 
         def dec_t(res: Any) -> None:
             ir = op.init()
@@ -343,9 +338,7 @@ class EventProgram:
         rk = kidx(redis_key(enc, w.state.definition_hash))
         fields = [tile_field(size, tile_index(t_ms, size)) for size in w.sizes] if w.op.tiled else []
         argv += w.op.write_args(rk, fields, values, t_ms)
-        window_ms = w.state.window_s * 1000
-        res_ms = w.state.resolution_s * 1000
-        argv += ["X", rk, window_ms + res_ms, t_ms, window_ms, res_ms, max(window_ms // 4, res_ms)]
+        argv += ["X", rk, w.ttl_ms, t_ms, *w.prune_args]
 
 
 class Evaluator:
@@ -353,14 +346,14 @@ class Evaluator:
 
     Args:
         plan: the compiled plan.
-        run: the store's script call.
+        run: the store's script call; may be set later (``None`` until then).
         id_ttl_ms: how long ``_id`` idempotency keys are remembered (ms).
 
     Raises:
         NotImplementedError: see :class:`EventProgram`.
     """
 
-    def __init__(self, plan: Plan, run: RunScript, id_ttl_ms: int = 86_400_000):
+    def __init__(self, plan: Plan, run: RunScript | None, id_ttl_ms: int = 86_400_000):
         self.plan = plan
         self.run = run
         self.id_ttl_ms = id_ttl_ms

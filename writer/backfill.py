@@ -108,7 +108,7 @@ def run_backfill(
     report_progress = progress or (lambda phase, done, total: None)
     t0 = time.perf_counter()
     raw = read_events(spark, paths)
-    ok = valid(raw, list(plan.events))
+    ok = valid(list(plan.events))
     raw = raw.persist(StorageLevel.MEMORY_AND_DISK)
     report_progress("read", 0, 1)
     span = raw.where(ok).agg(F.min("_time_ms"), F.max("_time_ms"), F.count(F.lit(1))).collect()[0]

@@ -79,6 +79,6 @@ def read_events(spark: SparkSession, paths: Sequence[str | Path]) -> DataFrame:
     )
 
 
-def valid(df: DataFrame, event_types: Sequence[str]) -> Column:
+def valid(event_types: Sequence[str]) -> Column:
     """Return the condition a raw event must meet to be used."""
     return F.col("_type").isin(list(event_types)) & F.col("_time_ms").isNotNull()

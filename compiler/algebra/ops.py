@@ -50,6 +50,9 @@ from typing import Any, ClassVar, Sequence
 
 import orjson
 
+from compiler.algebra.keys import encode_value_tuple
+from compiler.algebra.windows import LEVEL_CODE
+
 
 def _num(raw: bytes | str | None, type_name: str) -> Any:
     if raw is None:
@@ -82,11 +85,6 @@ def _encode_scalar(value: Any, type_name: str) -> str:
     if type_name in ("int", "time"):
         return str(int(value))
     return str(value)
-
-
-def code_point_less(a: str, b: str) -> bool:
-    """Compare strings by Unicode code point (SPEC §3.5); Python's ``<`` does exactly that."""
-    return a < b
 
 
 @dataclass(frozen=True)
@@ -337,8 +335,6 @@ class CountUniqueOp(AggregateOp):
         return {}
 
     def update(self, ir, values, time_ms):
-        from compiler.algebra.keys import encode_value_tuple
-
         k = encode_value_tuple(values, self.value_types)
         out = dict(ir)
         if out.get(k, -math.inf) < time_ms:
@@ -366,8 +362,6 @@ class CountUniqueOp(AggregateOp):
         raise TypeError("CountUnique state is read by the U script op")
 
     def write_args(self, key_index, fields, values, time_ms):
-        from compiler.algebra.keys import encode_value_tuple
-
         return ["SEEN", key_index, "u" + encode_value_tuple(values, self.value_types), int(time_ms)]
 
 
@@ -478,6 +472,4 @@ def tile_field(size_s: int, index: int) -> str:
     >>> tile_field(60, 22616640)
     'm22616640'
     """
-    from compiler.algebra.windows import LEVEL_CODE
-
     return f"{LEVEL_CODE[size_s]}{index}"

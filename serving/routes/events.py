@@ -48,6 +48,25 @@ def _select(resp: dict, features: bool | None, exports: bool | None) -> dict:
     return resp
 
 
+async def _process(evaluator, body, parsed, index: int | None = None) -> dict:
+    """Evaluate one validated event, counting it in the metrics.
+
+    Raises:
+        ApiError: 503 ``store-unavailable`` (with ``processed`` = ``index`` in a batch).
+    """
+    start = time.perf_counter()
+    try:
+        resp = await evaluator.process(body, parsed)
+    except StoreUnavailable as e:
+        STORE_ERRORS.inc()
+        if index is None:
+            raise ApiError(503, "store-unavailable", str(e)) from None
+        raise ApiError(503, "store-unavailable", f"event {index}: {e}", processed=index) from None
+    EVENTS.labels(parsed[0].name).inc()
+    EVENT_LATENCY.observe(time.perf_counter() - start)
+    return resp
+
+
 @router.post("/event", response_model=EventResponse, responses=_ERRORS)
 async def post_event(request: Request, evaluator: EvaluatorDep, features: bool | None = None, exports: bool | None = None):
     """Evaluate one event's features and record its contribution."""
@@ -56,14 +75,7 @@ async def post_event(request: Request, evaluator: EvaluatorDep, features: bool |
         parsed = evaluator.parse(body)
     except BadEvent as e:
         raise ApiError(400, e.code, e.message) from None
-    start = time.perf_counter()
-    try:
-        resp = await evaluator.process(body, parsed)
-    except StoreUnavailable as e:
-        STORE_ERRORS.inc()
-        raise ApiError(503, "store-unavailable", str(e)) from None
-    EVENTS.labels(parsed[0].name).inc()
-    EVENT_LATENCY.observe(time.perf_counter() - start)
+    resp = await _process(evaluator, body, parsed)
     return json_response(_select(resp, features, exports))
 
 
@@ -83,13 +95,6 @@ async def post_batch(request: Request, evaluator: EvaluatorDep, features: bool |
             raise ApiError(400, e.code, f"event {i}: {e.message}", index=i) from None
     out = []
     for i, (ev, p) in enumerate(zip(body, parsed)):
-        start = time.perf_counter()
-        try:
-            resp = await evaluator.process(ev, p)
-        except StoreUnavailable as e:
-            STORE_ERRORS.inc()
-            raise ApiError(503, "store-unavailable", f"event {i}: {e}", processed=i) from None
-        EVENTS.labels(p[0].name).inc()
-        EVENT_LATENCY.observe(time.perf_counter() - start)
+        resp = await _process(evaluator, ev, p, index=i)
         out.append(_select(resp, features, exports))
     return json_response(out)

@@ -9,17 +9,14 @@ backfill must leave the store unchanged.
 
 from __future__ import annotations
 
-import math
 import random
 
 import orjson
 import pytest
 import redis
-from fastapi.testclient import TestClient
 
 from compiler import compile_sources
-from serving.app import create_app
-from serving.settings import Settings
+from tests.e2e.helpers import close, post_all
 from writer.backfill import run_backfill
 
 TOPOLOGY = """
@@ -70,25 +67,6 @@ def make_events(n: int = 3500, seed: int = 7) -> list[dict]:
     return out
 
 
-def _close(a, b):
-    if isinstance(a, float) and isinstance(b, float):
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
-    return a == b
-
-
-def post_all(plan, url, events):
-    app = create_app(plan, Settings(), redis_url=url)
-    out = []
-    with TestClient(app) as c:
-        for i in range(0, len(events), 500):
-            r = c.post("/batch", content=orjson.dumps(events[i : i + 500]), headers={"content-type": "application/json"})
-            assert r.status_code == 200, r.text
-            out.extend(x["features"] for x in r.json())
-    return out
-
-
 def dump(url):
     client = redis.Redis.from_url(url)
     state = {}
@@ -127,7 +105,7 @@ def test_backfill_then_online_equals_online_only(spark, redis_url, plan, tmp_pat
     mixed = post_all(plan, redis_url, live)
     assert len(mixed) == len(online_only)
     for i, (a, b) in enumerate(zip(online_only, mixed)):
-        diffs = {k: (a[k], b[k]) for k in a if not _close(a[k], b[k])}
+        diffs = {k: (a[k], b[k]) for k in a if not close(a[k], b[k])}
         assert not diffs, f"live event {i} ({live[i]}): {diffs}"
 
 

@@ -17,7 +17,7 @@ import redis
 
 from compiler import compile_dir
 from scowl.demo_data import iter_events
-from tests.e2e.test_backfill_online import _close, post_all
+from tests.e2e.helpers import close, post_all
 from writer.backfill import run_backfill
 
 FLIGHTS = Path(__file__).resolve().parents[2] / "examples" / "flights"
@@ -44,7 +44,7 @@ def test_flights_backfill_then_online_equals_online_only(spark, redis_url, tmp_p
 
     checked = 0
     for i, (a, b) in enumerate(zip(online_only, mixed)):
-        diffs = {k: (a[k], b[k]) for k in a if not _close(a[k], b[k])}
+        diffs = {k: (a[k], b[k]) for k in a if not close(a[k], b[k])}
         assert not diffs, f"live event {i} ({live[i]['_type']} at {live[i]['_time']}): {diffs}"
         checked += len(a)
     assert checked > 10_000
