@@ -22,7 +22,18 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
 
 from compiler.algebra.keys import encode_key, redis_key
-from compiler.algebra.ops import AggregateOp, CountUniqueOp, LatestOp, make_op, tile_field
+from compiler.algebra.ops import (
+    DECAY_HORIZON,
+    AggregateOp,
+    CountUniqueOp,
+    DecayedOp,
+    LatestOp,
+    fold,
+    make_op,
+    parse_log_member,
+    tile_field,
+    values_json,
+)
 from compiler.algebra.windows import counted_range, levels_s, tile_index
 from compiler.codegen.python import EvalError, compile_expr
 from compiler.plan import AggregateSpec, EventPlan, Feature, Plan, StateSpec, WriteSpec
@@ -78,6 +89,9 @@ class _Write:
         res_ms = self.state.resolution_s * 1000
         # X op arguments: ttl W + r (SPEC §5.3), W, r, prune at most every W/4
         self.ttl_ms = window_ms + res_ms
+        if isinstance(self.op, DecayedOp):
+            self.ttl_ms = DECAY_HORIZON * window_ms
+        self.log_args = (window_ms + res_ms, self.ttl_ms)
         self.prune_args = (window_ms, res_ms, max(window_ms // 4, res_ms))
 
 
@@ -122,7 +136,7 @@ class EventProgram:
                 feature=f.name,
                 spec=spec,
                 state=state,
-                op=make_op(state.function, state.value_types, spec.value_names),
+                op=make_op(state.function, state.value_types, spec.value_names, state.window_s),
                 sizes=levels_s(state.window_s),
                 key_types=state.key_types,
                 before_write=spec.exclusive and writes_it,
@@ -134,7 +148,7 @@ class EventProgram:
             self.writes[h] = _Write(
                 state=state,
                 write=w,
-                op=make_op(state.function, state.value_types),
+                op=make_op(state.function, state.value_types, window_s=state.window_s),
                 sizes=levels_s(state.window_s),
                 where=None if w.where is None else compile_expr(w.where),
             )
@@ -288,6 +302,24 @@ class EventProgram:
         rk = kidx(redis_key(enc, r.state.definition_hash))
         op = r.op
         name = r.feature
+        if r.state.limit is not None:
+            argv += ["ZR", rk, lo * res_ms, t_ms, r.state.limit]
+            vtypes = r.state.value_types
+
+            def dec_z(res: Any) -> None:
+                writes = [(int(float(res[j + 1])), parse_log_member(res[j], vtypes)) for j in range(len(res) - 2, -1, -2)]
+                env[name] = fold(op, writes)
+
+            decoders.append(dec_z)
+            return
+        if isinstance(op, DecayedOp):
+            argv += ["R", rk, 3, "dt", "dv", "dw"]
+
+            def dec_d(res: Any) -> None:
+                env[name] = op.value_at(op.decode(res), t_ms)
+
+            decoders.append(dec_d)
+            return
         if isinstance(op, CountUniqueOp):
             argv += ["U", rk, lo * res_ms, t_ms]
 
@@ -336,6 +368,9 @@ class EventProgram:
         if enc is None:
             return
         rk = kidx(redis_key(enc, w.state.definition_hash))
+        if w.state.limit is not None:
+            argv += ["ZW", rk, t_ms, values_json(values), w.state.limit, t_ms - w.log_args[0], w.log_args[1]]
+            return
         fields = [tile_field(size, tile_index(t_ms, size)) for size in w.sizes] if w.op.tiled else []
         argv += w.op.write_args(rk, fields, values, t_ms)
         argv += ["X", rk, w.ttl_ms, t_ms, *w.prune_args]

@@ -14,6 +14,17 @@
 --   MAX  k field v kind    s: string by byte = code point order)   (write)
 --   SEEN k field ms        field := max(field, ms)        (write)
 --   LA   k ms json         lt/lv := ms/json if ms >= lt   (write)
+--   FI   k field ms json   field := "ms<TAB>json" if ms < the field's ms
+--                          (First: the tile's earliest write)    (write)
+--   HM   k field slot rho  HyperLogLog register slot of the sparse text
+--                          ";slot:rho;..." := max(rho, current)  (write)
+--   DE   k ms v w_ms       decayed sums dt/dv/dw (ops.DecayedOp.update):
+--                          rescale to ms if ms >= dt, else add v*exp(-(dt-ms)/w)
+--   ZW   k ms json n cutoff_ms ttl_ms
+--                          write log (sorted set): add member
+--                          "<8-digit rank at ms><ms>:<json>" scored ms, drop
+--                          members scored < cutoff, keep the n highest,
+--                          PEXPIRE ttl                            (write)
 --   X    k ttl_ms ms w_ms r_ms prune_every_ms
 --                          prune fields no read at time >= ms can use, when
 --                          due; then PEXPIRE k ttl_ms     (write)
@@ -25,6 +36,8 @@
 --                          the cover is windows.cover() of windows.py, one
 --                          field per (tile, component), tiles in time order (read)
 --   U    k lo_ms hi_ms     push the number of u* fields with lo <= v <= hi (read)
+--   ZR   k lo_ms hi_ms n   push ZREVRANGEBYSCORE hi lo LIMIT 0 n WITHSCORES:
+--                          the n latest log members in [lo, hi]   (read)
 -- Returns the pushed values, in order.
 
 -- tile size codes, as windows.LEVEL_CODE (ms / seconds)
@@ -151,6 +164,66 @@ while i <= n do
       end
     end
     i = i + 4
+  elseif op == 'FI' then
+    if not skip then
+      local f, ms = ARGV[i + 2], tonumber(ARGV[i + 3])
+      local cur = redis.call('HGET', key, f)
+      if not cur or ms < tonumber(string.match(cur, '^%-?%d+')) then
+        redis.call('HSET', key, f, ARGV[i + 3] .. '\t' .. ARGV[i + 4])
+      end
+    end
+    i = i + 5
+  elseif op == 'HM' then
+    if not skip then
+      local f, rho = ARGV[i + 2], tonumber(ARGV[i + 4])
+      local cur = redis.call('HGET', key, f) or ''
+      local pat = ';' .. ARGV[i + 3] .. ':'
+      local s, e = string.find(cur, pat, 1, true)
+      if not s then
+        redis.call('HSET', key, f, cur .. pat .. ARGV[i + 4])
+      else
+        local old = string.match(cur, '^%d+', e + 1)
+        if rho > tonumber(old) then
+          redis.call('HSET', key, f, string.sub(cur, 1, e) .. ARGV[i + 4] .. string.sub(cur, e + 1 + #old))
+        end
+      end
+    end
+    i = i + 5
+  elseif op == 'DE' then
+    if not skip then
+      local ms, v, w = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
+      local cur = redis.call('HMGET', key, 'dt', 'dv', 'dw')
+      local dt, dv, dw
+      if not cur[1] then
+        dt, dv, dw = ARGV[i + 2], v, 1
+      else
+        local t0, sv, sw = tonumber(cur[1]), tonumber(cur[2]), tonumber(cur[3])
+        if ms >= t0 then
+          local f = math.exp(-(ms - t0) / w)
+          dt, dv, dw = ARGV[i + 2], sv * f + v, sw * f + 1
+        else
+          local f = math.exp(-(t0 - ms) / w)
+          dt, dv, dw = cur[1], sv + v * f, sw + f
+        end
+      end
+      redis.call('HSET', key, 'dt', dt, 'dv', string.format('%.17g', dv), 'dw', string.format('%.17g', dw))
+    end
+    i = i + 5
+  elseif op == 'ZW' then
+    if not skip then
+      local ms = ARGV[i + 2]
+      local top = redis.call('ZREVRANGEBYSCORE', key, ms, ms, 'LIMIT', 0, 1)
+      local rank = 0
+      if top[1] then rank = tonumber(string.sub(top[1], 1, 8)) + 1 end
+      redis.call('ZADD', key, ms, string.format('%08d', rank) .. ms .. ':' .. ARGV[i + 3])
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. ARGV[i + 5])
+      redis.call('ZREMRANGEBYRANK', key, 0, -(tonumber(ARGV[i + 4]) + 1))
+      redis.call('PEXPIRE', key, ARGV[i + 6])
+    end
+    i = i + 7
+  elseif op == 'ZR' then
+    out[#out + 1] = redis.call('ZREVRANGEBYSCORE', key, ARGV[i + 3], ARGV[i + 2], 'WITHSCORES', 'LIMIT', 0, ARGV[i + 4])
+    i = i + 5
   elseif op == 'X' then
     if not skip then
       local ms = tonumber(ARGV[i + 3])

@@ -27,14 +27,47 @@ field              holds
                    value tuple (encoded as in ``keys.encode_value_tuple``).
 ``lt`` / ``lv``    ``Latest``/``LatestTime``: epoch ms and JSON object
                    ``{"v0": .., "v1": ..}`` of the latest counted write.
+``dt``/``dv``/``dw`` ``Decayed*``: reference time (ms), decayed sum of values
+                   and decayed count, both weighed to ``dt`` (numbers as
+                   ``%.17g`` text).
 ``_p``             event time (ms) at which the next pruning pass is due.
 =================  ==========================================================
 
 Tiled functions keep one partial per tile at every level of
-``windows.levels_s(W)``; a read merges the tiles of ``windows.cover(...)``.
+``windows.levels_s(W)``; a read merges the tiles of ``windows.cover(...)``:
+``Count``, ``Sum``, ``Average`` (``.s``/``.c``), ``Min``, ``Max``, ``First``
+and ``FirstTime`` (``<ms>\t<json>`` of the tile's earliest write) and
+``HyperLogLog`` (sparse registers ``;slot:rho;slot:rho``).
 ``CountUnique`` and ``Latest`` need no tiles: the latest write time per value
 (resp. overall) decides membership in the window exactly when reads come in
 event-time order.
+
+**Write logs.** A state with ``limit n`` (explicit, or ``Sequence``/``Set``'s
+default 100) is not a hash but a sorted set at the same Redis key: one member
+per write, score = event time (ms), member = 8-digit arrival rank among the
+key's writes at that same millisecond, the time, ``:`` and the JSON object of
+the values (``000000001500:{"v0":5}``; the time keeps members unique). So members order by (time, arrival), exactly as
+SPEC §3.2 orders writes for ``limit``. Each write trims the log to the ``n``
+latest members and drops members older than ``W + r``; a read takes the
+``n`` latest members in the counted range (``ZREVRANGEBYSCORE .. LIMIT 0 n``)
+and folds them, oldest first, through the function's ``update`` (:func:`fold`).
+The ``n`` latest writes in a range that ends at the read time are the ``n``
+latest overall restricted to the range, so the trimmed log is exact for reads
+in event-time order.
+
+**Decayed** aggregates keep O(1) state: with reference time ``dt`` the
+stored sums are ``sum(v * exp(-(dt - s) / W))``; a write at ``s >= dt``
+rescales them to ``s``, an older one adds its weight. A read at ``t``
+multiplies by ``exp(-(t - dt) / W)`` (SPEC §2.4). The state expires
+:data:`DECAY_HORIZON` windows after its last write, when every weight is
+below ``exp(-40)``.
+
+**HyperLogLog** registers (``m = 2**HLL_P``): the item is the encoded value
+tuple (``keys.encode_value_tuple``); its MD5 digest (hex) gives the slot (the
+first 3 hex digits) and ``rho`` = 53 minus the bit length of the next 13 hex
+digits (52 bits), so 1..53. MD5 is a Spark built-in and in ``hashlib``, so
+Spark and the server compute the same registers; the estimate is Ertl's
+improved raw estimator over the merged registers (:func:`hll_estimate`).
 
 The Lua script ``event.lua`` beside this module applies the same updates in
 Redis; :func:`encode` of :func:`update` equals what the script stores, and the
@@ -44,6 +77,7 @@ against a brute-force oracle.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Sequence
@@ -365,23 +399,61 @@ class CountUniqueOp(AggregateOp):
         return ["SEEN", key_index, "u" + encode_value_tuple(values, self.value_types), int(time_ms)]
 
 
-@dataclass(frozen=True)
-class LatestOp(AggregateOp):
-    """``Latest`` (and ``LatestTime`` with no values): the latest counted write.
+def values_json(values: Sequence[Any]) -> str:
+    """The JSON object ``{"v0": .., "v1": ..}`` of a write's values (``lv``, logs, ``First`` tiles)."""
+    return orjson.dumps({f"v{i}": v for i, v in enumerate(values)}).decode()
 
-    IR: ``(time_ms, values)`` or ``None``; ties in time go to the later
-    arrival (``>=``). Stored as ``lt`` (ms) and ``lv`` (JSON object
-    ``{"v0": .., "v1": ..}``). Finalize gives the value, a struct (dict keyed
-    by ``names``) for several values, or the time for ``LatestTime``.
-    Source: SPEC §2.4.
+
+def _values_of_json(text: bytes | str | None, value_types: Sequence[str]) -> tuple:
+    """Inverse of :func:`values_json` (floats back to ``float``; missing -> ``None``)."""
+    obj = orjson.loads(text) if text not in (None, "", b"") else {}
+    vals = []
+    for i, typ in enumerate(value_types):
+        v = obj.get(f"v{i}")
+        if typ == "float" and v is not None:
+            v = float(v)
+        vals.append(v)
+    return tuple(vals)
+
+
+@dataclass(frozen=True)
+class _PickOp(AggregateOp):
+    """Shared code of ``Latest``/``First`` (and their ``*Time`` forms).
+
+    IR: ``(time_ms, values)`` or ``None``. Finalize gives the value, a struct
+    (dict keyed by ``names``) for several values, or the time (``time_only``).
     """
 
-    tiled: ClassVar[bool] = False
     names: tuple[str, ...] = ()
     time_only: bool = False
 
     def init(self):
         return None
+
+    def finalize(self, ir):
+        if ir is None:
+            return None
+        if self.time_only:
+            return ir[0]
+        vals = ir[1]
+        if len(vals) == 1:
+            return vals[0]
+        return dict(zip(self.names, vals))
+
+    def encode_values(self, values: Sequence[Any]) -> str:
+        """Return the JSON text of a write's values (``""`` for the ``*Time`` forms)."""
+        return "" if self.time_only else values_json(values)
+
+
+@dataclass(frozen=True)
+class LatestOp(_PickOp):
+    """``Latest`` (and ``LatestTime`` with no values): the latest counted write.
+
+    Ties in time go to the later arrival (``>=``). Stored untiled as ``lt``
+    (ms) and ``lv`` (JSON object ``{"v0": .., "v1": ..}``). Source: SPEC §2.4.
+    """
+
+    tiled: ClassVar[bool] = False
 
     def update(self, ir, values, time_ms):
         if ir is None or time_ms >= ir[0]:
@@ -395,20 +467,6 @@ class LatestOp(AggregateOp):
             return a
         return b if b[0] >= a[0] else a
 
-    def finalize(self, ir):
-        if ir is None:
-            return None
-        if self.time_only:
-            return ir[0]
-        vals = ir[1]
-        if len(vals) == 1:
-            return vals[0]
-        return dict(zip(self.names, vals))
-
-    def encode_values(self, values: Sequence[Any]) -> str:
-        """Return the ``lv`` JSON text of a write's values."""
-        return orjson.dumps({f"v{i}": v for i, v in enumerate(values)}).decode()
-
     def decode(self, raw):
         """``raw`` = ``[lt, lv]`` as read from the hash."""
         if raw[0] is None:
@@ -416,54 +474,389 @@ class LatestOp(AggregateOp):
         t = _num(raw[0], "int")
         if self.time_only:
             return (t, ())
-        obj = orjson.loads(raw[1]) if raw[1] is not None else {}
-        vals = []
-        for i, typ in enumerate(self.value_types):
-            v = obj.get(f"v{i}")
-            if typ == "float" and v is not None:
-                v = float(v)
-            vals.append(v)
-        return (t, tuple(vals))
+        return (t, _values_of_json(raw[1], self.value_types))
 
     def encode(self, ir):
-        return [str(ir[0]), "" if self.time_only else self.encode_values(ir[1])]
+        return [str(ir[0]), self.encode_values(ir[1])]
 
     def write_args(self, key_index, fields, values, time_ms):
-        return ["LA", key_index, int(time_ms), "" if self.time_only else self.encode_values(values)]
+        return ["LA", key_index, int(time_ms), self.encode_values(values)]
 
 
-#: Functions the storage layer implements, by name.
-SUPPORTED = ("Count", "Sum", "Average", "Min", "Max", "CountUnique", "Latest", "LatestTime")
+@dataclass(frozen=True)
+class FirstOp(_PickOp):
+    """``First`` (and ``FirstTime`` with no values): the earliest counted write.
+
+    Tiled: each tile keeps ``<ms>\t<json>`` of its earliest write; ties in
+    time go to the earlier arrival (a write replaces the tile's only if
+    strictly earlier). Tiles are disjoint in time, so the merge of a cover is
+    its first non-empty tile. Source: SPEC §2.4.
+    """
+
+    def update(self, ir, values, time_ms):
+        if ir is None or time_ms < ir[0]:
+            return (time_ms, tuple(values))
+        return ir
+
+    def merge(self, a, b):
+        if a is None:
+            return b
+        if b is None:
+            return a
+        return b if b[0] < a[0] else a
+
+    def encode(self, ir):
+        return [f"{int(ir[0])}\t{self.encode_values(ir[1])}"]
+
+    def decode(self, raw):
+        if raw[0] is None:
+            return None
+        text = raw[0].decode("utf-8") if isinstance(raw[0], bytes) else raw[0]
+        t, _, j = text.partition("\t")
+        if self.time_only:
+            return (int(t), ())
+        return (int(t), _values_of_json(j, self.value_types))
+
+    def write_args(self, key_index, fields, values, time_ms):
+        v = self.encode_values(values)
+        out: list = []
+        for f in fields:
+            out += ["FI", key_index, f, int(time_ms), v]
+        return out
 
 
-def make_op(function: str, value_types: Sequence[str], value_names: Sequence[str] = ()) -> AggregateOp:
+@dataclass(frozen=True)
+class SequenceOp(AggregateOp):
+    """``Sequence``: the counted writes' values, oldest first (a write log only).
+
+    IR: list of value tuples in (time, arrival) order. Finalize: list of
+    values, or of structs (dicts keyed by ``names``) for several values.
+    Source: SPEC §2.4 (``limit`` defaults to 100).
+    """
+
+    tiled: ClassVar[bool] = False
+    names: tuple[str, ...] = ()
+
+    def init(self):
+        return []
+
+    def update(self, ir, values, time_ms):
+        return [*ir, tuple(values)]
+
+    def merge(self, a, b):
+        return [*a, *b]
+
+    def finalize(self, ir):
+        if len(self.value_types) == 1:
+            return [v[0] for v in ir]
+        return [dict(zip(self.names, v)) for v in ir]
+
+
+@dataclass(frozen=True)
+class SetOp(AggregateOp):
+    """``Set``: the distinct values among the counted writes, sorted ascending.
+
+    IR: frozenset of value tuples. Finalize: sorted list of values (strings by
+    code point), or of tuples (lists in value order) for several values.
+    Source: SPEC §2.4, §3.5.
+    """
+
+    tiled: ClassVar[bool] = False
+
+    def init(self):
+        return frozenset()
+
+    def update(self, ir, values, time_ms):
+        return ir | {tuple(values)}
+
+    def merge(self, a, b):
+        return a | b
+
+    def finalize(self, ir):
+        items = sorted(ir)
+        if len(self.value_types) == 1:
+            return [v[0] for v in items]
+        return [list(v) for v in items]
+
+
+#: Decayed state expires this many windows after its last write (weights < e^-40).
+DECAY_HORIZON = 40
+
+
+def _g17(x: float) -> str:
+    """``%.17g`` text of a float, as ``event.lua`` stores decayed sums."""
+    return "%.17g" % x
+
+
+@dataclass(frozen=True)
+class DecayedOp(AggregateOp):
+    """``DecayedCount``/``DecayedSum``/``DecayedAverage``: exponentially decayed.
+
+    A write of value ``v`` at ``s`` weighs ``exp(-(t - s) / W)`` in a read at
+    ``t``, over all history (SPEC §2.4). IR ``(ref_ms, sum_v, sum_w)`` or
+    ``None``: the decayed sums of values and of weights, both weighed at the
+    reference time ``ref_ms`` (the latest write). Kept untiled in ``dt``,
+    ``dv``, ``dw``. Finalize needs the read time: :meth:`value_at`.
+
+    Attributes:
+        kind: ``"count"``, ``"sum"`` or ``"average"``.
+        window_ms: the decay constant ``W`` in ms.
+    """
+
+    tiled: ClassVar[bool] = False
+    kind: str = "count"
+    window_ms: int = 1
+
+    def init(self):
+        return None
+
+    def update(self, ir, values, time_ms):
+        v = float(values[0]) if self.kind != "count" else 1.0
+        if ir is None:
+            return (time_ms, v, 1.0)
+        ref, sv, sw = ir
+        if time_ms >= ref:
+            f = math.exp(-(time_ms - ref) / self.window_ms)
+            return (time_ms, sv * f + v, sw * f + 1.0)
+        f = math.exp(-(ref - time_ms) / self.window_ms)
+        return (ref, sv + v * f, sw + f)
+
+    def merge(self, a, b):
+        if a is None:
+            return b
+        if b is None:
+            return a
+        if b[0] > a[0]:
+            a, b = b, a
+        f = math.exp(-(a[0] - b[0]) / self.window_ms)
+        return (a[0], a[1] + b[1] * f, a[2] + b[2] * f)
+
+    def finalize(self, ir):
+        raise TypeError("a decayed aggregate is finalized at a read time: use value_at")
+
+    def value_at(self, ir, read_ms: int) -> float | None:
+        """Return the feature value of ``ir`` read at ``read_ms``.
+
+        Returns:
+            float; ``0.0`` for an empty count/sum, ``None`` for an empty average.
+        """
+        if ir is None:
+            return None if self.kind == "average" else 0.0
+        ref, sv, sw = ir
+        if self.kind == "average":
+            return sv / sw if sw > 0 else None
+        f = math.exp(-(read_ms - ref) / self.window_ms)
+        return (sw if self.kind == "count" else sv) * f
+
+    def encode(self, ir):
+        return [str(int(ir[0])), _g17(ir[1]), _g17(ir[2])]
+
+    def decode(self, raw):
+        """``raw`` = ``[dt, dv, dw]`` as read from the hash."""
+        if raw[0] is None:
+            return None
+        return (_num(raw[0], "int"), _num(raw[1], "float") or 0.0, _num(raw[2], "float") or 0.0)
+
+    def write_args(self, key_index, fields, values, time_ms):
+        v = float(values[0]) if self.kind != "count" else 1.0
+        return ["DE", key_index, int(time_ms), _g17(v), self.window_ms]
+
+
+#: HyperLogLog precision: ``m = 2**HLL_P`` registers; standard error 1.04/sqrt(m) = 1.6%.
+HLL_P = 12
+HLL_M = 1 << HLL_P
+#: Bits of the hash after the slot; register values are 1..HLL_Q + 1.
+HLL_Q = 52
+
+
+def hll_coupon(item: str) -> tuple[int, int]:
+    """Return ``(slot, rho)`` of one item (module docstring; Spark twin in ``writer.tiles``).
+
+    >>> hll_coupon("s1:a")
+    (3642, 3)
+    """
+    h = hashlib.md5(item.encode("utf-8")).hexdigest()
+    w = int(h[3:16], 16)
+    return int(h[0:3], 16), HLL_Q + 1 - w.bit_length()
+
+
+def _sigma(x: float) -> float:
+    if x == 1.0:
+        return math.inf
+    y, z = 1.0, x
+    while True:
+        x *= x
+        z_old = z
+        z += x * y
+        y += y
+        if z == z_old:
+            return z
+
+
+def _tau(x: float) -> float:
+    if x == 0.0 or x == 1.0:
+        return 0.0
+    y, z = 1.0, 1.0 - x
+    while True:
+        x = math.sqrt(x)
+        z_old = z
+        y *= 0.5
+        z -= (1.0 - x) ** 2 * y
+        if z == z_old:
+            return z / 3.0
+
+
+def hll_estimate(registers: dict[int, int]) -> int:
+    """Estimate the distinct count of merged HLL registers.
+
+    Args:
+        registers: ``{slot: rho}`` for the non-zero registers (``rho`` in 1..53).
+
+    Returns:
+        The rounded estimate (0 for no registers).
+
+    Source: O. Ertl, "New cardinality estimation algorithms for HyperLogLog
+    sketches" (2017), Algorithm 6 (improved raw estimator; unbiased from 0 to
+    ~2^64 without empirical bias tables).
+    """
+    if not registers:
+        return 0
+    m = HLL_M
+    c = [0] * (HLL_Q + 2)
+    for rho in registers.values():
+        c[rho] += 1
+    c[0] = m - len(registers)
+    z = m * _tau(1.0 - c[HLL_Q + 1] / m)
+    for k in range(HLL_Q, 0, -1):
+        z = 0.5 * (z + c[k])
+    z += m * _sigma(c[0] / m)
+    return int(round(m * m / (2.0 * math.log(2.0)) / z))
+
+
+@dataclass(frozen=True)
+class HyperLogLogOp(AggregateOp):
+    """``HyperLogLog``: approximate distinct count of value tuples, mergeable tiles.
+
+    IR: ``{slot: rho}`` (sparse registers; merge is the register-wise max).
+    Stored per tile as ``;slot:rho;slot:rho`` (order free). Source: SPEC §2.4
+    (standard error <= 2%: 1.6% at ``HLL_P`` = 12); Flajolet et al. (2007)
+    for the registers, Ertl (2017) for the estimate.
+    """
+
+    def init(self):
+        return {}
+
+    def update(self, ir, values, time_ms):
+        slot, rho = hll_coupon(encode_value_tuple(values, self.value_types))
+        if ir.get(slot, 0) >= rho:
+            return ir
+        out = dict(ir)
+        out[slot] = rho
+        return out
+
+    def merge(self, a, b):
+        out = dict(a)
+        for slot, rho in b.items():
+            if out.get(slot, 0) < rho:
+                out[slot] = rho
+        return out
+
+    def finalize(self, ir):
+        return hll_estimate(ir)
+
+    def encode(self, ir):
+        return ["".join(f";{slot}:{rho}" for slot, rho in sorted(ir.items()))]
+
+    def decode(self, raw):
+        text = raw[0]
+        if text is None:
+            return {}
+        if isinstance(text, bytes):
+            text = text.decode()
+        out: dict[int, int] = {}
+        for part in text.split(";")[1:]:
+            slot, _, rho = part.partition(":")
+            s, r = int(slot), int(rho)
+            if out.get(s, 0) < r:
+                out[s] = r
+        return out
+
+    def write_args(self, key_index, fields, values, time_ms):
+        slot, rho = hll_coupon(encode_value_tuple(values, self.value_types))
+        out: list = []
+        for f in fields:
+            out += ["HM", key_index, f, slot, rho]
+        return out
+
+
+def fold(op: AggregateOp, writes: Sequence[tuple[int, Sequence[Any]]]) -> Any:
+    """Fold counted writes through ``op.update`` and finalize (write-log reads).
+
+    Args:
+        op: the function's algebra (not ``Decayed*``).
+        writes: ``(time_ms, values)`` in (time, arrival) order, oldest first.
+
+    Returns:
+        The feature value (run-time representation).
+    """
+    ir = op.init()
+    for t, vals in writes:
+        ir = op.update(ir, vals, t)
+    return op.finalize(ir)
+
+
+def log_member(rank: int, time_ms: int, values: Sequence[Any]) -> str:
+    """Return the sorted-set member of one write in a write log (module docstring).
+
+    Args:
+        rank: arrival rank among the key's writes at the same ``time_ms`` (0-based).
+        time_ms: event time of the write (also the member's score).
+        values: the write's values.
+
+    >>> log_member(0, 1500, [5, "a"])
+    '000000001500:{"v0":5,"v1":"a"}'
+    """
+    return f"{rank:08d}{int(time_ms)}:{values_json(values)}"
+
+
+def parse_log_member(member: bytes | str, value_types: Sequence[str]) -> tuple:
+    """Return the value tuple of a write-log member (inverse of :func:`log_member`)."""
+    text = member.decode("utf-8") if isinstance(member, bytes) else member
+    return _values_of_json(text[text.index(":", 8) + 1 :], value_types)
+
+
+#: Functions the storage layer implements, by name (SPEC §2.4: all of them).
+SUPPORTED = ("Count", "Sum", "Average", "Min", "Max", "CountUnique", "Latest", "LatestTime", "First",
+             "FirstTime", "Sequence", "Set", "DecayedCount", "DecayedSum", "DecayedAverage", "HyperLogLog")
+
+
+def make_op(function: str, value_types: Sequence[str], value_names: Sequence[str] = (),
+            window_s: int = 1) -> AggregateOp:
     """Return the algebra of ``function`` over values of ``value_types``.
 
+    Args:
+        function: aggregate function name (SPEC §2.4).
+        value_types: the value types (plan ``StateSpec.value_types``).
+        value_names: the value feature names (struct field names).
+        window_s: the window ``W`` in seconds (the decay constant of ``Decayed*``).
+
     Raises:
-        NotImplementedError: a function of SPEC §2.4 the storage layer does not
-            implement yet (see :data:`SUPPORTED`).
+        NotImplementedError: a function not in :data:`SUPPORTED`.
     """
     vt = tuple(value_types)
-    if function == "Count":
-        return CountOp(vt)
-    if function == "Sum":
-        return SumOp(vt)
-    if function == "Average":
-        return AverageOp(vt)
-    if function == "Min":
-        return MinOp(vt)
-    if function == "Max":
-        return MaxOp(vt)
-    if function == "CountUnique":
-        return CountUniqueOp(vt)
-    if function == "Latest":
-        return LatestOp(vt, names=tuple(value_names))
-    if function == "LatestTime":
-        return LatestOp(vt, time_only=True)
-    raise NotImplementedError(
-        f"aggregate function {function} is not implemented by the tile store yet "
-        f"(supported: {', '.join(SUPPORTED)})"
-    )
+    names = tuple(value_names)
+    simple = {"Count": CountOp, "Sum": SumOp, "Average": AverageOp, "Min": MinOp, "Max": MaxOp,
+              "CountUnique": CountUniqueOp, "Set": SetOp, "HyperLogLog": HyperLogLogOp}
+    if function in simple:
+        return simple[function](vt)
+    if function in ("Latest", "First", "LatestTime", "FirstTime"):
+        cls = LatestOp if function.startswith("Latest") else FirstOp
+        return cls(vt, names=names, time_only=function.endswith("Time"))
+    if function == "Sequence":
+        return SequenceOp(vt, names=names)
+    if function.startswith("Decayed") and function[7:] in ("Count", "Sum", "Average"):
+        return DecayedOp(vt, kind=function[7:].lower(), window_ms=window_s * 1000)
+    raise NotImplementedError(f"aggregate function {function} is not implemented (supported: {', '.join(SUPPORTED)})")
 
 
 def tile_field(size_s: int, index: int) -> str:
