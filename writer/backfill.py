@@ -129,9 +129,14 @@ def run_backfill(
     we = e
     report = BackfillReport(requested=(s, e), window=(ws, we), widened=(ws, we) != (s, e), rejected=rejected,
                             rejected_path=rejected_path)
-    events = raw.where(ok & (F.col("_time_ms") >= F.lit(ws)) & (F.col("_time_ms") < F.lit(we)))
+    # Decayed* states have no window: they are computed from every event
+    # before the end; the others from the widened run window only.
+    decayed = any(st.function.startswith("Decayed") for st in plan.states.values())
+    events = raw.where(ok & (F.col("_time_ms") < F.lit(we)))
+    if not decayed:
+        events = events.where(F.col("_time_ms") >= F.lit(ws))
     events = events.persist(StorageLevel.MEMORY_AND_DISK)
-    report.events = events.count()
+    report.events = events.where(F.col("_time_ms") >= F.lit(ws)).count()
     raw.unpersist()
     report.seconds["read"] = time.perf_counter() - t0
     report_progress("read", 1, 1)
@@ -153,7 +158,7 @@ def run_backfill(
         spark.conf.set("spark.sql.codegen.wholeStage", previous)
     for i, st in enumerate(states):
         report_progress("tiles", i, len(states))
-        rows = state_rows(writes_of_state(frames, st), st, we)
+        rows = state_rows(writes_of_state(frames, st), st, we, ws)
         written = rows.rdd.mapPartitions(lambda it: [write_partition(it, url)]).sum()
         report.rows[st.definition_hash] = int(written)
     report_progress("tiles", len(states), len(states))

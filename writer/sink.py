@@ -9,6 +9,10 @@ converges to the same state):
 * ``set``    -> ``HSET rk field value`` (a tile complete within the run window)
 * ``seen``   -> ``event.lua`` op ``SEEN`` (keep the max last-seen ms)
 * ``latest`` -> ``event.lua`` op ``LA`` (newer write wins)
+* ``log``    -> write log (sorted set, ``ops.log_member`` layout): drop the
+  members scored in the run window ``[start, end)``, add the run's members,
+  keep the ``n`` highest (field ``<start>:<end>:<n>``, value a JSON list of
+  ``{"t", "m"}``)
 
 and ``PEXPIRE rk ttl_ms`` once per hash per pipeline.
 """
@@ -30,6 +34,7 @@ def write_partition(rows: Iterable, url: str) -> int:
     Raises:
         redis.RedisError: the store failed (Spark retries the task; writes are idempotent).
     """
+    import orjson
     import redis
 
     from compiler.algebra.script import event_script
@@ -59,6 +64,13 @@ def write_partition(rows: Iterable, url: str) -> int:
         elif mode == "latest":
             t, _, j = row["value"].partition("\t")
             script(keys=[row["rk"]], args=["LA", 1, t, j], client=pipe)
+        elif mode == "log":
+            start, end, keep = row["field"].split(":")
+            pipe.zremrangebyscore(row["rk"], start, f"({end}")
+            members = orjson.loads(row["value"])
+            if members:
+                pipe.zadd(row["rk"], {m["m"]: m["t"] for m in members})
+            pipe.zremrangebyrank(row["rk"], 0, -(int(keep) + 1))
         else:  # pragma: no cover - rows come from state_rows
             raise ValueError(f"unknown row mode {mode}")
         expiring[row["rk"]] = int(row["ttl_ms"])

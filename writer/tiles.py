@@ -9,7 +9,8 @@ events (layout: ``compiler/algebra/ops.py``):
     value: string  stored text      what ``AggregateOp.encode`` produces
     mode: string   "set" (overwrite: a tile complete within the run window),
                    "seen" (keep the max: CountUnique last-seen ms),
-                   "latest" (newer wins: value = "<ms>\\t<json>")
+                   "latest" (newer wins: value = "<ms>\\t<json>"),
+                   "log" (a write log: see ``_log_rows``)
     ttl_ms: long   expiry W + r (SPEC §5.3)
 
 Tile partials use one ``groupBy(rk, size, tile).agg(count/sum/min/max)`` over
@@ -23,11 +24,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from compiler.algebra.keys import MAX_KEY_CHARS, PREFIX
-from compiler.algebra.ops import make_op
+from compiler.algebra.ops import DECAY_HORIZON, HLL_Q, DecayedOp, make_op
 from compiler.algebra.windows import LEVEL_CODE, levels_s
 from compiler.plan import Plan, StateSpec
 from writer.features import with_features
@@ -140,21 +141,85 @@ def _num_text(col: Column, type_name: str) -> Column:
     return col
 
 
-def state_rows(writes: DataFrame, state: StateSpec, end_ms: int) -> DataFrame:
+def _values_json_column(n: int) -> Column:
+    """Spark twin of ``ops.values_json``: ``{"v0": .., ..}`` (``{}`` for no values)."""
+    if n == 0:
+        return F.lit("{}")
+    return F.to_json(F.struct(*[F.col(f"v{i}").alias(f"v{i}") for i in range(n)]))
+
+
+def hll_coupon_columns(item: Column) -> tuple[Column, Column]:
+    """Spark twin of ``ops.hll_coupon``: ``(slot, rho)`` from the MD5 hex digest of ``item``."""
+    h = F.md5(item)
+    slot = F.conv(F.substring(h, 1, 3), 16, 10).cast("int")
+    bits = F.conv(F.substring(h, 4, 13), 16, 2)
+    rho = F.when(bits == F.lit("0"), F.lit(HLL_Q + 1)).otherwise(F.lit(HLL_Q + 1) - F.length(bits))
+    return slot, rho.cast("int")
+
+
+def _log_rows(writes: DataFrame, state: StateSpec, start_ms: int, end_ms: int, cutoff: int, ttl: Column) -> DataFrame:
+    """Write-log rows (mode ``log``): one per entity key, the ``n`` latest members.
+
+    ``field`` is ``<start_ms>:<end_ms>:<n>`` (the sink replaces the log's
+    members scored in ``[start, end)``, then trims to ``n``); ``value`` is the
+    JSON list ``[{"t": ms, "m": member}, ..]`` (``ops.log_member`` layout).
+    """
+    n = state.limit
+    by_ms = Window.partitionBy("rk", "t").orderBy("seq")
+    latest = Window.partitionBy("rk").orderBy(F.col("t").desc(), F.col("seq").desc())
+    member = F.concat(
+        F.lpad((F.row_number().over(by_ms) - 1).cast("string"), 8, "0"),
+        F.col("t").cast("string"), F.lit(":"), _values_json_column(len(state.value_types)),
+    )
+    w = writes.select("rk", "t", member.alias("m"), F.row_number().over(latest).alias("k"))
+    w = w.where((F.col("k") <= F.lit(n)) & (F.col("t") > F.lit(cutoff)))
+    g = w.groupBy("rk").agg(F.to_json(F.collect_list(F.struct("t", "m"))).alias("value"))
+    return g.select("rk", F.lit(f"{start_ms}:{end_ms}:{n}").alias("field"), "value",
+                    F.lit("log").alias("mode"), ttl.alias("ttl_ms"))
+
+
+def _decayed_rows(writes: DataFrame, state: StateSpec) -> DataFrame:
+    """``Decayed*`` rows: ``dt`` (latest write ms), ``dv``/``dw`` weighed to it (``ops.DecayedOp``)."""
+    W = state.window_s * 1000
+    v = F.lit(1.0) if state.function == "DecayedCount" else F.col("v0").cast("double")
+    latest = Window.partitionBy("rk")
+    w = writes.select("rk", "t", v.alias("v"), F.max("t").over(latest).alias("dt"))
+    weight = F.exp((F.col("t") - F.col("dt")).cast("double") / F.lit(float(W)))
+    g = w.groupBy("rk", "dt").agg(F.sum(F.col("v") * weight).alias("dv"), F.sum(weight).alias("dw"))
+    ttl = F.lit(DECAY_HORIZON * W).cast("long")
+    return g.select("rk", F.array(
+        F.struct(F.lit("dt").alias("f"), F.col("dt").cast("string").alias("x")),
+        F.struct(F.lit("dv").alias("f"), F.col("dv").cast("string").alias("x")),
+        F.struct(F.lit("dw").alias("f"), F.col("dw").cast("string").alias("x")),
+    ).alias("a")).select("rk", F.explode("a").alias("p")).select(
+        "rk", F.col("p.f").alias("field"), F.col("p.x").alias("value"), F.lit("set").alias("mode"), ttl.alias("ttl_ms"))
+
+
+def state_rows(writes: DataFrame, state: StateSpec, end_ms: int, start_ms: int | None = None) -> DataFrame:
     """Return the store image rows (module docstring) of one state.
 
     Args:
-        writes: output of :func:`writes_of_state`, already restricted to the
-            (widened) run window.
+        writes: output of :func:`writes_of_state` over every event read,
+            ending before ``end_ms``.
         state: the state.
-        end_ms: end of the widened run window (exclusive, epoch ms).
+        end_ms: end of the run window (exclusive, epoch ms).
+        start_ms: start of the widened run window: writes before it are left
+            out, except for ``Decayed*`` states, which are computed from every
+            write read (they have no window).
     """
     W = state.window_s * 1000
     r = state.resolution_s * 1000
     ttl = F.lit(W + r).cast("long")
     cutoff = end_ms - W - r
     fn = state.function
-    op = make_op(fn, state.value_types)
+    op = make_op(fn, state.value_types, window_s=state.window_s)
+    writes = writes.where(F.col("t") < F.lit(end_ms))
+    if isinstance(op, DecayedOp):
+        return _decayed_rows(writes, state)
+    if start_ms is not None:
+        writes = writes.where(F.col("t") >= F.lit(start_ms))
+    if state.limit is not None:
+        return _log_rows(writes, state, start_ms if start_ms is not None else cutoff, end_ms, cutoff, ttl)
     if fn == "CountUnique":
         enc = encode_tuple_column([F.col(f"v{i}") for i in range(len(state.value_types))], state.value_types)
         g = writes.groupBy("rk", enc.alias("u")).agg(F.max("t").alias("t")).where(F.col("t") > F.lit(cutoff))
@@ -174,9 +239,18 @@ def state_rows(writes: DataFrame, state: StateSpec, end_ms: int) -> DataFrame:
     slots = F.explode(F.array(*[
         F.struct(F.lit(size).cast("long").alias("size"), F.floor(F.col("t") / F.lit(size * 1000)).cast("long").alias("tile"))
         for size in sizes
-    ])).alias("slot")
-    exploded = writes.select("rk", "v0" if "v0" in writes.columns else F.lit(None).alias("v0"), slots)
-    exploded = exploded.select("rk", "v0", F.col("slot.size").alias("size"), F.col("slot.tile").alias("tile"))
+    ])).alias("_lvl")
+    nv = len(state.value_types)
+    extra = []
+    if fn in ("First", "FirstTime"):
+        extra = [F.struct(F.col("t"), _values_json_column(0 if fn == "FirstTime" else nv).alias("j")).alias("tj")]
+    elif fn == "HyperLogLog":
+        slot, rho = hll_coupon_columns(encode_tuple_column([F.col(f"v{i}") for i in range(nv)], state.value_types))
+        extra = [slot.alias("slot"), rho.alias("rho")]
+    v0 = F.col("v0") if "v0" in writes.columns else F.lit(None).alias("v0")
+    exploded = writes.select("rk", "t", "seq", v0.alias("v0"), *extra, slots)
+    exploded = exploded.select("*", F.col("_lvl.size").alias("size"), F.col("_lvl.tile").alias("tile")).drop("_lvl")
+    keys = ["rk", "size", "tile"]
     if fn == "Count":
         parts = [("", F.count(F.lit(1)).cast("string"))]
     elif fn == "Sum":
@@ -189,9 +263,16 @@ def state_rows(writes: DataFrame, state: StateSpec, end_ms: int) -> DataFrame:
     elif fn in ("Min", "Max"):
         agg = F.min if fn == "Min" else F.max
         parts = [("", _num_text(agg(F.col("v0")), state.value_types[0]))]
+    elif fn in ("First", "FirstTime"):
+        first = F.min_by(F.col("tj"), F.struct("t", "seq"))
+        parts = [("", F.concat(first.getField("t").cast("string"), F.lit("\t"), first.getField("j")))]
+    elif fn == "HyperLogLog":
+        exploded = exploded.groupBy(*keys, "slot").agg(F.max("rho").alias("rho"))
+        entry = F.concat(F.lit(";"), F.col("slot").cast("string"), F.lit(":"), F.col("rho").cast("string"))
+        parts = [("", F.concat_ws("", F.array_sort(F.collect_list(entry))))]
     else:
         raise NotImplementedError(f"backfill of {fn} is not implemented yet")
-    g = exploded.groupBy("rk", "size", "tile").agg(*[c.alias(f"p{i}") for i, (_, c) in enumerate(parts)])
+    g = exploded.groupBy(*keys).agg(*[c.alias(f"p{i}") for i, (_, c) in enumerate(parts)])
     g = g.where((F.col("tile") + 1) * F.col("size") * F.lit(1000) > F.lit(cutoff))
     code = F.create_map(*[x for size in sizes for x in (F.lit(size).cast("long"), F.lit(LEVEL_CODE[size]))])
     frames = [

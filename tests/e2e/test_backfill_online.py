@@ -38,6 +38,20 @@ uniq_users_ip := CountUnique(user by ip last 1 hour)
 uniq_pairs := CountUnique(user, ip last 2 days)
 last_ip := Latest(ip, items by user exclusive)
 last_seen := LatestTime(by user exclusive)
+first_ip := First(ip by user last 2 hours)
+first_t := FirstTime(by ip last 1 day)
+seq_ip := Sequence(ip by user last 3 hours)
+seq_pair := Sequence(ip, amount by user limit 3)
+set_ip := Set(ip by user last 1 day)
+set_pair := Set(user, ip limit 5)
+n_ip_lim := Count(by ip last 10 minutes limit 3)
+latest_lim := Latest(items by user limit 2 exclusive)
+d_count := DecayedCount(by user last 1 hour)
+d_sum := DecayedSum(amount by ip last 10 minutes)
+d_avg := DecayedAverage(items by user last 1 day)
+hll_ip := HyperLogLog(user by ip last 1 day)
+hll_pair := HyperLogLog(user, ip last 2 hours)
+items_after := Sum(items by ip after last_seen last 1 day)
 purchases_user := Count<purchase>(by user last 1 day)
 spent_user := Sum<purchase>(total by user last 1 day)
 
@@ -71,7 +85,10 @@ def dump(url):
     client = redis.Redis.from_url(url)
     state = {}
     for key in client.scan_iter("sc:{*"):
-        state[key] = {f: v for f, v in client.hgetall(key).items() if f != b"_p"}
+        if client.type(key) == b"zset":
+            state[key] = client.zrange(key, 0, -1, withscores=True)
+        else:
+            state[key] = {f: v for f, v in client.hgetall(key).items() if f != b"_p"}
     return state
 
 
