@@ -30,9 +30,10 @@ BATCH = 250
 
 #: Features shown in the sample table (event ``departure``).
 SAMPLE_FEATURES = (
-    "carrier", "flight", "route", "dep_delay", "departures_1h", "delayed_3h", "dests_10m",
+    "carrier", "flight", "route", "dep_delay", "departures_1h", "delayed_3h", "dests_10m", "dests_approx_1d",
+    "busy_decayed_1h",
     "avg_delay_route_7d", "max_delay_carrier_1d", "cancellations_carrier_1d", "miles_tail_30d",
-    "prev_flight", "mins_since_prev", "visib", "min_visib_6h", "max_wind_6h", "arrivals_at_dest_1d",
+    "prev_flight", "recent_dests", "first_dep_today", "mins_since_prev", "visib", "min_visib_6h", "max_wind_6h", "arrivals_at_dest_1d",
     "late_arrivals_carrier_1d",
 )
 
