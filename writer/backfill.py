@@ -16,6 +16,7 @@ ms of the run).
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -26,12 +27,15 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from compiler.algebra.windows import levels_s
-from compiler.plan import Plan
+from compiler.plan import Plan, StateSpec
 from writer.sink import write_partition
 from writer.sources import read_events, valid
 from writer.tiles import feature_frames, state_rows, writes_of_state
 
 Progress = Callable[[str, int, int], None]
+
+#: Spark jobs (one per state) submitted at once from driver threads.
+CONCURRENT_JOBS = 4
 
 
 @dataclass
@@ -156,12 +160,19 @@ def run_backfill(
             df.count()
     finally:
         spark.conf.set("spark.sql.codegen.wholeStage", previous)
-    for i, st in enumerate(states):
-        report_progress("tiles", i, len(states))
+    def write_state(st: StateSpec) -> tuple[str, int]:
         rows = state_rows(writes_of_state(frames, st), st, we, ws)
-        written = rows.rdd.mapPartitions(lambda it: [write_partition(it, url)]).sum()
-        report.rows[st.definition_hash] = int(written)
-    report_progress("tiles", len(states), len(states))
+        return st.definition_hash, int(rows.rdd.mapPartitions(lambda it: [write_partition(it, url)]).sum())
+
+    # One Spark job per state, several in flight at once: each job is small,
+    # so concurrent jobs keep the cores busy during the others' planning,
+    # scheduling and Redis round trips.
+    report_progress("tiles", 0, len(states))
+    with ThreadPoolExecutor(max_workers=CONCURRENT_JOBS) as pool:
+        for i, fut in enumerate(as_completed([pool.submit(write_state, st) for st in states]), start=1):
+            h, written = fut.result()
+            report.rows[h] = written
+            report_progress("tiles", i, len(states))
     for df in frames.values():
         df.unpersist()
     events.unpersist()
