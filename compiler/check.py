@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import difflib
 import heapq
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -44,13 +45,18 @@ from compiler.functions import (
     AGGREGATES, ERROR, INPUT_TYPES, KEY_TYPES, NULL, SCALAR_FUNCTIONS, all_function_names, binary_result,
     canonical_function, unary_result, unify, unify_all,
 )
+from compiler.parser import parse_iso_duration
 from compiler.plan import Expr, InputSpec, Span
 
 __all__ = ["check", "CheckedTopology", "EventInfo", "FeatureInfo", "AggInfo", "parse_time_ms",
-           "DEFAULT_WINDOW_S", "MAX_LIMIT", "NAME_RE"]
+           "DEFAULT_WINDOW_S", "MAX_WINDOW_S", "MAX_LIMIT", "NAME_RE"]
 
 #: Default ``last`` window: 30 days (SPEC §2.4).
 DEFAULT_WINDOW_S = 30 * 86400
+#: Longest ``last`` window: 10,000 Gregorian years, the whole range of event
+#: times (years 0000-9999); a longer one would mean the same and could
+#: overflow 64-bit millisecond arithmetic downstream.
+MAX_WINDOW_S = 3_652_425 * 86400
 #: Largest ``limit`` (SPEC §2.4).
 MAX_LIMIT = 1000
 #: Valid feature and event names (SPEC §2.1).
@@ -196,6 +202,14 @@ class _NotConst(Exception):
     """Raised by :func:`_fold` for a non-constant expression."""
 
 
+class _FoldError(_NotConst):
+    """Raised by :func:`_fold` for a constant that cannot be evaluated (``1 day / 0``)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 def _fold(e: Expr) -> Any:
     """Evaluate a constant typed expression (literals and arithmetic only)."""
     if e.kind == "lit":
@@ -220,9 +234,38 @@ def _fold(e: Expr) -> Any:
                 return a // b
             if e.op == "mod":
                 return a % b
-        except (ZeroDivisionError, TypeError, OverflowError):
+        except ZeroDivisionError:
+            raise _FoldError("division by zero") from None
+        except OverflowError:
+            raise _FoldError("the value is too large") from None
+        except TypeError:
             raise _NotConst() from None
     raise _NotConst()
+
+
+def _reported_by_parser(lit: n.Literal) -> bool:
+    """Whether the parser already rejected this literal (E0108) and put a 0 in its place.
+
+    The checker then types it as ``error`` so that one mistake gives one
+    message (``last 1e400 days`` is E0108 only, not also E0206).
+    """
+    if lit.value not in (0, 0.0) or isinstance(lit.value, bool):
+        return False
+    try:
+        if lit.kind == "int":
+            return int(lit.text) != 0
+        if lit.kind == "float":
+            return float(lit.text) != 0.0
+        if lit.kind == "duration":
+            number, _, unit = lit.text.partition(" ")
+            if unit:
+                return float(number) != 0.0
+            if lit.text.startswith("P"):
+                v = parse_iso_duration(lit.text)
+                return v is None or math.isinf(v) or v != 0.0
+    except (ValueError, OverflowError):
+        return True
+    return False
 
 
 def _has_names(node: Any) -> bool:
@@ -444,6 +487,8 @@ class Checker:
             context: appended to unknown-feature messages (e.g. which writer).
         """
         if isinstance(node, n.Literal):
+            if _reported_by_parser(node):
+                return Expr("lit", ERROR, value=None)
             return Expr("lit", node.kind if node.kind != "null" else NULL, value=node.value)
         if isinstance(node, n.Name):
             feats = self.events[event].features
@@ -807,7 +852,13 @@ class Checker:
         return "e.g. " + examples.get(canon, f"{canon}(a, b by k)")
 
     def _const(self, node: n.ExprNode, event: str) -> tuple[Expr | None, Any]:
-        """Type and fold a constant; ``(None, None)`` if it refers to features."""
+        """Type and fold a constant.
+
+        Returns:
+            ``(expr, value)``; ``(None, None)`` if it refers to features or
+            calls functions; ``(expr, _FoldError)`` if it is constant but
+            cannot be evaluated (division by zero, overflow).
+        """
         if _has_names(node):
             return None, None
         e = self.expr(node, event)
@@ -815,11 +866,16 @@ class Checker:
             return e, None
         try:
             return e, _fold(e)
+        except _FoldError as err:
+            return e, err
         except _NotConst:
             return None, None
 
     def _window(self, c: n.LastClause, event: str) -> int:
         e, v = self._const(c.expr, event)
+        if isinstance(v, _FoldError):
+            self.error("E0206", c.expr.span, f"the window cannot be computed: {v.reason}")
+            return DEFAULT_WINDOW_S
         if e is None:
             self.error("E0205", c.expr.span, "`last` needs a constant duration",
                        "windows cannot depend on features; write e.g. `last 7 days`")
@@ -830,14 +886,26 @@ class Checker:
             self.error("E0205", c.expr.span, f"`last` needs a duration, got {e.type}",
                        "add a unit, e.g. `last 7 days`, `last 90 minutes`, `last PT1H`")
             return DEFAULT_WINDOW_S
+        if v is not None and not math.isfinite(v):
+            self.error("E0206", c.expr.span, "the window cannot be computed: the value is too large")
+            return DEFAULT_WINDOW_S
         if v is None or v < 1 or v != int(v):
             shown = "null" if v is None else f"{v:g} seconds"
             self.error("E0206", c.expr.span, f"window must be whole seconds and at least 1 second, got {shown}")
+            return DEFAULT_WINDOW_S
+        if v > MAX_WINDOW_S:
+            self.error("E0206", c.expr.span, f"window of {int(v)} seconds is longer than 10,000 years",
+                       f"the longest window is {MAX_WINDOW_S} seconds ({MAX_WINDOW_S // 86400} days); "
+                       "event times only span the years 0000-9999")
             return DEFAULT_WINDOW_S
         return int(v)
 
     def _limit(self, c: n.LimitClause, event: str, default: int | None) -> int | None:
         e, v = self._const(c.expr, event)
+        if isinstance(v, _FoldError):
+            self.error("E0207", c.expr.span, f"the limit cannot be computed: {v.reason}",
+                       "write e.g. `limit 10`")
+            return default
         if e is None:
             self.error("E0207", c.expr.span, "`limit` needs an integer constant",
                        "write e.g. `limit 10`")

@@ -23,13 +23,50 @@ from compiler.plan import Span
 
 
 class Code(NamedTuple):
-    """One diagnostic code: ``code`` (``E0203``), ``name`` (kebab case),
-    ``description`` (one line) and a small ``example`` that triggers it."""
+    """One diagnostic code.
+
+    Attributes:
+        code: stable code, e.g. ``E0203``.
+        name: kebab-case name, e.g. ``after-not-a-time-feature``.
+        description: one line, for docs.
+        example: a small Scowl line (or lines) that triggers the code.
+        context: the whole example file, with ``{example}`` standing for
+            :attr:`example`; it defines whatever the example needs (the
+            features and events it names) so that compiling it reports this
+            code and no other (``tests/compiler/test_docs.py`` checks that).
+            Empty for the codes that no source text can trigger (an
+            unreadable file, an empty directory, a compiler bug).
+    """
 
     code: str
     name: str
     description: str
     example: str
+    context: str = "event e\n{example}\n"
+
+    def source(self) -> str | None:
+        """Return the example file text (:attr:`context` around :attr:`example`).
+
+        Returns:
+            Scowl source text, or ``None`` when the code cannot be triggered
+            from source text (see :attr:`context`).
+
+        >>> lookup("E0204").source()
+        'event e\\nt := $.t as time\\nn := DecayedCount(after t)\\n'
+        """
+        if not self.context:
+            return None
+        return self.context.replace("{example}", self.example)
+
+
+def _with(*lines: str) -> str:
+    """Context: ``event e``, the given feature lines, then the example."""
+    return "event e\n" + "".join(line + "\n" for line in lines) + "{example}\n"
+
+
+def _and_events(context: str, *sections: str) -> str:
+    """Context ``context`` followed by further ``event`` sections (each a block of lines)."""
+    return context + "".join("\n" + s.strip("\n") + "\n" for s in sections)
 
 
 #: Every diagnostic the compiler can emit. Codes are stable: never renumber.
@@ -39,52 +76,58 @@ CODES: tuple[Code, ...] = (
     Code("E0102", "unexpected-character", "A character that starts no token.", "x := 1 # 2"),
     Code("E0103", "unexpected-end-of-input", "The statement stops before it is complete.", "x := Count(by k"),
     Code("E0104", "reserved-word", "A reserved word is used where a name is expected.", "limit := $.limit as int"),
-    Code("E0105", "double-equals", "Equality is a single `=`.", "x := a == b"),
+    Code("E0105", "double-equals", "Equality is a single `=`.", "x := a == b",
+         _with("a := $.a as int", "b := $.b as int")),
     Code("E0106", "missing-define", "A feature is defined with `:=`.", "x = 1"),
-    Code("E0107", "feature-outside-event", "A feature appears before any `event NAME` line.", "x := 1  -- first line"),
+    Code("E0107", "feature-outside-event", "A feature appears before any `event NAME` line.",
+         "x := 1  -- first line", "{example}\nevent e\n"),
     Code("E0108", "bad-literal", "A malformed literal (string escape, integer too large, ...).", "x := 'a\\q'"),
     Code("E0109", "input-needs-type", "An input path must say its type: `$.a as int`.", "x := $.a"),
-    Code("E0110", "unreadable-file", "A source file could not be read or is not UTF-8.", "(binary file)"),
-    Code("E0111", "no-sources", "The topology directory holds no `*.scowl` file.", "(empty directory)"),
+    Code("E0110", "unreadable-file", "A source file could not be read or is not UTF-8.", "(binary file)", ""),
+    Code("E0111", "no-sources", "The topology directory holds no `*.scowl` file.", "(empty directory)", ""),
     Code("E0112", "bad-input-path", "An input path must name a field of the payload.", "x := $ as int"),
     Code("E0113", "too-deeply-nested", "An expression is nested too deeply (more than 100 levels).",
-         "x := ((((...))))"),
+         "x := " + "~" * 101 + "1"),
     # ---- E02xx: aggregates and clauses
     Code("E0201", "clause-out-of-order", "Aggregate clauses go: by, where, after, last, limit, exclusive.",
-         "n := Count(last 1 day by k)"),
+         "n := Count(last 1 day by k)", _with("k := $.k as string")),
     Code("E0202", "duplicate-clause", "A clause is given twice.", "n := Count(last 1 day last 2 days)"),
     Code("E0203", "after-not-a-time-feature", "`after` takes the name of a time feature of the reading event.",
-         "n := Count(after k)"),
+         "n := Count(after k)", _with("k := $.k as string")),
     Code("E0204", "after-on-approximate", "`after` is not allowed on Decayed* or HyperLogLog.",
-         "n := DecayedCount(after t)"),
-    Code("E0205", "last-not-constant", "`last` needs a constant duration.", "n := Count(last k)"),
-    Code("E0206", "bad-window", "A window must be whole seconds and at least 1 second.",
+         "n := DecayedCount(after t)", _with("t := $.t as time")),
+    Code("E0205", "last-not-constant", "`last` needs a constant duration.", "n := Count(last k)",
+         _with("k := $.k as int")),
+    Code("E0206", "bad-window", "A window must be whole seconds, at least 1 second and at most 10,000 years.",
          "n := Count(last 0.5 seconds)"),
-    Code("E0207", "limit-not-constant", "`limit` needs an integer constant.", "n := Count(limit k)"),
+    Code("E0207", "limit-not-constant", "`limit` needs an integer constant.", "n := Count(limit k)",
+         _with("k := $.k as int")),
     Code("E0208", "limit-out-of-range", "`limit` must be 1 to 1000.", "n := Count(limit 5000)"),
     Code("E0209", "exclusive-on-cross-event", "`exclusive` is only for common aggregates.",
-         "n := Count<other>(exclusive)"),
+         "n := Count<other>(exclusive)", _and_events(_with(), "event other\nx := $.x as int")),
     Code("E0210", "wrong-value-count", "The aggregate takes a different number of values.", "n := Sum()"),
     Code("E0211", "value-not-a-feature", "Aggregate values are feature names, not expressions.",
-         "n := Sum(x * 2)"),
+         "n := Sum(x * 2)", _with("x := $.x as int")),
     Code("E0212", "value-missing-in-scope-event", "A value feature is not defined in a scope event.",
-         "n := Sum<other>(x)"),
+         "n := Sum<other>(x)", _and_events(_with("x := $.x as int"), "event other\ny := $.y as int")),
     Code("E0213", "key-missing-in-writer", "The write key is not a feature of a writer event.",
-         "n := Count<other>(by k)"),
+         "n := Count<other>(by k)", _and_events(_with("k := $.k as string"), "event other\nid := $.id as string")),
     Code("E0214", "key-not-a-feature", "A `by` key is a feature name, not an expression.",
-         "n := Count(by k + 1)"),
+         "n := Count(by k + 1)", _with("k := $.k as int")),
     Code("E0215", "key-type-mismatch", "Read key and write key have different types.",
-         "n := Count<other>(by k as w)"),
-    Code("E0216", "bad-value-type", "The aggregate does not accept a value of this type.", "n := Sum(name)"),
-    Code("E0217", "where-not-bool", "A `where` condition must be boolean.", "n := Count(where k)"),
+         "n := Count<other>(by k as w)", _and_events(_with("k := $.k as string"), "event other\nw := $.w as int")),
+    Code("E0216", "bad-value-type", "The aggregate does not accept a value of this type.", "n := Sum(name)",
+         _with("name := $.name as string")),
+    Code("E0217", "where-not-bool", "A `where` condition must be boolean.", "n := Count(where k)",
+         _with("k := $.k as int")),
     Code("E0218", "aggregate-in-expression", "An aggregate must be a feature's whole definition.",
          "n := Count() + 1"),
     Code("E0219", "clause-on-scalar-function", "Scope and clauses are only for aggregates.",
-         "n := Len(s by k)"),
+         "n := Len(s by k)", _with("s := $.s as string", "k := $.k as string")),
     Code("E0220", "value-type-mismatch-across-writers", "Scope events give a value or key different types.",
-         "n := Latest<a, b>(x)"),
+         "n := Latest<a, b>(x)", _and_events(_with(), "event a\nx := $.x as int", "event b\nx := $.x as string")),
     Code("E0221", "bad-key-type", "A key must be bool, int, float, string, time or duration.",
-         "n := Count(by nothing)"),
+         "n := Count(by recent)", _with("x := $.x as int", "recent := Sequence(x)")),
     Code("E0222", "limit-on-approximate", "`limit` is not allowed on Decayed* or HyperLogLog (O(1) state).",
          "n := DecayedCount(limit 5)"),
     # ---- E03xx: names
@@ -99,13 +142,14 @@ CODES: tuple[Code, ...] = (
     Code("E0401", "type-mismatch", "An operator or function gets operands of the wrong type.", "x := 'a' - 1"),
     Code("E0402", "wrong-argument-count", "A built-in gets the wrong number of arguments.", "x := Len()"),
     Code("E0403", "bad-default", "An input default does not fit the input type.", "x := $.a as int ? 'z'"),
-    Code("E0404", "in-needs-list", "`in` needs a literal list `(a, b)` or `[a, b]`.", "x := a in b"),
+    Code("E0404", "in-needs-list", "`in` needs a literal list `(a, b)` or `[a, b]`.", "x := a in b",
+         _with("a := $.a as int", "b := $.b as int")),
     Code("E0405", "unsupported-access", "`.field` and `[index]` are not supported in v1 plans.",
-         "x := y.z"),
+         "x := y.z", _with("y := $.y as string")),
     Code("E0406", "bad-regex", "The pattern of `~=` must be a valid regular expression string literal.",
-         "x := s ~= '('"),
+         "x := s ~= '('", _with("s := $.s as string")),
     # ---- E9xxx: the compiler itself
-    Code("E9999", "internal-error", "A bug in the compiler; please report it.", ""),
+    Code("E9999", "internal-error", "A bug in the compiler; please report it.", "", ""),
 )
 
 _BY_CODE = {c.code: c for c in CODES}
