@@ -47,6 +47,7 @@ from compiler.functions import (
 )
 from compiler.parser import parse_iso_duration
 from compiler.plan import Expr, InputSpec, Span
+from compiler.typesystem import parse_type
 
 __all__ = ["check", "CheckedTopology", "EventInfo", "FeatureInfo", "AggInfo", "parse_time_ms",
            "DEFAULT_WINDOW_S", "MAX_WINDOW_S", "MAX_LIMIT", "NAME_RE"]
@@ -516,14 +517,63 @@ class Checker:
             self.error("E0404", node.span, "a list can only appear on the right of `in` / `not in`")
             return Expr("list", ERROR)
         if isinstance(node, n.Access):
-            self.expr(node.obj, event, context)
-            what = f".{node.field}" if node.field is not None else "[...]"
-            self.error("E0405", node.span, f"`{what}` access is not supported in v1",
-                       "aggregate structs and arrays can be returned, not taken apart")
-            return Expr("ref", ERROR)
+            return self._access(node, event, context)
         if isinstance(node, n.Call):
             return self._call(node, event, context)
         raise TypeError(f"unknown expression node {type(node).__name__}")
+
+    def _access(self, node: n.Access, event: str, context: str) -> Expr:
+        """``x.name`` on a struct, ``x[i]`` on an array (any int) or a tuple (constant) (SPEC §2.3)."""
+        obj = self.expr(node.obj, event, context)
+        kind, param = parse_type(obj.type) if obj.type not in (NULL, ERROR) else ("scalar", obj.type)
+        if node.field is not None:
+            name = Expr("lit", "string", value=node.field)
+            if obj.type in (NULL, ERROR):
+                return Expr("op", obj.type, op="field", args=(obj, name))
+            if kind != "struct":
+                self.error("E0401", node.span, f"`.{node.field}` needs a struct, got {obj.type}",
+                           "`.name` takes a field of a multi-value Latest/First result (or of an item "
+                           "of a multi-value Sequence)")
+                return Expr("op", ERROR, op="field", args=(obj, name))
+            fields = dict(param)
+            if node.field not in fields:
+                listed = ", ".join(fields)
+                near = _suggest(node.field, fields)
+                self.error("E0407", node.span, f"{obj.type} has no field '{node.field}'",
+                           (f"{near} " if near else "") + f"its fields are: {listed}")
+                return Expr("op", ERROR, op="field", args=(obj, name))
+            return Expr("op", fields[node.field], op="field", args=(obj, name))
+        idx = self.expr(node.index, event, context)
+        if idx.type not in ("int", NULL, ERROR):
+            self.error("E0401", node.index.span, f"an index must be an int, got {idx.type}",
+                       "items are numbered 0, 1, ... from the start and -1, -2, ... from the end")
+            return Expr("op", ERROR, op="index", args=(obj, idx))
+        if obj.type in (NULL, ERROR) or idx.type == ERROR:
+            t = ERROR if ERROR in (obj.type, idx.type) else NULL
+            return Expr("op", t, op="index", args=(obj, idx))
+        if kind == "array":
+            return Expr("op", param, op="index", args=(obj, idx))
+        if kind != "tuple":
+            self.error("E0401", node.span, f"`[...]` needs an array or a tuple, got {obj.type}",
+                       "`[i]` takes an item of a Sequence/Set result or a component of a tuple")
+            return Expr("op", ERROR, op="index", args=(obj, idx))
+        k: Any = None
+        if not _has_names(node.index):
+            try:
+                k = _fold(idx)
+            except _NotConst:
+                k = None
+        size = len(param)
+        if not isinstance(k, int) or isinstance(k, bool):
+            self.error("E0405", node.index.span, f"a {obj.type} index must be an integer constant",
+                       f"tuple components have different types; write a constant 0 to {size - 1}")
+            return Expr("op", ERROR, op="index", args=(obj, idx))
+        if not -size <= k < size:
+            self.error("E0405", node.index.span, f"index {k} is out of range for {obj.type}",
+                       f"use 0 to {size - 1} (or -{size} to -1 from the end)")
+            return Expr("op", ERROR, op="index", args=(obj, idx))
+        k %= size
+        return Expr("op", param[k], op="index", args=(obj, Expr("lit", "int", value=k)))
 
     def _binary(self, node: n.Binary, event: str, context: str) -> Expr:
         left = self.expr(node.left, event, context)

@@ -144,10 +144,12 @@ CODES: tuple[Code, ...] = (
     Code("E0403", "bad-default", "An input default does not fit the input type.", "x := $.a as int ? 'z'"),
     Code("E0404", "in-needs-list", "`in` needs a literal list `(a, b)` or `[a, b]`.", "x := a in b",
          _with("a := $.a as int", "b := $.b as int")),
-    Code("E0405", "unsupported-access", "`.field` and `[index]` are not supported in v1 plans.",
-         "x := y.z", _with("y := $.y as string")),
+    Code("E0405", "unsupported-access", "A tuple index must be an integer constant in range.",
+         "x := p[0][a]", _with("a := $.a as int", "b := $.b as string", "p := Set(a, b)")),
     Code("E0406", "bad-regex", "The pattern of `~=` must be a valid regular expression string literal.",
          "x := s ~= '('", _with("s := $.s as string")),
+    Code("E0407", "unknown-field", "`.name` names no field of the struct.",
+         "x := p.c", _with("a := $.a as int", "b := $.b as string", "p := Latest(a, b)")),
     # ---- E9xxx: the compiler itself
     Code("E9999", "internal-error", "A bug in the compiler; please report it.", "", ""),
 )

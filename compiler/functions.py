@@ -234,6 +234,13 @@ def _if_result(args: Sequence[str]) -> str | None:
     return unify_all(args[1:])
 
 
+class _WithArrays(frozenset):
+    """Accepted parameter types that also take every ``array<T>`` (shown as ``array`` in messages)."""
+
+    def __contains__(self, type_name: object) -> bool:
+        return (isinstance(type_name, str) and type_name.startswith("array<")) or super().__contains__(type_name)
+
+
 _S = frozenset
 SCALAR_FUNCTIONS: dict[str, ScalarFunction] = {
     f.name: f
@@ -247,7 +254,8 @@ SCALAR_FUNCTIONS: dict[str, ScalarFunction] = {
         ScalarFunction("Hours", 1, 1, (_S({"duration"}),), _const("float"), "a duration in hours"),
         ScalarFunction("Minutes", 1, 1, (_S({"duration"}),), _const("float"), "a duration in minutes"),
         ScalarFunction("Seconds", 1, 1, (_S({"duration"}),), _const("float"), "a duration in seconds"),
-        ScalarFunction("Len", 1, 1, (_S({"string"}),), _const("int"), "length of a string in code points"),
+        ScalarFunction("Len", 1, 1, (_WithArrays({"string", "array"}),), _const("int"),
+                       "length of a string in code points, or the number of items of an array"),
         ScalarFunction("Maximum", 1, None, (_COMPARABLE,), _unified, "the largest argument (null if any argument is null)",
                        promote=True),
         ScalarFunction("Minimum", 1, None, (_COMPARABLE,), _unified, "the smallest argument (null if any argument is null)",

@@ -21,8 +21,22 @@ Shapes
   ``null``   ``None`` (type of the bare ``null`` literal)
   ========== ==================================================
 
-  Aggregate results add ``struct{a:int,b:string}`` (Python ``dict``) and
-  ``array<T>`` (Python ``list``).
+  Aggregate results add ``struct{a:int,b:string}`` (Python ``dict`` keyed
+  by field name; Spark ``struct`` with those field names),
+  ``tuple{int,string}`` (Python ``list``/``tuple``; Spark ``struct`` read
+  by position) and ``array<T>`` (Python ``list``; Spark ``array``).
+
+  Taking them apart (SPEC §2.3 ``.`` and ``[]``):
+
+  * ``Expr("op", T, op="field", args=(x, Expr("lit", "string", value=NAME)))``
+    -- field ``NAME`` of struct ``x`` (type ``T``); null if ``x`` is null.
+    The name is a literal argument (not ``value``) so it takes part in
+    ``to_json`` and in definition hashes like any other operand.
+  * ``Expr("op", T, op="index", args=(x, i))`` -- on ``array<T>`` with an
+    int ``i``: item ``i``, 0-based, negative counts from the end (``-1`` is
+    the last); null if ``x`` or ``i`` is null or ``i`` is out of range. On a
+    ``tuple{...}``, ``i`` is an int literal ``0 <= i < n`` (the checker
+    folds and normalises it) and ``T`` is that component's type.
 
 * :class:`Feature` -- one feature of one event, kind ``input`` / ``scalar`` /
   ``aggregate``; an event's features are listed in dependency order.
@@ -58,6 +72,8 @@ OPERATORS = (
     "in", "not_in",                        # args: [needle, list-expr]
     "is_null", "is_not_null",
     "not", "and", "or",
+    "field",                               # x.name: args [struct, string literal name]
+    "index",                               # x[i]: args [array or tuple, int index]
 )
 
 

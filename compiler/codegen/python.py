@@ -36,6 +36,12 @@ conformance table:
 * ``time ± duration`` moves by ``floor(d * 1000 + 0.5)`` ms; ``time - time``
   is ``(a - b) / 1000.0`` seconds; ``FromUnixSeconds(x)`` is
   ``floor(x * 1000)`` ms.
+* ``x.name`` is the struct's field (null if ``x`` is null). ``x[i]`` on an
+  array is item ``i``, 0-based, a negative ``i`` counting from the end
+  (``-1`` is the last); a null ``x`` or ``i`` or an ``i`` out of range gives
+  null, never an error. On a tuple, ``i`` is an int literal in range (the
+  checker makes sure). ``Len`` counts a string's code points or an array's
+  items.
 * Casts: ``Int`` truncates floats toward zero and reads integer strings
   exactly (other numeric strings via float); ``Float``/``Int`` accept only
   :data:`compiler.typesystem.NUMBER_PATTERN` text; ``Bool`` accepts
@@ -49,13 +55,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from compiler import runtime
 from compiler.codegen import UnsupportedError
 from compiler.plan import Expr
 from compiler.runtime import EvalError
+from compiler.typesystem import parse_type
 
 __all__ = ["EvalError", "UnsupportedError", "compile_expr", "python_source"]
 
@@ -64,6 +71,14 @@ CompiledExpr = Callable[[Mapping[str, Any], int], Any]
 _NUMERIC = ("int", "float", "duration")
 _RANGE = "-9223372036854775808 <= {v} <= 9223372036854775807"
 _MAX_DEPTH = 90  # CPython's tokenizer allows 100 indentation levels
+
+
+def _kind(type_name: str) -> str:
+    """``scalar``, ``array``, ``tuple`` or ``struct`` (:func:`compiler.typesystem.parse_type`)."""
+    try:
+        return parse_type(type_name)[0]
+    except ValueError:
+        return "scalar"
 
 
 @dataclass(frozen=True)
@@ -445,6 +460,40 @@ class _Gen:
     def op_or(self, e: Expr) -> _Val:
         return self.logic(e, "True")
 
+    # access (SPEC §2.3 ``.`` and ``[]``)
+    def op_field(self, e: Expr) -> _Val:
+        """``x.name``: the struct (a ``dict``) ``x``'s field; null if ``x`` is null."""
+        if len(e.args) != 2 or e.args[1].kind != "lit" or not isinstance(e.args[1].value, str):
+            raise UnsupportedError("field takes a struct and a string literal name", e)
+        a = self.gen(e.args[0])
+        name = e.args[1].value
+        if a.type != "null" and _kind(a.type) != "struct":
+            raise UnsupportedError(f"field of {a.type} is not supported", e)
+        out = self.strict([a], e.type, lambda v: [f"{v} = {a.code}.get({name!r})"])
+        return replace(out, nullable=True)
+
+    def op_index(self, e: Expr) -> _Val:
+        """``x[i]``: an array item (0-based, negative from the end, null when out of
+        range) or a tuple component (``i`` a literal in range)."""
+        if len(e.args) != 2:
+            raise UnsupportedError("index takes 2 operands", e)
+        kind = "null" if e.args[0].type == "null" else _kind(e.args[0].type)
+        if kind == "tuple":
+            size = len(parse_type(e.args[0].type)[1])
+            k = e.args[1].value if e.args[1].kind == "lit" else None
+            if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k < size:
+                raise UnsupportedError(f"a tuple index must be an int literal 0 to {size - 1}", e)
+            a = self.gen(e.args[0])
+            return replace(self.strict([a], e.type, lambda v: [f"{v} = {a.code}[{k}]"]), nullable=True)
+        if kind not in ("array", "null"):
+            raise UnsupportedError(f"index of {e.args[0].type} is not supported", e)
+        a, i = self.args(e, 2)
+        if i.type not in ("int", "null"):
+            raise UnsupportedError(f"an array index must be an int, got {i.type}", e)
+        out = self.strict([a, i], e.type, lambda v: [
+            f"{v} = {a.code}[{i.code}] if -len({a.code}) <= {i.code} < len({a.code}) else None"])
+        return replace(out, nullable=True)
+
     # ------------------------------------------------------------ built-ins
     def assign_as(self, v: str, x: _Val, type_name: str) -> None:
         """``v = x`` converted to ``type_name`` (int -> float promotion)."""
@@ -501,6 +550,8 @@ class _Gen:
 
     def call_Len(self, e: Expr) -> _Val:
         (a,) = self.args(e, 1)
+        if a.type not in ("string", "null") and _kind(a.type) != "array":
+            raise UnsupportedError(f"Len of {a.type} is not supported", e)
         return self.strict([a], "int", lambda v: [f"{v} = len({a.code})"])
 
     call_Length = call_Len

@@ -2,7 +2,10 @@
 
 Built-in column functions only (no Python UDF). Types: int and time are
 ``LongType`` (time = epoch ms), float and duration ``DoubleType`` (duration =
-seconds), bool ``BooleanType``, string ``StringType``.
+seconds), bool ``BooleanType``, string ``StringType``; aggregate results are
+``ArrayType`` (``array<T>``), a ``StructType`` read by field name
+(``struct{…}``) or a ``StructType`` read by position (``tuple{…}``), see
+:func:`spark_ddl`.
 
 Each node compiles to a *value* column and an *error* column (a never-null
 boolean, or nothing when the node cannot fail). An error anywhere that the
@@ -43,9 +46,10 @@ from compiler.typesystem import (
     format_time_column,
     let,
     parse_time_column,
+    parse_type,
 )
 
-__all__ = ["UnsupportedError", "compile_column", "compile_column_with_error"]
+__all__ = ["UnsupportedError", "compile_column", "compile_column_with_error", "spark_ddl"]
 
 _NUMERIC = ("int", "float", "duration")
 _INT64_MIN = -(1 << 63)
@@ -60,6 +64,50 @@ class _C:
     lit: Any = None
     is_lit: bool = False
     leaf: bool = False  # a column reference or literal: cheap to repeat in a tree
+
+
+def spark_ddl(type_name: str) -> str:
+    """Spark SQL DDL type of any plan type, composite ones included.
+
+    Scalars as :data:`compiler.typesystem.SPARK_TYPES`; ``array<T>`` ->
+    ``array<…>``; ``struct{a:T,…}`` -> ``struct<`a`:…>`` (fields by name);
+    ``tuple{T1,T2,…}`` -> ``struct<`_1`:…,`_2`:…>`` (components by position,
+    Spark's own tuple layout). Unknown names are ``string`` like ``null``.
+
+    >>> spark_ddl("array<struct{ip:string,t:time}>")
+    'array<struct<`ip`:string,`t`:bigint>>'
+    >>> spark_ddl("tuple{string,float}")
+    'struct<`_1`:string,`_2`:double>'
+    """
+    try:
+        kind, param = parse_type(type_name)
+    except ValueError:
+        return "string"
+    if kind == "array":
+        return f"array<{spark_ddl(param)}>"
+    if kind == "tuple":
+        return "struct<" + ",".join(f"`_{k + 1}`:{spark_ddl(t)}" for k, t in enumerate(param)) + ">"
+    if kind == "struct":
+        return "struct<" + ",".join(f"`{name}`:{spark_ddl(t)}" for name, t in param) + ">"
+    return SPARK_TYPES.get(param, "string")
+
+
+def _kind(type_name: str) -> str:
+    """``scalar``, ``array``, ``tuple`` or ``struct``."""
+    try:
+        return parse_type(type_name)[0]
+    except ValueError:
+        return "scalar"
+
+
+def _array_item(arr: Column, idx: Column) -> Column:
+    """``arr[idx]``, 0-based, negative from the end; null when either is null or
+    ``idx`` is out of range (never an error, ANSI or not: the position is only
+    computed, and cast to int, once it is known to be in range)."""
+    n = F.size(arr).cast("long")
+    in_range = arr.isNotNull() & (idx >= -n) & (idx < n)
+    pos = F.when(idx < 0, idx + n).otherwise(idx).cast("int")
+    return F.when(_flag(in_range), F.get(arr, pos))
 
 
 def _or(*errs: Column | None) -> Column | None:
@@ -460,6 +508,42 @@ class _Gen:
     def op_or(self, e: Expr) -> _C:
         return self.logic(e, False)
 
+    # access (SPEC §2.3 ``.`` and ``[]``)
+    def op_field(self, e: Expr) -> _C:
+        """``x.name``: ``getField`` of the struct column (by field name)."""
+        if len(e.args) != 2 or e.args[1].kind != "lit" or not isinstance(e.args[1].value, str):
+            raise UnsupportedError("field takes a struct and a string literal name", e)
+        a = self.gen(e.args[0])
+        if a.null:
+            return self.result([a], _null(e.type), e.type)
+        if _kind(a.type) != "struct":
+            raise UnsupportedError(f"field of {a.type} is not supported", e)
+        return self.result([a], a.v.getField(e.args[1].value), e.type)
+
+    def op_index(self, e: Expr) -> _C:
+        """``x[i]``: an array item (:func:`_array_item`) or a tuple component (by position)."""
+        if len(e.args) != 2:
+            raise UnsupportedError("index takes 2 operands", e)
+        kind = "null" if e.args[0].type == "null" else _kind(e.args[0].type)
+        if kind == "tuple":
+            size = len(parse_type(e.args[0].type)[1])
+            k = e.args[1].value if e.args[1].kind == "lit" else None
+            if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k < size:
+                raise UnsupportedError(f"a tuple index must be an int literal 0 to {size - 1}", e)
+            a = self.gen(e.args[0])
+            if a.null:
+                return self.result([a], _null(e.type), e.type)
+            # a struct-to-struct cast is positional: it names the components _1, _2, ...
+            return self.result([a], a.v.cast(spark_ddl(e.args[0].type)).getField(f"_{k + 1}"), e.type)
+        if kind not in ("array", "null"):
+            raise UnsupportedError(f"index of {e.args[0].type} is not supported", e)
+        a, i = self.args(e, 2)
+        if i.type not in ("int", "null"):
+            raise UnsupportedError(f"an array index must be an int, got {i.type}", e)
+        if a.null or i.null:
+            return self.result([a, i], _null(e.type), e.type)
+        return self.result([a, i], self.apply(_array_item, a, i), e.type)
+
     # ------------------------------------------------------------ built-ins
     def call_EventTime(self, e: Expr) -> _C:
         self.args(e, 0)
@@ -510,6 +594,11 @@ class _Gen:
 
     def call_Len(self, e: Expr) -> _C:
         (a,) = self.args(e, 1)
+        if _kind(a.type) == "array":
+            # size(null) is -1 unless ANSI mode is on: keep null a null
+            return self.result([a], F.when(a.v.isNotNull(), F.size(a.v).cast("long")), "int")
+        if a.type not in ("string", "null"):
+            raise UnsupportedError(f"Len of {a.type} is not supported", e)
         return self.result([a], F.char_length(a.v).cast("long"), "int")
 
     call_Length = call_Len
@@ -660,16 +749,16 @@ def compile_column_with_error(
         event_time_ms: ``LongType`` column of the event time, for ``EventTime()``.
 
     Returns:
-        ``(value, error)``: the value typed per
-        :data:`compiler.typesystem.SPARK_TYPES` (null where the Python engine
-        raises :class:`~compiler.codegen.python.EvalError`), and a never-null
+        ``(value, error)``: the value typed per :func:`spark_ddl` (null
+        where the Python engine raises
+        :class:`~compiler.codegen.python.EvalError`), and a never-null
         ``BooleanType`` column, true exactly there.
 
     Raises:
         UnsupportedError: a node Spark cannot express, or a missing column.
     """
     c = _Gen(cols, event_time_ms).gen(expr)
-    spark_type = SPARK_TYPES.get(expr.type, "string")
+    spark_type = spark_ddl(expr.type)
     value = c.v.cast(spark_type)
     if c.err is None:
         return value, F.lit(False)

@@ -7,11 +7,25 @@ from typing import Any, Callable
 
 
 def same(actual: Any, expected: Any) -> bool:
-    """Whether ``actual`` equals ``expected`` with the same run-time type (bool is not int)."""
+    """Whether ``actual`` equals ``expected`` with the same run-time type (bool is not int).
+
+    Structs (``dict``; a Spark ``Row``) and arrays/tuples (``list``; a Spark
+    ``Row`` for a tuple) compare item by item.
+    """
     if expected is None or actual is None:
         return expected is None and actual is None
     if isinstance(expected, bool) or isinstance(actual, bool):
         return actual is expected
+    if isinstance(expected, dict):
+        # a struct: a dict in Python, a Row in Spark
+        if hasattr(actual, "asDict"):
+            actual = actual.asDict()
+        return isinstance(actual, dict) and list(actual) == list(expected) and all(
+            same(actual[k], expected[k]) for k in expected)
+    if isinstance(expected, list):
+        # an array (list) or a tuple (list in Python, a Row read by position in Spark)
+        return isinstance(actual, (list, tuple)) and len(actual) == len(expected) and all(
+            same(a, x) for a, x in zip(actual, expected))
     if isinstance(expected, float):
         if not isinstance(actual, float):
             return False

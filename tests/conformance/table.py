@@ -7,6 +7,13 @@ with the small constructors below, ``env`` the feature values of the event
 engine raises ``EvalError``, Spark gives null with its error flag set).
 The constructors infer result types with :mod:`compiler.functions`, the
 checker's own typing rules.
+
+Aggregate-shaped features (structs, arrays, tuples; SPEC §2.3 ``.`` and
+``[]``) take their run-time values: a struct is a ``dict`` keyed by field
+name, an array a ``list``, a tuple a ``list`` in component order, times
+inside them int ms. The Spark run builds the same values as Spark structs
+and arrays (:func:`compiler.codegen.spark.spark_ddl`, or the layout in
+:data:`SPARK_LAYOUT`).
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from typing import Any
 
 from compiler import functions
 from compiler.plan import Expr
-from compiler.typesystem import INT64_MAX, INT64_MIN, MAX_TIME_MS, MIN_TIME_MS, parse_time
+from compiler.typesystem import INT64_MAX, INT64_MIN, MAX_TIME_MS, MIN_TIME_MS, parse_time, parse_type
 
 ERROR = "<error>"
 
@@ -23,7 +30,15 @@ ERROR = "<error>"
 FEATURES = {
     "i": "int", "j": "int", "f": "float", "g": "float", "s": "string", "u": "string",
     "t": "time", "t2": "time", "d": "duration", "b": "bool", "c": "bool",
+    # aggregate results: Latest(ip, amount, at), Sequence(ip), Sequence(n), Sequence(at),
+    # Sequence(ip, n), Set(ip, n) and one item of it
+    "p": "struct{ip:string,amount:float,at:time}", "q": "array<string>", "ns": "array<int>",
+    "ts": "array<time>", "ss": "array<struct{ip:string,n:int}>", "ps": "array<tuple{string,int}>",
+    "tp": "tuple{string,int}", "tv": "tuple{string,int}",
 }
+#: Spark column types that differ from ``spark_ddl`` of the feature's type: a
+#: tuple whose producer named its components otherwise (read by position).
+SPARK_LAYOUT = {"tv": "struct<v0:string,v1:int>"}
 #: Default event time: 2013-01-01T10:17:00.000Z.
 T0 = 1_357_035_420_000
 INF = float("inf")
@@ -78,6 +93,19 @@ def O(op: str, *args: Expr) -> Expr:
     return Expr("op", t, op=op, args=args)
 
 
+def FIELD(x: Expr, name: str) -> Expr:
+    """``x.name`` on a struct (or a null literal)."""
+    t = "null" if x.type == "null" else dict(parse_type(x.type)[1])[name]
+    return Expr("op", t, op="field", args=(x, L(name)))
+
+
+def AT(x: Expr, index: Expr) -> Expr:
+    """``x[index]`` on an array (any int index) or a tuple (an int literal in range)."""
+    kind, param = parse_type(x.type) if x.type != "null" else ("null", "null")
+    t = param[index.value] if kind == "tuple" else param
+    return Expr("op", t, op="index", args=(x, index))
+
+
 def C(fn: str, *args: Expr) -> Expr:
     """A built-in call; result type by the checker's rules."""
     t = functions.SCALAR_FUNCTIONS[fn].result([a.type for a in args])
@@ -85,13 +113,20 @@ def C(fn: str, *args: Expr) -> Expr:
     return Expr("call", t, op=fn, args=args)
 
 
-i, j, f, g, s, u, t, t2, d, b, c = (R(n) for n in FEATURES)
+i, j, f, g, s, u, t, t2, d, b, c = (R(n) for n in ("i", "j", "f", "g", "s", "u", "t", "t2", "d", "b", "c"))
+p, q, ns, ts, ss, ps, tp, tv = (R(n) for n in ("p", "q", "ns", "ts", "ss", "ps", "tp", "tv"))
 NULL = L(None)
 ZERO_DIV = O("div", L(1), L(0))  # an erroring sub-expression
 
 
 def _time_ms(text: str) -> int:
     return parse_time(text)
+
+
+P1 = {"ip": "1.1.1.1", "amount": 2.5, "at": T0 - 60_000}
+Q3 = ["a", "b", "c"]
+SS = [{"ip": "a", "n": 1}, {"ip": "é😀", "n": 2}]
+PS = [["a", 1], ["b", 2]]
 
 
 TABLE: list[tuple[str, Expr, dict[str, Any], Any]] = [
@@ -518,4 +553,74 @@ TABLE: list[tuple[str, Expr, dict[str, Any], Any]] = [
     ("mixed-string-build", O("add", C("Upper", s), C("String", i)), {"s": "id-", "i": 7}, "ID-7"),
     ("mixed-len-compare", O("ge", C("Len", s), L(3)), {"s": "ab😀"}, True),
     ("mixed-coalesce-time", C("String", C("Coalesce", t, C("EventTime"))), {}, "2013-01-01T10:17:00.000Z"),
+    # ------------------------------------------------------ struct field (x.name)
+    ("field-string", FIELD(p, "ip"), {"p": P1}, "1.1.1.1"),
+    ("field-float", FIELD(p, "amount"), {"p": P1}, 2.5),
+    ("field-time", FIELD(p, "at"), {"p": P1}, T0 - 60_000),
+    ("field-time-arith", O("sub", C("EventTime"), FIELD(p, "at")), {"p": P1}, 60.0),
+    ("field-compare", O("gt", FIELD(p, "amount"), L(2)), {"p": P1}, True),
+    ("field-unicode", FIELD(p, "ip"), {"p": {**P1, "ip": "é😀"}}, "é😀"),
+    ("field-empty-string", FIELD(p, "ip"), {"p": {**P1, "ip": ""}}, ""),
+    ("field-null-struct", FIELD(p, "ip"), {}, None),
+    ("field-null-value", FIELD(p, "amount"), {"p": {**P1, "amount": None}}, None),
+    ("field-null-literal", FIELD(NULL, "ip"), {}, None),
+    ("field-is-null", O("is_null", FIELD(p, "ip")), {}, True),
+    ("field-coalesce", C("Coalesce", FIELD(p, "amount"), L(0)), {}, 0.0),
+    ("field-string-of-time", C("String", FIELD(p, "at")), {"p": P1}, "2013-01-01T10:16:00.000Z"),
+    ("field-of-item", FIELD(AT(ss, L(-1)), "ip"), {"ss": SS}, "é😀"),
+    ("field-of-missing-item", FIELD(AT(ss, L(2)), "n"), {"ss": SS}, None),
+    # ----------------------------------------------------- array index (x[i])
+    ("index-first", AT(q, L(0)), {"q": Q3}, "a"),
+    ("index-middle", AT(q, L(1)), {"q": Q3}, "b"),
+    ("index-last-literal", AT(q, L(-1)), {"q": Q3}, "c"),
+    ("index-last-neg", AT(q, O("neg", L(1))), {"q": Q3}, "c"),
+    ("index-neg-first", AT(q, i), {"q": Q3, "i": -3}, "a"),
+    ("index-past-end", AT(q, i), {"q": Q3, "i": 3}, None),
+    ("index-before-start", AT(q, i), {"q": Q3, "i": -4}, None),
+    ("index-int64-max", AT(q, i), {"q": Q3, "i": INT64_MAX}, None),
+    ("index-int64-min", AT(q, i), {"q": Q3, "i": INT64_MIN}, None),
+    ("index-int32-wrap", AT(q, i), {"q": Q3, "i": 1 << 32}, None),
+    ("index-int32-wrap-neg", AT(q, i), {"q": Q3, "i": -(1 << 32) + 1}, None),
+    ("index-empty", AT(q, L(0)), {"q": []}, None),
+    ("index-empty-neg", AT(q, L(-1)), {"q": []}, None),
+    ("index-null-array", AT(q, L(0)), {}, None),
+    ("index-null-array-neg", AT(q, i), {"i": INT64_MIN}, None),
+    ("index-null-index", AT(q, i), {"q": Q3}, None),
+    ("index-null-literal-index", AT(q, NULL), {"q": Q3}, None),
+    ("index-null-literal-array", AT(NULL, L(0)), {}, None),
+    ("index-null-item", AT(q, L(1)), {"q": ["a", None]}, None),
+    ("index-unicode", AT(q, L(1)), {"q": ["é", "😀", "𝔘"]}, "😀"),
+    ("index-unicode-last", AT(q, L(-1)), {"q": ["é", "😀", "𝔘"]}, "𝔘"),
+    ("index-computed", AT(q, O("sub", C("Len", q), L(1))), {"q": Q3}, "c"),
+    ("index-int-items", O("add", AT(ns, L(0)), AT(ns, L(-1))), {"ns": [1, 2, 40]}, 41),
+    ("index-int-item-min", AT(ns, i), {"ns": [INT64_MIN, 0], "i": -2}, INT64_MIN),
+    ("index-time-item", C("String", AT(ts, L(-1))), {"ts": [0, T0]}, "2013-01-01T10:17:00.000Z"),
+    ("index-time-item-pre-1970", AT(ts, L(0)), {"ts": [-1, T0]}, -1),
+    ("index-error-index", AT(q, O("floordiv", L(1), j)), {"q": Q3, "j": 0}, ERROR),
+    ("index-error-reached", C("Coalesce", AT(ns, L(5)), O("floordiv", L(1), j)), {"ns": [1], "j": 0}, ERROR),
+    ("index-error-lazy", C("Coalesce", AT(ns, L(0)), O("floordiv", L(1), j)), {"ns": [1], "j": 0}, 1),
+    ("index-is-null-out-of-range", O("is_null", AT(q, L(5))), {"q": Q3}, True),
+    ("index-coalesce-out-of-range", C("Coalesce", AT(q, L(5)), L("none")), {"q": Q3}, "none"),
+    ("index-struct-item", AT(ss, L(0)), {"ss": SS}, {"ip": "a", "n": 1}),
+    ("index-struct-item-null", AT(ss, L(0)), {"ss": []}, None),
+    # ----------------------------------------------------- tuple index (x[k])
+    ("tuple-first", AT(tp, L(0)), {"tp": ["1.1.1.1", 7]}, "1.1.1.1"),
+    ("tuple-second", AT(tp, L(1)), {"tp": ["1.1.1.1", 7]}, 7),
+    ("tuple-unicode", AT(tp, L(0)), {"tp": ["é😀", 7]}, "é😀"),
+    ("tuple-null", AT(tp, L(1)), {}, None),
+    ("tuple-spark-layout-by-position", AT(tv, L(1)), {"tv": ["x", 5]}, 5),
+    ("tuple-of-set-first", AT(AT(ps, L(0)), L(0)), {"ps": PS}, "a"),
+    ("tuple-of-set-last", AT(AT(ps, L(-1)), L(1)), {"ps": PS}, 2),
+    ("tuple-of-missing-item", AT(AT(ps, L(2)), L(1)), {"ps": PS}, None),
+    ("tuple-of-null-set", AT(AT(ps, L(0)), L(0)), {}, None),
+    ("tuple-set-item-whole", AT(ps, L(1)), {"ps": PS}, ["b", 2]),
+    # ---------------------------------------------------------- Len of arrays
+    ("len-array", C("Len", q), {"q": Q3}, 3),
+    ("len-array-empty", C("Len", q), {"q": []}, 0),
+    ("len-array-null", C("Len", q), {}, None),
+    ("len-array-unicode-items", C("Len", q), {"q": ["😀é", "𝔘"]}, 2),
+    ("len-of-item", C("Len", AT(q, L(0))), {"q": ["😀é", "𝔘"]}, 2),
+    ("len-array-of-structs", C("Len", ss), {"ss": SS}, 2),
+    ("len-array-of-tuples", C("Len", ps), {"ps": PS}, 2),
+    ("len-array-with-null-item", C("Len", q), {"q": [None, "a"]}, 2),
 ]

@@ -11,9 +11,8 @@ from __future__ import annotations
 import pytest
 
 from compiler.codegen.python import EvalError, compile_expr
-from compiler.typesystem import SPARK_TYPES
 from tests.conformance.compare import same
-from tests.conformance.table import ERROR, FEATURES, T0, TABLE
+from tests.conformance.table import ERROR, FEATURES, SPARK_LAYOUT, T0, TABLE
 
 IDS = [row[0] for row in TABLE]
 
@@ -48,12 +47,12 @@ def spark_query(spark):
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructField, StructType, _parse_datatype_string
 
-    from compiler.codegen.spark import compile_column_with_error
+    from compiler.codegen.spark import compile_column_with_error, spark_ddl
 
     names = list(FEATURES)
     schema = StructType(
         [StructField("_row", _parse_datatype_string("bigint")), StructField("_t", _parse_datatype_string("bigint"))]
-        + [StructField(n, _parse_datatype_string(SPARK_TYPES[FEATURES[n]])) for n in names]
+        + [StructField(n, _parse_datatype_string(SPARK_LAYOUT.get(n) or spark_ddl(FEATURES[n]))) for n in names]
     )
     rows = [
         (k, env.get("_t", T0), *[env.get(n) for n in names]) for k, (_id, _e, env, _x) in enumerate(TABLE)

@@ -9,7 +9,7 @@ import pytest
 from compiler.codegen import UnsupportedError
 from compiler.codegen.python import compile_expr, python_source
 from compiler.plan import Expr
-from tests.conformance.table import TABLE, C, L, O, i, s
+from tests.conformance.table import TABLE, C, L, O, i, p, q, s, tp
 
 UNSUPPORTED = [
     ("match-pattern-not-literal", O("match", s, s)),
@@ -20,6 +20,14 @@ UNSUPPORTED = [
     ("bitnot-float", Expr("op", "float", op="bitnot", args=(L(1.5),))),
     ("in-without-list", Expr("op", "bool", op="in", args=(i, i))),
     ("list-outside-in", Expr("list", "int", args=(i,))),
+    ("field-of-string", Expr("op", "string", op="field", args=(s, L("x")))),
+    ("field-name-not-literal", Expr("op", "string", op="field", args=(p, s))),
+    ("index-of-string", Expr("op", "string", op="index", args=(s, L(0)))),
+    ("index-float", Expr("op", "string", op="index", args=(q, L(0.0)))),
+    ("tuple-index-not-literal", Expr("op", "string", op="index", args=(tp, i))),
+    ("tuple-index-out-of-range", Expr("op", "string", op="index", args=(tp, L(2)))),
+    ("tuple-index-negative", Expr("op", "int", op="index", args=(tp, L(-1)))),
+    ("len-of-int", Expr("call", "int", op="Len", args=(i,))),
 ]
 
 
@@ -38,7 +46,7 @@ def test_spark_refuses(spark):
 
     from compiler.codegen.spark import compile_column
 
-    cols = {"i": F.col("i"), "s": F.col("s")}
+    cols = {n: F.col(n) for n in ("i", "s", "p", "q", "tp")}
     for _name, expr in UNSUPPORTED:
         with pytest.raises(UnsupportedError):
             compile_column(expr, cols, F.lit(0))
