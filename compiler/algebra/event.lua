@@ -10,8 +10,9 @@
 --                          below (reads still run). Pushes 1 (new) or 0 (seen).
 --   I    k field n         HINCRBY field n                (write)
 --   F    k field x         HINCRBYFLOAT field x           (write)
---   MIN  k field v kind    keep the smaller of v and field (kind n: number,
---   MAX  k field v kind    s: string by byte = code point order)   (write)
+--   MIN  k field v kind    keep the smaller of v and field (kind n: float,
+--   MAX  k field v kind    i: int64 text, exact; s: string by byte = code
+--                          point order)                           (write)
 --   SEEN k field ms        field := max(field, ms)        (write)
 --   LA   k ms json         lt/lv := ms/json if ms >= lt   (write)
 --   FI   k field ms json   field := "ms<TAB>json" if ms < the field's ms
@@ -58,8 +59,22 @@ local function bytes_less(a, b)
   return la < lb
 end
 
+local function int_less(a, b)
+  -- exact order of canonical decimal int64 texts (a double loses digits > 2^53)
+  local na, nb = string.byte(a, 1) == 45, string.byte(b, 1) == 45  -- '-'
+  if na ~= nb then return na end
+  local la, lb = #a, #b
+  if na then
+    if la ~= lb then return la > lb end
+    return a > b
+  end
+  if la ~= lb then return la < lb end
+  return a < b
+end
+
 local function less(a, b, kind)
   if kind == 'n' then return tonumber(a) < tonumber(b) end
+  if kind == 'i' then return int_less(a, b) end
   return bytes_less(a, b)
 end
 

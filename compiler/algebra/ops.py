@@ -325,7 +325,7 @@ class _ExtremumOp(AggregateOp):
 
     def write_args(self, key_index, fields, values, time_ms):
         t = self.value_types[0]
-        kind = "s" if t == "string" else "n"
+        kind = "s" if t == "string" else "i" if t in ("int", "time") else "n"
         v = _encode_scalar(values[0], t)
         out: list = []
         for f in fields:
