@@ -14,8 +14,9 @@ only the plan model (:mod:`compiler.plan`), the scalar engine
 Semantics implemented (SPEC section in brackets):
 
 * event time ``t`` from ``_time`` (ISO-8601 or epoch ms) [§3.1]; events are
-  processed in list order, which must be event-time order (equal times:
-  arrival order) [§3.1, §3.3];
+  processed in list (arrival) order; equal times are ordered by arrival
+  [§3.1]. The list need not be in time order: a late event sees only the
+  writes that arrived before it with ``s <= t`` ("never later ones", §3.3);
 * features of one event in plan order (dependency order) [§2.1]; a write
   by an event uses the values, keys and ``where`` of that event's own
   environment, including its aggregates [§2.4 Values];
@@ -77,8 +78,10 @@ class Reference:
         self._compiled: dict[int, Any] = {}
         #: every processed event: (event type, time ms, full env)
         self.history: list[tuple[str, int, dict[str, Any]]] = []
-        #: (definition hash, key tuple) -> the eligible writes, in arrival order
+        #: (definition hash, key tuple) -> the eligible writes, in (time, arrival) order
         self._by_key: dict[tuple[str, tuple], list[Write]] = {}
+        #: the same keys -> the writes' times (for bisection)
+        self._times: dict[tuple[str, tuple], list[int]] = {}
 
     # ----------------------------------------------------------- scalars
     def _fn(self, expr):
@@ -110,14 +113,18 @@ class Reference:
 
         Only writes that can ever count are kept: ``where`` true, all values
         and key components non-null. Grouping by key is the key-equality
-        rule; each list is in arrival (= event-time) order.
+        rule; each list is in (time, arrival) order.
         """
         for h, state in self.plan.states.items():
             if etype not in state.writes:
                 continue
             w = self._write_of(state, etype, t_ms, arrival, env)
             if _eligible(w):
-                self._by_key.setdefault((h, w.key), []).append(w)
+                # keep (time, arrival) order: after every write of the same or an earlier time
+                times = self._times.setdefault((h, w.key), [])
+                i = bisect.bisect_right(times, t_ms)
+                times.insert(i, t_ms)
+                self._by_key.setdefault((h, w.key), []).insert(i, w)
 
     # ----------------------------------------------------------- one aggregate
     def _aggregate(self, feature, etype: str, t_ms: int, env: dict) -> Any:
@@ -126,30 +133,30 @@ class Reference:
         read_key = tuple(env.get(k) for k in spec.read_keys)
         if any(k is None for k in read_key):
             return None  # SPEC §2.4: a null read key returns null
-        writes = list(self._by_key.get((spec.definition_hash, read_key), ()))
+        writes = self._by_key.get((spec.definition_hash, read_key), [])
+        times = self._times.get((spec.definition_hash, read_key), [])
         if etype in state.writes and not spec.exclusive:  # SPEC §3.3: inclusive read
             own = self._write_of(state, etype, t_ms, len(self.history), env)
             if _eligible(own) and own.key == read_key:
-                writes.append(own)
+                i = bisect.bisect_right(times, t_ms)
+                writes, times = writes[:i] + [own] + writes[i:], times[:i] + [t_ms] + times[i:]
+        # ``writes`` is in (time, arrival) order
         fn = spec.function
         window_ms = spec.window_s * 1000
+        upto = bisect.bisect_right(times, t_ms)  # s <= t
         if fn.startswith("Decayed"):
-            return _decayed(fn, [w for w in writes if w.time_ms <= t_ms], t_ms, window_ms)
+            return _decayed(fn, writes[:upto], t_ms, window_ms)
+        # SPEC §3.2 with r the resolution and T(x) = floor(x / r):
+        #   T(s) > T(t - W)  <=>  s >= (T(t - W) + 1) * r
+        #   T(s) > T(a)      <=>  s >= (T(a) + 1) * r     (a null a: no filter)
         r = spec.resolution_s * 1000
+        lo_ms = ((t_ms - window_ms) // r + 1) * r
         after = env.get(spec.after) if spec.after else None
-        # skip (by bisection) writes far older than the window; the rule itself is applied below
-        times = [w.time_ms for w in writes]
-        writes = writes[bisect.bisect_left(times, t_ms - window_ms - r) :]
-        counted = [
-            w
-            for w in writes
-            if w.time_ms // r > (t_ms - window_ms) // r
-            and w.time_ms <= t_ms
-            and (after is None or w.time_ms // r > after // r)
-        ]
-        counted.sort(key=lambda w: (w.time_ms, w.arrival))  # oldest first
+        if after is not None:
+            lo_ms = max(lo_ms, (after // r + 1) * r)
+        counted = writes[bisect.bisect_left(times, lo_ms) : upto]  # oldest first
         if spec.limit is not None:
-            counted = counted[-spec.limit :]
+            counted = counted[-spec.limit :]  # the n latest by (time, arrival)
         return _apply(fn, counted, spec.value_names, state.value_types)
 
     # ----------------------------------------------------------- one event
@@ -157,8 +164,6 @@ class Reference:
         """Evaluate one event and record it; return ``(json features, errors)``."""
         etype = body["_type"]
         t_ms = parse_time(body["_time"])
-        if self.history and t_ms < self.history[-1][1]:
-            raise ValueError("the reference needs events in event-time order")
         ep = self.plan.events[etype]
         env: dict[str, Any] = {}
         errors: dict[str, str] = {}
@@ -187,15 +192,15 @@ def _eligible(w: Write) -> bool:
 
 
 def _apply(fn: str, counted: list[Write], names, value_types) -> Any:
-    """Apply a §2.4 function to the counted writes (oldest first by (time, arrival))."""
+    """Apply a §2.4 function to the counted writes, oldest first by (time, arrival)."""
+    if fn == "Count":
+        return len(counted)
     vals = [w.values for w in counted]
     one = len(value_types) == 1
 
     def item(v):
         return v[0] if one else dict(zip(names, v))
 
-    if fn == "Count":
-        return len(counted)
     if fn == "CountUnique":
         return len(set(vals))
     if fn == "HyperLogLog":
@@ -213,10 +218,9 @@ def _apply(fn: str, counted: list[Write], names, value_types) -> Any:
     if fn in ("Latest", "LatestTime", "First", "FirstTime"):
         if not counted:
             return None
-        if fn.startswith("Latest"):  # latest time; ties: the later arrival
-            w = max(counted, key=lambda w: (w.time_ms, w.arrival))
-        else:  # earliest time; ties: the earlier arrival
-            w = min(counted, key=lambda w: (w.time_ms, w.arrival))
+        # ``counted`` is oldest first by (time, arrival): Latest takes the last
+        # (same time: the later arrival), First the first (the earlier arrival)
+        w = counted[-1] if fn.startswith("Latest") else counted[0]
         return w.time_ms if fn.endswith("Time") else item(w.values)
     if fn == "Sequence":
         return [item(v) for v in vals]
@@ -256,3 +260,12 @@ def reference_run(plan: Plan, events: list[dict]) -> tuple[list[dict], list[dict
 def reference_values(plan: Plan, events: list[dict]) -> list[dict]:
     """Per event, in order, the JSON-encoded features dict the API must return (SPEC §4)."""
     return reference_run(plan, events)[0]
+
+
+def reference_run_text(text: str, events: list[dict]) -> tuple[list[dict], list[dict]]:
+    """:func:`reference_run` over the topology ``text`` (one file); picklable, for a worker process."""
+    from compiler import compile_sources
+
+    result = compile_sources({"main.scowl": text})
+    assert result.plan is not None, result.render()
+    return reference_run(result.plan, events)

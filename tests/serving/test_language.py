@@ -30,9 +30,10 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
+from compiler.typesystem import format_time
 from tests.e2e.helpers import post_all
-from tests.reference import reference_run, reference_run_text
-from tests.serving.helpers import compile_text
+from tests.reference import reference_run, reference_run_text, reference_values
+from tests.serving.helpers import batch, client_for, compile_text
 
 # --------------------------------------------------------------------- topology
 
@@ -45,6 +46,7 @@ s := $.s as string?
 x := $.x as int?
 y := $.y as int?
 b := $.b as int?
+bg := $.bg as int?
 f := $.f as float?
 pf := $.pf as float?
 tm := $.tm as time?
@@ -64,10 +66,10 @@ VALUES: dict[str, list[str]] = {
     "Count": ["", "x", "x, s"],
     "CountUnique": ["user", "x, s"],
     "Sum": ["x", "f", "b", "pf"],
-    "Min": ["y", "f", "s", "tm"],
+    "Min": ["y", "f", "s", "tm"],     # ints beyond 2^53: test_min_max_ints_beyond_2_53
     "Max": ["y", "f", "s", "tm"],
     "Average": ["y", "f", "pf"],
-    "Latest": ["x", "s, x", "f", "flag"],
+    "Latest": ["x", "s, x", "f", "flag", "bg"],
     "First": ["x", "s, x", "tm"],
     "LatestTime": [""],
     "FirstTime": [""],
@@ -179,6 +181,13 @@ seen := LatestTime(by user exclusive)
 x_since := Sum(x by user after seen)
 n_since := Count(by ip after seen last 1 day)
 uniq_n := CountUnique(n_mod by user last 10 minutes)
+by_int := Count(by x last 10 minutes)
+by_bool := Sum(y by flag last 90 seconds)
+by_time := Count(by tm)
+by_float := Latest(user by f exclusive)
+by_int_str := Set(user by x, s last 1 day)
+where_err := Count(by ip where 100 / (x - 7) > 1)
+where_null := Sum(y where flag and x > 3)
 
 event buy
 """ + WRITER_INPUTS + """\
@@ -210,13 +219,15 @@ BOUNDARIES = [(10_000, 1_000), (90_000, 1_000), (600_000, 1_000), (86_400_000, 6
 T0 = 1_700_000_000_000
 
 
-def _iso(ms: int, rng: random.Random) -> str | int:
-    """The event time as epoch ms or ISO-8601 (``Z`` or an offset)."""
-    from compiler.typesystem import format_time
-
+def _iso(ms: int, rng: random.Random) -> str | int | float:
+    """A time as epoch ms (int, float, numeric string) or ISO-8601 (``Z`` or an offset), §3.1."""
     k = rng.random()
-    if k < 0.4:
+    if k < 0.35:
         return ms
+    if k < 0.38:
+        return str(ms)
+    if k < 0.4:
+        return ms + 0.25  # epoch ms as a float: floored
     text = format_time(ms)
     if k < 0.8:
         return text
@@ -234,11 +245,11 @@ def _maybe(rng: random.Random, p_null: float, make):
     return make()
 
 
-def timeline(seed: int, n: int) -> list[dict]:
-    """A seeded random timeline of ``n`` events over a few days (module docstring)."""
+def timeline(seed: int, n: int, t0: int = T0) -> list[dict]:
+    """A seeded random timeline of ``n`` events over a few days from ``t0`` (module docstring)."""
     rng = random.Random(seed)
     times: list[int] = []
-    t = T0
+    t = t0
     for _ in range(n):
         k = rng.random()
         if k < 0.3:
@@ -272,6 +283,8 @@ def timeline(seed: int, n: int) -> list[dict]:
             a = None
         elif choice < 0.45:
             a = t
+        elif choice < 0.47:
+            a = t + rng.choice([1, 1_000, 60_000])  # in the future: nothing counts
         elif choice < 0.6:
             a = rng.choice(times[max(0, len(events) - 50) : len(events) + 1])
         else:
@@ -288,9 +301,11 @@ def timeline(seed: int, n: int) -> list[dict]:
                 "x": _maybe(rng, 0.1, lambda: rng.choice([rng.randint(0, 12), rng.randint(0, 1000), "7"])),
                 "y": _maybe(rng, 0.1, lambda: rng.randint(-100, 100)),
                 "b": _maybe(rng, 0.1, lambda: rng.randint(-(2**50), 2**50)),
+                # beyond 2^53: distinct ints that are equal as doubles (SPEC §3.5: exact 64-bit)
+                "bg": _maybe(rng, 0.1, lambda: rng.choice([1, -1]) * (2**62 + rng.randint(0, 64))),
                 "f": _maybe(rng, 0.1, lambda: rng.randint(-8000, 8000) / 8),
                 "pf": _maybe(rng, 0.1, lambda: round(rng.uniform(0.001, 1000.0), 3)),
-                "tm": _maybe(rng, 0.1, lambda: _iso(rng.randint(T0 - 5 * 365 * 86_400_000, T0 + 86_400_000), rng)),
+                "tm": _maybe(rng, 0.1, lambda: _iso(t0 + rng.randint(-60 * 365 * 86_400_000, 86_400_000), rng)),
                 "flag": _maybe(rng, 0.1, lambda: rng.random() < 0.6),
             })
         for key, value in fields.items():
@@ -371,7 +386,7 @@ def run_and_compare(text: str, events: list[dict], redis_url: str, pool, defs=No
 
 # --------------------------------------------------------------------- tests
 
-N_EVENTS = 2000
+N_EVENTS = 1800
 
 
 @pytest.mark.parametrize("fn", list(VALUES))
@@ -395,6 +410,88 @@ def test_aggregates_of_aggregates(redis_url, reference_pool):
     event and by other events."""
     events = timeline(seed=7, n=N_EVENTS)
     run_and_compare(COMPOSITE, events, redis_url, reference_pool)
+
+
+@pytest.mark.parametrize("fn", ["Count", "First", "Sequence", "DecayedSum"])
+def test_times_before_and_across_the_epoch(fn, redis_url, reference_pool):
+    """SPEC §3.1, §3.2: event times before 1970 (negative epoch ms) and a timeline
+    crossing 1970-01-01: ``T(x) = floor(x / r)`` rounds toward minus infinity, so
+    tiles, windows and ``after`` work the same on both sides of 0."""
+    text, defs = topology(fn)
+    events = timeline(seed=11, n=500, t0=-2 * 86_400_000 - 123_456)
+    run_and_compare(text, events, redis_url, reference_pool, defs)
+
+
+BIG = """
+event e
+k := $.k as string
+v := $.v as int
+hi := Max(v by k)
+lo := Min(v by k)
+hi_limit := Max(v by k limit 5)
+"""
+
+
+def test_min_max_ints_beyond_2_53(redis_url):
+    """PRODUCT BUG (fails until fixed). SPEC §3.5: "int results are exact 64-bit
+    integers"; §2.4: Min/Max over int. Ints that differ only beyond 2^53 must
+    still compare exactly. ``event.lua``'s MIN/MAX ops compare numbers with
+    ``tonumber`` (a double), so 2^62 + 2 does not replace 2^62 + 1 in a tile.
+    (The ``limit`` path folds in Python and is right.)"""
+    base = 2**62
+    events = [
+        {"_type": "e", "_time": T0, "k": "a", "v": base + 1},
+        {"_type": "e", "_time": T0 + 1, "k": "a", "v": base + 2},
+        {"_type": "e", "_time": T0 + 2, "k": "b", "v": -base - 1},
+        {"_type": "e", "_time": T0 + 3, "k": "b", "v": -base - 2},
+    ]
+    with client_for(BIG, redis_url) as c:
+        out = batch(c, events)
+    assert [o["hi_limit"] for o in out] == [base + 1, base + 2, -base - 1, -base - 1]
+    assert [o["hi"] for o in out] == [base + 1, base + 2, -base - 1, -base - 1]
+    assert [o["lo"] for o in out] == [base + 1, base + 1, -base - 1, -base - 2]
+
+
+LATE = """
+event e
+k := $.k as string
+v := $.v as int
+n := Count(last 10 minutes)
+s := Sum(v last 10 minutes)
+u := CountUnique(k last 10 minutes)
+l := Latest(v last 10 minutes)
+f := First(v last 10 minutes)
+q := Sequence(v limit 2)
+"""
+
+
+def test_late_events_see_only_earlier_times(redis_url):
+    """PRODUCT BUG (fails until fixed). SPEC §3.3: "The value returned for an
+    event is the value after earlier events (by time, then arrival) and, if
+    inclusive, itself -- never later ones"; §3.2: a write counts only if
+    ``s <= t``. An event that arrives after events with later times (a late
+    event, 300 ms late here) must not see them, and must see itself. The
+    serving reads assume reads in event-time order: tiles count later writes
+    in the same tile, ``Latest``/``CountUnique`` drop a key whose latest write
+    is after ``t`` (even the event's own write), write logs trimmed to the
+    ``n`` latest lose the late event's own write."""
+    t = 1_700_000_000_000
+    events = [
+        {"_type": "e", "_time": t + 500, "k": "a", "v": 1},
+        {"_type": "e", "_time": t + 800, "k": "b", "v": 2},
+        {"_type": "e", "_time": t + 200, "k": "a", "v": 3},   # late: 500 and 800 are later
+        {"_type": "e", "_time": t + 100, "k": "c", "v": 4},   # late again
+    ]
+    plan = compile_text(LATE)
+    want = reference_values(plan, events)
+    assert [w["n"] for w in want] == [1, 2, 1, 1]
+    assert [w["u"] for w in want] == [1, 2, 1, 1]
+    assert [w["l"] for w in want] == [1, 2, 3, 4]
+    assert [w["q"] for w in want] == [[1], [1, 2], [3], [4]]
+    with client_for(LATE, redis_url) as c:
+        got = batch(c, events)
+    problems = compare(plan, events, got, want)
+    assert not problems, "\n".join(problems)
 
 
 def test_topologies_compile_with_expected_resolutions():
