@@ -212,17 +212,24 @@ class _FoldError(_NotConst):
 
 
 def _fold(e: Expr) -> Any:
-    """Evaluate a constant typed expression (literals and arithmetic only)."""
+    """Evaluate a constant typed expression (literals and arithmetic only).
+
+    Raises:
+        _NotConst: not a constant (or it holds an already-reported error).
+        _FoldError: a constant that cannot be evaluated (division by zero, overflow).
+    """
+    if e.type == ERROR:
+        raise _NotConst()
     if e.kind == "lit":
         return e.value
     if e.kind == "op":
         vals = [_fold(a) for a in e.args]
         if any(v is None for v in vals):
             return None
-        if e.op == "neg":
-            return -vals[0]
         a, b = vals if len(vals) == 2 else (None, None)
         try:
+            if e.op == "neg":
+                return -vals[0]
             if e.op == "add":
                 return a + b
             if e.op == "sub":

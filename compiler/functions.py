@@ -26,13 +26,14 @@ Source: SPEC §2.3 (operators, built-ins), §2.4 (aggregate table).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 __all__ = [
     "NUMERIC", "VALUE_TYPES", "KEY_TYPES", "INPUT_TYPES", "unify", "unify_all", "is_numeric",
     "unary_result", "binary_result", "ScalarFunction", "SCALAR_FUNCTIONS", "ALIASES",
     "canonical_function", "AggregateFunction", "AGGREGATES", "struct_type", "array_type", "tuple_type",
-    "all_function_names",
+    "all_function_names", "Operators", "PRECEDENCE", "ScalarDoc", "SCALAR_DOCS", "signature", "result_text",
+    "AggregateDoc", "AGGREGATE_DOCS",
 ]
 
 ERROR = "error"
@@ -403,3 +404,169 @@ AGGREGATES: dict[str, AggregateFunction] = {
 def all_function_names() -> list[str]:
     """Every callable name (built-ins, aliases, aggregates), for did-you-mean hints."""
     return sorted(set(SCALAR_FUNCTIONS) | set(ALIASES) | set(AGGREGATES))
+
+
+# ------------------------------------------------------------ documentation
+class Operators(NamedTuple):
+    """One precedence level of the operator ladder (SPEC §2.3).
+
+    Attributes:
+        symbols: the operators as written, e.g. ``("*", "/", "//", "%")``.
+        ops: their names in :data:`compiler.plan.OPERATORS` (same order;
+            ``""`` for the postfix forms, which are not plain operators).
+        grouping: ``left`` (``a - b - c`` is ``(a - b) - c``), ``prefix``,
+            ``postfix`` or ``none`` (comparisons do not chain).
+        meaning: one line, for docs.
+    """
+
+    symbols: tuple[str, ...]
+    ops: tuple[str, ...]
+    grouping: str
+    meaning: str
+
+
+#: The operator ladder, tightest first (SPEC §2.3; the rules of ``grammar.lark``).
+#: ``tests/compiler/test_docs.py`` parses expressions to hold the grammar to it.
+PRECEDENCE: tuple[Operators, ...] = (
+    Operators(("x[i]", "x.name"), ("", ""), "postfix", "item of an array or tuple; field of a struct"),
+    Operators(("-x", "~x"), ("neg", "bitnot"), "prefix", "negation; bitwise not"),
+    Operators(("*", "/", "//", "%"), ("mul", "div", "floordiv", "mod"), "left",
+              "multiply; divide (always float); floor divide; modulo"),
+    Operators(("+", "-"), ("add", "sub"), "left", "add (also concatenates strings); subtract"),
+    Operators(("<<", ">>"), ("shl", "shr"), "left", "bit shifts (int)"),
+    Operators(("&",), ("bitand",), "left", "bitwise and (int)"),
+    Operators(("^",), ("bitxor",), "left", "bitwise exclusive or (int)"),
+    Operators(("|",), ("bitor",), "left", "bitwise or (int)"),
+    Operators(("=", "!=", "~=", "<", ">", "<=", ">=", "in", "not in", "is null", "is not null"),
+              ("eq", "ne", "match", "lt", "gt", "le", "ge", "in", "not_in", "is_null", "is_not_null"), "none",
+              "equal (a single `=`); not equal; regular-expression search; order; membership in a literal "
+              "list; null tests"),
+    Operators(("not",), ("not",), "prefix", "logical not (three-valued)"),
+    Operators(("and",), ("and",), "left", "logical and (three-valued)"),
+    Operators(("or",), ("or",), "left", "logical or (three-valued)"),
+)
+
+
+class ScalarDoc(NamedTuple):
+    """How a built-in is documented.
+
+    Attributes:
+        params: parameter names, one per position of
+            :attr:`ScalarFunction.params` (for a variadic function the last
+            one repeats).
+        result: the result rule when it depends on the arguments; ``""``
+            when the result type is fixed (docs then ask
+            :attr:`ScalarFunction.result` for it).
+    """
+
+    params: tuple[str, ...]
+    result: str = ""
+
+
+_COMMON = "the common type of the arguments (int with float gives float)"
+
+#: Parameter names and result rules of every :data:`SCALAR_FUNCTIONS` entry (for docs).
+SCALAR_DOCS: dict[str, ScalarDoc] = {
+    "EventTime": ScalarDoc(()),
+    "Time": ScalarDoc(("s",)),
+    "ParseTime": ScalarDoc(("s",)),
+    "FromUnixSeconds": ScalarDoc(("n",)),
+    "Days": ScalarDoc(("d",)),
+    "Hours": ScalarDoc(("d",)),
+    "Minutes": ScalarDoc(("d",)),
+    "Seconds": ScalarDoc(("d",)),
+    "Len": ScalarDoc(("x",)),
+    "Maximum": ScalarDoc(("a",), _COMMON),
+    "Minimum": ScalarDoc(("a",), _COMMON),
+    "Lower": ScalarDoc(("s",)),
+    "Upper": ScalarDoc(("s",)),
+    "Contains": ScalarDoc(("s", "sub")),
+    "StartsWith": ScalarDoc(("s", "p")),
+    "EndsWith": ScalarDoc(("s", "p")),
+    "Coalesce": ScalarDoc(("a",), _COMMON),
+    "If": ScalarDoc(("cond", "a", "b"), "the common type of a and b (int with float gives float)"),
+    "Int": ScalarDoc(("x",)),
+    "Float": ScalarDoc(("x",)),
+    "String": ScalarDoc(("x",)),
+    "Bool": ScalarDoc(("x",)),
+}
+
+
+def signature(name: str) -> str:
+    """Return the documented signature of built-in ``name``, e.g. ``Contains(s: string, sub: string)``.
+
+    Variadic functions end in ``, …``; a parameter accepting several types
+    lists them with ``|``.
+
+    Raises:
+        KeyError: not a built-in (aliases are not resolved).
+
+    >>> signature("Contains"), signature("EventTime")
+    ('Contains(s: string, sub: string)', 'EventTime()')
+    >>> signature("Coalesce")
+    'Coalesce(a: bool|duration|float|int|string|time, …)'
+    """
+    fn = SCALAR_FUNCTIONS[name]
+    names = SCALAR_DOCS[name].params
+    parts = [f"{p}: {'|'.join(sorted(fn.accepts(i)))}" for i, p in enumerate(names)]
+    if fn.max_args is None:
+        parts.append("…")
+    return f"{name}({', '.join(parts)})"
+
+
+def result_text(name: str) -> str:
+    """Return the documented result of built-in ``name``: its fixed type or its rule.
+
+    >>> result_text("Len"), result_text("If")
+    ('int', 'the common type of a and b (int with float gives float)')
+    """
+    doc = SCALAR_DOCS[name]
+    if doc.result:
+        return doc.result
+    fn = SCALAR_FUNCTIONS[name]
+    sample = [sorted(fn.accepts(i))[0] for i in range(fn.min_args)]
+    return fn.result(sample) or "?"
+
+
+class AggregateDoc(NamedTuple):
+    """How an aggregate is documented (SPEC §2.4 table).
+
+    Attributes:
+        summary: what it computes over the counted writes, one line.
+        result: the result type rule.
+        empty: the value on an empty window, as JSON (``0``, ``null``,
+            ``[]``); ``tests/compiler/test_docs.py`` checks it against the
+            merge algebra.
+    """
+
+    summary: str
+    result: str
+    empty: str
+
+
+#: Summary, result rule and empty-window value of every :data:`AGGREGATES` entry (for docs).
+AGGREGATE_DOCS: dict[str, AggregateDoc] = {
+    "Count": AggregateDoc("the number of counted writes (with values: those whose values are all non-null)",
+                          "int", "0"),
+    "CountUnique": AggregateDoc("the exact number of distinct values (or tuples of values)", "int", "0"),
+    "Sum": AggregateDoc("the sum of the values", "int for an int value, else float", "0 (int) / 0.0 (float)"),
+    "Min": AggregateDoc("the smallest value", "the value's type", "null"),
+    "Max": AggregateDoc("the largest value", "the value's type", "null"),
+    "Average": AggregateDoc("the arithmetic mean of the values", "float", "null"),
+    "Latest": AggregateDoc("the value(s) of the latest counted write (by time, then arrival)",
+                           "the value's type, or a struct of the values", "null"),
+    "First": AggregateDoc("the value(s) of the earliest counted write (by time, then arrival)",
+                          "the value's type, or a struct of the values", "null"),
+    "LatestTime": AggregateDoc("the time of the latest counted write", "time", "null"),
+    "FirstTime": AggregateDoc("the time of the earliest counted write", "time", "null"),
+    "Sequence": AggregateDoc("the values of the counted writes, oldest first",
+                             "array of the value's type, or of structs of the values", "[]"),
+    "Set": AggregateDoc("the distinct values among the counted writes, sorted ascending",
+                        "array of the value's type, or of tuples of the values", "[]"),
+    "DecayedCount": AggregateDoc("the writes of all history, each weighed by exp(-(t - s) / W), W = `last`",
+                                 "float", "0.0"),
+    "DecayedSum": AggregateDoc("the values of all history, each weighed by exp(-(t - s) / W), W = `last`",
+                               "float", "0.0"),
+    "DecayedAverage": AggregateDoc("DecayedSum / DecayedCount of the value", "float", "null"),
+    "HyperLogLog": AggregateDoc("the approximate number of distinct values (standard error ≤ 2%)", "int", "0"),
+}
