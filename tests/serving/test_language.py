@@ -188,6 +188,18 @@ by_float := Latest(user by f exclusive)
 by_int_str := Set(user by x, s last 1 day)
 where_err := Count(by ip where 100 / (x - 7) > 1)
 where_null := Sum(y where flag and x > 3)
+where_time := Count(by user where Days(EventTime() - tm) < 3650)
+seq_1000 := Sequence(x by user, ip limit 1000)
+set_time := Set(tm by user last 1 day)
+seq_time := Sequence(tm, flag by ip limit 3)
+first_struct := First(tm, f, flag by user after a)
+latest_after := Latest(a by ip exclusive)
+uniq3 := CountUnique(f, flag, tm by ip last 1 day)
+hll2 := HyperLogLog(f, flag by ip)
+dur := EventTime() - tm
+latest_dur := Latest(dur, s by user)
+set_dur := Set(dur by ip last 1 day)
+seq_dur := Sequence(dur by user limit 3)
 
 event buy
 """ + WRITER_INPUTS + """\
@@ -208,7 +220,8 @@ mx_buy := Max<buy>(mx_login by user last 1 day)
 #: Key pools: empty string, separators, braces, percent escapes, unicode
 #: (BMP and astral: ``🎉`` sorts after ``～`` by code point, §3.5).
 USERS = ["anna", "brad", "cela", "", "a:b", "a|b", "{x}", "}", "%7D", "sc:{a}:b", "ü", "日本",
-         "🎉", "～", "a\tb", "a b", '"q"', "a\\b", "\u0000z"]
+         "🎉", "～", "a\tb", "a b", '"q"', "a\\b", "\u0000z",
+         "L" * 200, "L" * 199 + "M"]  # longer than the plain key encoding: hashed (§5.5)
 IPS = ["1.1.1.1", "2.2.2.2", "", "::1", "ü:1", "{"]
 STRINGS = IPS + ["zz", "Ölands", "🎉", "～", "a\nb", "x,y", "ab", "a"]
 
@@ -489,6 +502,39 @@ def test_late_events_see_only_earlier_times(redis_url):
     assert [w["l"] for w in want] == [1, 2, 3, 4]
     assert [w["q"] for w in want] == [[1], [1, 2], [3], [4]]
     with client_for(LATE, redis_url) as c:
+        got = batch(c, events)
+    problems = compare(plan, events, got, want)
+    assert not problems, "\n".join(problems)
+
+
+DURATION = """
+event e
+tm := $.tm as time
+d := EventTime() - tm
+by_d := Count(by d)
+uniq_d := CountUnique(d)
+hll_d := HyperLogLog(d)
+"""
+
+
+def test_duration_keys_and_tuple_values(redis_url):
+    """PRODUCT BUG (fails until fixed). SPEC §2.4: keys and values are features
+    of any scalar type; the compiler accepts ``duration`` keys and
+    ``CountUnique``/``HyperLogLog`` values (``compiler.functions.KEY_TYPES``,
+    ``VALUE_TYPES``), but ``compiler.algebra.keys.encode_component`` raises
+    ``ValueError: cannot use a value of type duration as a key``, so every
+    event of the type fails (HTTP 500). Durations are float seconds (§3.1)."""
+    t = 1_700_000_000_000
+    events = [
+        {"_type": "e", "_time": t + 500, "tm": t},          # d = 0.5 s
+        {"_type": "e", "_time": t + 1_500, "tm": t + 1_000},  # d = 0.5 s
+        {"_type": "e", "_time": t + 2_500, "tm": t},        # d = 2.5 s
+    ]
+    plan = compile_text(DURATION)
+    want = reference_values(plan, events)
+    assert [w["by_d"] for w in want] == [1, 2, 1]
+    assert [w["uniq_d"] for w in want] == [1, 1, 2]
+    with client_for(DURATION, redis_url) as c:
         got = batch(c, events)
     problems = compare(plan, events, got, want)
     assert not problems, "\n".join(problems)
