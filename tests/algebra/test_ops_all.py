@@ -254,6 +254,7 @@ def lua(redis_url):
 
 
 def _key() -> str:
+    """A fresh Redis key per hypothesis example (the fixture flushes only per test)."""
     return "sc:{test:" + uuid.uuid4().hex + "}:0000000000000000"
 
 
@@ -385,6 +386,7 @@ RSE = 1.04 / math.sqrt(HLL_M)
 
 
 def _ours(items) -> int:
+    """Our estimate of the distinct count of ``items`` (registers as ``HyperLogLogOp`` keeps them)."""
     regs: dict[int, int] = {}
     for it in items:
         slot, rho = hll_coupon(it)

@@ -124,6 +124,7 @@ def _allowed(fn: str, clause: str) -> bool:
 
 
 def _call(fn: str, scope: str, values: str, clause: str) -> str:
+    """``Fn<scope>(values clause)`` as Scowl text."""
     args = " ".join(p for p in (values, clause) if p)
     return f"{fn}{'<' + scope + '>' if scope else ''}({args})"
 
@@ -200,6 +201,13 @@ dur := EventTime() - tm
 latest_dur := Latest(dur, s by user)
 set_dur := Set(dur by ip last 1 day)
 seq_dur := Sequence(dur by user limit 3)
+self_scope := Count<login>(by user exclusive)
+n_after_day := Count(by ip after a last 1000 days)
+first_after_day := First(x after a last 1000 days)
+seq_week := Sequence(x by user last week limit 5)
+sum_2_5h := Sum(y by ip last 2.5 hours)
+latest_pt := Latest(s by user last PT5H30M)
+uniq_min := CountUnique(s by ip last minute)
 
 event buy
 """ + WRITER_INPUTS + """\
@@ -250,6 +258,7 @@ def _iso(ms: int, rng: random.Random) -> str | int | float:
 
 
 def _maybe(rng: random.Random, p_null: float, make):
+    """``"missing"`` (field left out) or ``None`` (JSON null), together ``p_null``; else ``make()``."""
     k = rng.random()
     if k < p_null / 2:
         return "missing"
@@ -258,8 +267,12 @@ def _maybe(rng: random.Random, p_null: float, make):
     return make()
 
 
-def timeline(seed: int, n: int, t0: int = T0) -> list[dict]:
-    """A seeded random timeline of ``n`` events over a few days from ``t0`` (module docstring)."""
+def timeline(seed: int, n: int, t0: int = T0, stretch: int = 1) -> list[dict]:
+    """A seeded random timeline of ``n`` events from ``t0`` (module docstring).
+
+    About 3 days for 1800 events; ``stretch`` multiplies the gaps between
+    events (ties stay ties; boundary echoes stay exact).
+    """
     rng = random.Random(seed)
     times: list[int] = []
     t = t0
@@ -275,7 +288,7 @@ def timeline(seed: int, n: int, t0: int = T0) -> list[dict]:
             gap = rng.randint(60_000, 600_000)
         else:
             gap = rng.randint(3_600_000, 6 * 3_600_000)
-        t += gap
+        t += gap * stretch
         times.append(t)
     # events exactly at (and 1 ms or one tile around) window boundaries of earlier events
     echoes = []
@@ -426,12 +439,14 @@ def test_aggregates_of_aggregates(redis_url, reference_pool):
 
 
 @pytest.mark.parametrize("fn", ["Count", "First", "Sequence", "DecayedSum"])
-def test_times_before_and_across_the_epoch(fn, redis_url, reference_pool):
-    """SPEC §3.1, §3.2: event times before 1970 (negative epoch ms) and a timeline
-    crossing 1970-01-01: ``T(x) = floor(x / r)`` rounds toward minus infinity, so
-    tiles, windows and ``after`` work the same on both sides of 0."""
+def test_long_sparse_timeline_across_the_epoch(fn, redis_url, reference_pool):
+    """SPEC §3.1, §3.2: a sparse timeline of about 100 days that starts before
+    1970 (negative epoch ms) and crosses 1970-01-01: ``T(x) = floor(x / r)``
+    rounds toward minus infinity, so tiles, windows and ``after`` work the same
+    on both sides of 0; and the default 30-day and the 50-day windows expire
+    (writes older than ``W`` stop counting)."""
     text, defs = topology(fn)
-    events = timeline(seed=11, n=500, t0=-2 * 86_400_000 - 123_456)
+    events = timeline(seed=11, n=500, t0=-20 * 86_400_000 - 123_456, stretch=120)
     run_and_compare(text, events, redis_url, reference_pool, defs)
 
 
@@ -542,12 +557,15 @@ def test_duration_keys_and_tuple_values(redis_url):
 
 def test_topologies_compile_with_expected_resolutions():
     """SPEC §3.2: the generated windows have the resolutions the boundary probes assume
-    (10 s, 90 s, 10 min, 86401 s: 1 s; 1 day, 30 days: 1 min; 50 days: 1 h)."""
-    text, _ = topology("Count")
-    plan = compile_text(text)
-    seen = {(s.window_s, s.resolution_s) for s in plan.states.values()}
-    expected = {(10, 1), (90, 1), (600, 1), (86400, 60), (86401, 1), (30 * 86400, 60), (50 * 86400, 3600)}
-    assert expected <= seen, seen
+    (10 s, 90 s, 10 min, 86401 s, 2.5 h, PT5H30M, 1 minute: 1 s; 1 day, week,
+    30 days: 1 min; 50 days: 1 h; 1000 days: 1 day)."""
+    seen = set()
+    for text in (topology("Count")[0], COMPOSITE):
+        plan = compile_text(text)
+        seen |= {(s.window_s, s.resolution_s) for s in plan.states.values()}
+    expected = {(10, 1), (90, 1), (600, 1), (86400, 60), (86401, 1), (30 * 86400, 60), (50 * 86400, 3600),
+                (9000, 1), (19800, 1), (60, 1), (7 * 86400, 60), (1000 * 86400, 86400)}
+    assert expected <= seen, expected - seen
 
 
 # ------------------------------------------------------------ the reference itself
