@@ -43,7 +43,7 @@ from compiler import nodes as n
 from compiler.diagnostics import Diagnostic, diag
 from compiler.functions import (
     AGGREGATES, ERROR, INPUT_TYPES, KEY_TYPES, NULL, SCALAR_FUNCTIONS, all_function_names, binary_result,
-    canonical_function, unary_result, unify, unify_all,
+    canonical_function, signature, unary_result, unify, unify_all,
 )
 from compiler.parser import parse_iso_duration
 from compiler.plan import Expr, InputSpec, Span
@@ -189,6 +189,18 @@ def _suggest(name: str, candidates: Any) -> str | None:
     if match:
         return f"did you mean '{lowered[match[0]]}'?"
     return None
+
+
+def _listing(what: str, names: Any, most: int = 8) -> str | None:
+    """``features of 'e': a, b, c`` (at most ``most`` names, sorted), or ``None`` if there are none."""
+    names = sorted(names)
+    if not names:
+        return None
+    more = ", …" if len(names) > most else ""
+    return f"{what}: {', '.join(names[:most])}{more}"
+
+
+_WINDOW_HINT = "write a whole number of seconds or more, e.g. `last 90 seconds`, `last 30 minutes`, `last 7 days`"
 
 
 def _snake(name: str) -> str:
@@ -652,12 +664,14 @@ class Checker:
         fn = SCALAR_FUNCTIONS[canon]
         if node.scope is not None or node.clauses:
             sp = node.clauses[0].span if node.clauses else node.name_span
-            self.error("E0219", sp, f"{canon} is not an aggregate; it takes no scope or clauses")
+            self.error("E0219", sp, f"{canon} is not an aggregate; it takes no scope or clauses",
+                       f"it is called as {signature(canon)}")
         args = [self.expr(a, event, context) for a in node.args]
         if not (fn.min_args <= len(args) <= (fn.max_args if fn.max_args is not None else len(args))):
             s = "" if fn.arity_text() == "1" else "s"
             self.error("E0402", node.span,
-                       f"{canon} takes {fn.arity_text()} argument{s}, got {len(args)}")
+                       f"{canon} takes {fn.arity_text()} argument{s}, got {len(args)}",
+                       f"it is called as {signature(canon)}")
             return Expr("call", ERROR, op=canon, args=tuple(args))
         bad = False
         for i, a in enumerate(args):
@@ -668,7 +682,8 @@ class Checker:
             if a.type not in ok:
                 want = " or ".join(sorted(ok))
                 self.error("E0401", node.args[i].span,
-                           f"{canon} expects {want} for argument {i + 1}, got {a.type}")
+                           f"{canon} expects {want} for argument {i + 1}, got {a.type}",
+                           f"it is called as {signature(canon)}")
                 bad = True
         if bad:
             return Expr("call", ERROR, op=canon, args=tuple(args))
@@ -823,7 +838,7 @@ class Checker:
                     if k.write is None and not common:
                         hint = f"name the writer's key feature: `by {rk} as <feature of {w}>`"
                     else:
-                        hint = _suggest(wk, wf)
+                        hint = _suggest(wk, wf) or _listing(f"features of '{w}'", wf)
                     self.error("E0213", wspan, f"write key '{wk}' is not a feature of writer event '{w}'", hint)
                     continue
                 wt = self.type_of(w, wk)
@@ -931,7 +946,7 @@ class Checker:
     def _window(self, c: n.LastClause, event: str) -> int:
         e, v = self._const(c.expr, event)
         if isinstance(v, _FoldError):
-            self.error("E0206", c.expr.span, f"the window cannot be computed: {v.reason}")
+            self.error("E0206", c.expr.span, f"the window cannot be computed: {v.reason}", _WINDOW_HINT)
             return DEFAULT_WINDOW_S
         if e is None:
             self.error("E0205", c.expr.span, "`last` needs a constant duration",
@@ -944,11 +959,13 @@ class Checker:
                        "add a unit, e.g. `last 7 days`, `last 90 minutes`, `last PT1H`")
             return DEFAULT_WINDOW_S
         if v is not None and not math.isfinite(v):
-            self.error("E0206", c.expr.span, "the window cannot be computed: the value is too large")
+            self.error("E0206", c.expr.span, "the window cannot be computed: the value is too large",
+                       _WINDOW_HINT)
             return DEFAULT_WINDOW_S
         if v is None or v < 1 or v != int(v):
             shown = "null" if v is None else f"{v:g} seconds"
-            self.error("E0206", c.expr.span, f"window must be whole seconds and at least 1 second, got {shown}")
+            self.error("E0206", c.expr.span, f"window must be whole seconds and at least 1 second, got {shown}",
+                       _WINDOW_HINT)
             return DEFAULT_WINDOW_S
         if v > MAX_WINDOW_S:
             self.error("E0206", c.expr.span, f"window of {int(v)} seconds is longer than 10,000 years",
