@@ -164,6 +164,7 @@ def _evaluate(expr_text: str, env: dict[str, Any] | None = None, setup: str = ""
 
 # ----------------------------------------------------------------- sections
 def _section_files() -> str:
+    """Section 1: files, sections, names, reserved words, an example topology and its plan."""
     plan_rows = []
     plan = _compile_ok(_INTRO_EXAMPLE).plan
     for ev_name in sorted(plan.events):
@@ -194,6 +195,7 @@ Example (it compiles; the table is the plan the compiler makes of it):
 
 
 def _section_inputs() -> str:
+    """Section 2: input forms (compiled) and the coercion table (``typesystem.coerce``)."""
     forms = [
         ("$.amount as float", "required: a missing or null value gives null **and an error** for the feature"),
         ("$.amount as float?", "optional: a missing or null value gives null, no error"),
@@ -241,6 +243,7 @@ reported for that feature; `5.6` as `int` is the exception: it gives `5`
 
 
 def _section_literals() -> str:
+    """Section 3: literals (compiled and evaluated) and duration units."""
     examples = ["42", "-7", "2.5", "1e3", "'single'", '"double"', "'tab\\there'", "'caf\\u00e9'", "true", "false",
                 "null", "10 minutes", "2.5 hours", "1 day", "week", "PT5H30M", "P1DT12H", "PT0.5S"]
     rows = []
@@ -271,6 +274,7 @@ def _op_rows(op: str, symbol: str) -> list[str]:
 
 
 def _section_operators() -> str:
+    """Section 4: the precedence ladder, operand typing and evaluated examples."""
     rows = []
     for level, ops in enumerate(PRECEDENCE, 1):
         rows.append([str(level), " ".join(_code(s) for s in ops.symbols), ops.grouping, _md_cell(ops.meaning)])
@@ -325,6 +329,7 @@ the same results), with `t` = `2021-04-12T22:43:46.000Z`:
 
 
 def _section_nulls() -> str:
+    """Section 5: null propagation and evaluation errors, evaluated."""
     examples = ["null + 1", "null = null", "null < 1", "Len(null)", "null and false", "null and true",
                 "null or true", "null or false", "not null", "null is null", "1 is not null", "Coalesce(null, 2)",
                 "If(null, 'yes', 'no')", "1 in (1, null)", "2 in (1, null)", "Int(null)", "1 / 0", "5 % 0",
@@ -351,6 +356,7 @@ error when `x` is 0.
 
 
 def _section_functions() -> str:
+    """Section 6: every built-in with its signature, result and description."""
     rows = []
     for name in sorted(SCALAR_FUNCTIONS):
         fn = SCALAR_FUNCTIONS[name]
@@ -392,6 +398,7 @@ def _agg_example(name: str) -> str:
 
 
 def _section_aggregates() -> str:
+    """Section 7: the aggregate form, its clauses and every aggregate function."""
     clause_rows = [
         ["`by k [as w], …`", "keys: `k` is a feature of the reading event, `w` (default: `k`) of each writer event "
          "(E0213 if missing, E0215 if the types differ). Key types: "
@@ -489,6 +496,7 @@ def example_output(c: Code) -> str | None:
 
 
 def _section_diagnostics() -> str:
+    """Section 8: every diagnostic code with its example and real output."""
     summary = _table(["Code", "Name", "Meaning"],
                      ([f"[{c.code}](#{c.code.lower()}-{c.name})", f"`{c.name}`", _md_cell(c.description)]
                       for c in CODES))

@@ -496,7 +496,13 @@ def signature(name: str) -> str:
     """Return the documented signature of built-in ``name``, e.g. ``Contains(s: string, sub: string)``.
 
     Variadic functions end in ``, …``; a parameter accepting several types
-    lists them with ``|``.
+    lists them with ``|``. Used by the docs and by E0401/E0402/E0219 hints.
+
+    Args:
+        name: canonical built-in name (a key of :data:`SCALAR_FUNCTIONS`).
+
+    Returns:
+        The signature text.
 
     Raises:
         KeyError: not a built-in (aliases are not resolved).
@@ -516,6 +522,15 @@ def signature(name: str) -> str:
 
 def result_text(name: str) -> str:
     """Return the documented result of built-in ``name``: its fixed type or its rule.
+
+    Args:
+        name: canonical built-in name (a key of :data:`SCALAR_FUNCTIONS`).
+
+    Returns:
+        A type name (``int``) or the rule of :attr:`ScalarDoc.result`.
+
+    Raises:
+        KeyError: not a built-in.
 
     >>> result_text("Len"), result_text("If")
     ('int', 'the common type of a and b (int with float gives float)')
