@@ -433,9 +433,9 @@ def test_hll_estimate_accuracy(record_property):
 
 def test_hll_small_counts():
     """SPEC §2.4 (standard error <= 2%): for small distinct counts the estimate
-    (linear counting over 4096 registers) is exact up to register collisions:
-    never more than 1 above the number of non-empty registers' linear-counting
-    value, and exactly 0 for no items. Reported for comparison: DataSketches
+    (linear counting over 4096 registers) is within 1 of the linear-counting
+    value ``m ln(m / empty registers)``, so exact up to register collisions and
+    rounding, and exactly 0 for no items. Reported for comparison: DataSketches
     keeps exact coupons at small counts, so it is exact there; ours is off by
     one at 64 items even without a collision (4096 ln(4096/4032) = 64.5)."""
     assert hll_estimate({}) == 0
