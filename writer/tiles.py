@@ -46,8 +46,8 @@ def encode_component_column(col: Column, type_name: str) -> Column:
         return F.concat(F.lit("t"), col.cast("long").cast("string"))
     if type_name == "bool":
         return F.when(col, F.lit("b1")).otherwise(F.lit("b0"))
-    if type_name == "float":
-        return F.concat(F.lit("f"), col.cast("double").cast("string"))
+    if type_name in ("float", "duration"):
+        return F.concat(F.lit("f" if type_name == "float" else "d"), col.cast("double").cast("string"))
     raise ValueError(f"cannot use a value of type {type_name} as a key")
 
 

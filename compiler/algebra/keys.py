@@ -21,6 +21,7 @@ time      ``t<epoch ms>``       ``t1357034220000``
 bool      ``b1`` / ``b0``
 float     ``f<str(value)>``     ``f2.5`` (Python ``repr``; Spark's cast
                                 agrees for ordinary magnitudes only)
+duration  ``d<seconds>``        ``d90.0`` (float seconds, as float)
 ========= ===================== ==========================
 
 ``<len>`` counts Unicode code points (Python ``len``, Spark ``length``). Then
@@ -68,6 +69,8 @@ def encode_component(value: Any, type_name: str) -> str:
         return "b1" if value else "b0"
     if type_name == "float":
         return f"f{float(value)!r}"
+    if type_name == "duration":
+        return f"d{float(value)!r}"
     raise ValueError(f"cannot use a value of type {type_name} as a key")
 
 
