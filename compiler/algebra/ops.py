@@ -430,6 +430,22 @@ class _PickOp(AggregateOp):
     def init(self):
         return None
 
+    def wins(self, new_ms: int, old_ms: int) -> bool:  # pragma: no cover - abstract
+        """Whether a write at ``new_ms`` replaces the pick at ``old_ms`` (later arrival)."""
+        raise NotImplementedError
+
+    def update(self, ir, values, time_ms):
+        if ir is None or self.wins(time_ms, ir[0]):
+            return (time_ms, tuple(values))
+        return ir
+
+    def merge(self, a, b):
+        if a is None:
+            return b
+        if b is None:
+            return a
+        return b if self.wins(b[0], a[0]) else a
+
     def finalize(self, ir):
         if ir is None:
             return None
@@ -455,17 +471,8 @@ class LatestOp(_PickOp):
 
     tiled: ClassVar[bool] = False
 
-    def update(self, ir, values, time_ms):
-        if ir is None or time_ms >= ir[0]:
-            return (time_ms, tuple(values))
-        return ir
-
-    def merge(self, a, b):
-        if a is None:
-            return b
-        if b is None:
-            return a
-        return b if b[0] >= a[0] else a
+    def wins(self, new_ms: int, old_ms: int) -> bool:
+        return new_ms >= old_ms
 
     def decode(self, raw):
         """``raw`` = ``[lt, lv]`` as read from the hash."""
@@ -493,17 +500,8 @@ class FirstOp(_PickOp):
     its first non-empty tile. Source: SPEC §2.4.
     """
 
-    def update(self, ir, values, time_ms):
-        if ir is None or time_ms < ir[0]:
-            return (time_ms, tuple(values))
-        return ir
-
-    def merge(self, a, b):
-        if a is None:
-            return b
-        if b is None:
-            return a
-        return b if b[0] < a[0] else a
+    def wins(self, new_ms: int, old_ms: int) -> bool:
+        return new_ms < old_ms
 
     def encode(self, ir):
         return [f"{int(ir[0])}\t{self.encode_values(ir[1])}"]

@@ -21,3 +21,24 @@ class UnsupportedError(Exception):
         super().__init__(message)
         self.message = message
         self.node = node
+
+
+def tuple_index(e: object, size: int) -> int:
+    """Return the constant component index of ``x[k]`` on a tuple of ``size``.
+
+    Args:
+        e: the ``index`` expression (``compiler.plan.Expr``; ``args[1]`` the index).
+        size: number of tuple components.
+
+    Returns:
+        ``k`` (``0 <= k < size``; the checker already turned negative constants around).
+
+    Raises:
+        UnsupportedError: the index is not an int literal in range (shared by
+            both generators, so they refuse the same nodes).
+    """
+    idx = e.args[1]  # type: ignore[attr-defined]
+    k = idx.value if idx.kind == "lit" else None
+    if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k < size:
+        raise UnsupportedError(f"a tuple index must be an int literal 0 to {size - 1}", e)
+    return k

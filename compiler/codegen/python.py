@@ -59,7 +59,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from compiler import runtime
-from compiler.codegen import UnsupportedError
+from compiler.codegen import UnsupportedError, tuple_index
 from compiler.plan import Expr
 from compiler.runtime import EvalError
 from compiler.typesystem import parse_type
@@ -479,10 +479,7 @@ class _Gen:
             raise UnsupportedError("index takes 2 operands", e)
         kind = "null" if e.args[0].type == "null" else _kind(e.args[0].type)
         if kind == "tuple":
-            size = len(parse_type(e.args[0].type)[1])
-            k = e.args[1].value if e.args[1].kind == "lit" else None
-            if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k < size:
-                raise UnsupportedError(f"a tuple index must be an int literal 0 to {size - 1}", e)
+            k = tuple_index(e, len(parse_type(e.args[0].type)[1]))
             a = self.gen(e.args[0])
             return replace(self.strict([a], e.type, lambda v: [f"{v} = {a.code}[{k}]"]), nullable=True)
         if kind not in ("array", "null"):

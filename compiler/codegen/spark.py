@@ -34,7 +34,7 @@ from typing import Any
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from compiler.codegen import UnsupportedError
+from compiler.codegen import UnsupportedError, tuple_index
 from compiler.plan import Expr
 from compiler.typesystem import (
     _J_NUMBER,
@@ -526,10 +526,7 @@ class _Gen:
             raise UnsupportedError("index takes 2 operands", e)
         kind = "null" if e.args[0].type == "null" else _kind(e.args[0].type)
         if kind == "tuple":
-            size = len(parse_type(e.args[0].type)[1])
-            k = e.args[1].value if e.args[1].kind == "lit" else None
-            if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k < size:
-                raise UnsupportedError(f"a tuple index must be an int literal 0 to {size - 1}", e)
+            k = tuple_index(e, len(parse_type(e.args[0].type)[1]))
             a = self.gen(e.args[0])
             if a.null:
                 return self.result([a], _null(e.type), e.type)
