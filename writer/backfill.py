@@ -155,7 +155,10 @@ def run_backfill(
     previous = spark.conf.get("spark.sql.codegen.wholeStage")
     spark.conf.set("spark.sql.codegen.wholeStage", "false")
     try:
-        frames = {ev: df.persist(StorageLevel.MEMORY_AND_DISK) for ev, df in feature_frames(events, plan, states).items()}
+        # writes that depend on aggregates read the events before the window from the input
+        history = raw.where(ok & (F.col("_time_ms") < F.lit(we)))
+        staged = feature_frames(events, plan, states, history=history, history_start_ms=None if decayed else ws)
+        frames = {ev: df.persist(StorageLevel.MEMORY_AND_DISK) for ev, df in staged.items()}
         for df in frames.values():
             df.count()
     finally:

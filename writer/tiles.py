@@ -64,32 +64,74 @@ def encode_tuple_column(cols: Sequence[Column], types: Sequence[str]) -> Column:
     return F.when(F.length(esc) > MAX_KEY_CHARS, F.concat(F.lit("#"), F.substring(F.sha2(esc, 256), 1, 40))).otherwise(esc)
 
 
-def feature_frames(raw: DataFrame, plan: Plan, states: Sequence[StateSpec]) -> dict[str, DataFrame]:
+def feature_frames(raw: DataFrame, plan: Plan, states: Sequence[StateSpec], history: DataFrame | None = None,
+                   history_start_ms: int | None = None) -> dict[str, DataFrame]:
     """Compute, once per writer event type, every feature its state writes need.
 
+    A write whose key, value or filter depends on an aggregate (a dependency
+    stage, SPEC §2.4, §5.6) gets the value that aggregate had when the writer
+    event was processed online, from ``writer.pointintime`` over ``history``:
+    it needs the events before ``raw``'s too (up to the aggregates' windows
+    ``W + r``, summed along nested stages, and all of them for ``Decayed*``,
+    see ``writer.pointintime.lookback_ms``).
+
     Args:
-        raw: valid raw events (``_type``, ``_time_ms``, ``_seq``, ``_raw``).
+        raw: valid raw events (``_type``, ``_time_ms``, ``_seq``, ``_raw``)
+            whose writes are computed.
         plan: the plan.
         states: the states to be written.
+        history: valid raw events the point-in-time values are computed from:
+            every event of ``raw`` (same ``_seq``) and the ones before them;
+            default ``raw`` itself. Only read when a write needs an aggregate.
+        history_start_ms: the earliest event time in ``raw`` that matters
+            (epoch ms); ``history`` is then cut to events at or after it
+            minus the lookback. ``None``: all of ``history`` is used.
 
     Returns:
         ``{event type: DataFrame}`` with ``_time_ms``, ``_seq`` and ``f_<feature>``
-        columns, unpersisted; the caller persists them so that the (large)
-        input-coercion expressions are evaluated once, not once per state and
-        tile level.
+        columns. Frames of plain (stage-0) features are unpersisted: the
+        caller persists them so that the (large) input-coercion expressions
+        are evaluated once, not once per state and tile level. Frames with
+        aggregate features are returned persisted (``MEMORY_AND_DISK``) and
+        computed, and the intermediate point-in-time values freed; the
+        caller's ``persist`` is then a no-op and its ``unpersist`` frees them.
 
     Raises:
-        writer.features.StagedFeatureError: a write needs an aggregate.
+        writer.features.StagedFeatureError: aggregates that depend on each
+            other across event types (no dependency stage exists).
     """
+    from pyspark import StorageLevel
+
+    from writer.features import needed_features
+    from writer.pointintime import PointInTime, lookback_ms
+
     needs: dict[str, set[str]] = {}
     for st in states:
         for ev, w in st.writes.items():
             needs.setdefault(ev, set()).update(w.deps())
+    # writer events whose writes need an aggregate's value (a dependency stage)
+    staged_events = {
+        ev for ev, names in needs.items()
+        if any(plan.events[ev].feature(n).kind == "aggregate" for n in needed_features(plan.events[ev], names))
+    }
+    staged: PointInTime | None = None
+    if staged_events:
+        hist = raw if history is None else history
+        lookbacks = [lookback_ms(plan, ev, sorted(needs[ev])) for ev in sorted(staged_events)]
+        if history_start_ms is not None and None not in lookbacks:
+            hist = hist.where(F.col("_time_ms") >= F.lit(history_start_ms - max(lookbacks)))
+        staged = PointInTime(hist, plan)
+        staged.prepare({ev: sorted(needs[ev]) for ev in staged_events})
     out = {}
     for ev, names in sorted(needs.items()):
         df = raw.where(F.col("_type") == F.lit(ev)).select("_time_ms", "_seq", "_raw")
-        df = with_features(df, plan.events[ev], sorted(names))
+        df = with_features(df, plan.events[ev], sorted(names), staged=staged)
         out[ev] = df.drop("_raw")
+        if ev in staged_events:
+            out[ev] = out[ev].persist(StorageLevel.MEMORY_AND_DISK)
+            out[ev].count()
+    if staged is not None:
+        staged.release()
     return out
 
 

@@ -1,0 +1,613 @@
+"""Point-in-time values of aggregate features, with Spark built-ins (SPEC §2.4, §3.2, §3.3, §5.6).
+
+The online path evaluates an event's aggregates from the store as it stood
+when the event was processed; a state write may use such a value as its
+key, value or ``where`` input (SPEC §2.4: values "may themselves be
+aggregates, evaluated when the writer event was processed"). Backfill must
+therefore know, for every writer event, the value each of those aggregates
+had at that moment. :class:`PointInTime` computes exactly that from the raw
+events, in dependency stages (SPEC §5.6): an aggregate whose read key,
+``after`` time, or whose writers' keys, values or filters depend on other
+aggregates first computes those (recursively, cached per (event, feature)).
+
+The value of aggregate ``A`` (state ``S``, window ``W``, resolution ``r``)
+for a reading event ``e`` of type ``E`` at time ``t`` and arrival ``seq``:
+
+* *reads*: every event of type ``E`` with its encoded read key ``rk``
+  (null when a key component is null: the value is then null) and its
+  ``after`` time ``a``;
+* *writes*: every event of a scope type with ``where`` true, all values
+  and key components non-null (``writer.tiles.writes_of_state``), its
+  encoded write key, time ``s`` and arrival;
+* a write counts iff it has the read's ``rk`` and (SPEC §3.2, §3.3)
+  ``(s, seq_w) < (t, seq)``, or it is the reading event itself and ``A`` is
+  inclusive (``E`` in the scope, not ``exclusive``); ``T(s) > T(t - W)``;
+  and, with ``after`` and a non-null ``a``, ``T(s) > T(a)``
+  (``T(x) = floor(x / r)``). ``Decayed*`` have no window: every earlier write
+  counts, weighed by ``exp(-(t - s) / W)``;
+* ``limit n``: the ``n`` latest counted writes by (time, arrival)
+  (``row_number``);
+* then the function (SPEC §2.4 table) per read: ``count``, ``try_sum``
+  (int sums stay exact ``long``; beyond 64 bits the value is null, where
+  the store's ``HINCRBY`` fails), ``avg``, ``min``/``max``,
+  ``count(distinct)`` of the encoded value tuple (``CountUnique``, as the
+  store's ``u<tuple>`` fields), ``max_by``/``min_by`` over
+  ``struct(time, arrival)`` (``Latest*``/``First*``), ``collect_list`` +
+  ``array_sort`` by (time, arrival) (``Sequence``), ``collect_set`` +
+  ``array_sort`` (``Set``), ``exp``-weighted sums (``Decayed*``;
+  ``DecayedAverage`` weighs relative to the latest counted write, as the
+  store does, so it never underflows to 0/0), and for ``HyperLogLog`` the
+  registers of ``writer.tiles.hll_coupon_columns`` with Ertl's estimate as
+  higher-order column functions (:func:`hll_estimate_column`); a read with
+  no counted write gets the empty-window value (``Count`` 0, ``Sum``
+  0 / 0.0, ``Average`` null, ``Sequence`` ``[]``, ...), a read with a null
+  key null.
+
+These are SPEC §3.3's values: the online path gives the same ones when
+events arrive in event-time order (its reads are exact only then).
+
+Results have the run-time representation of the feature's plan type that
+``compiler.codegen.spark`` expects (:func:`compiler.codegen.spark.spark_ddl`):
+int and time ``bigint`` (time in epoch ms), float and duration ``double``,
+bool ``boolean``, ``struct{a:T,..}`` a Spark struct with those field names,
+``array<T>`` a Spark array, ``tuple{T1,..}`` (items of a multi-value
+``Set``) a struct with fields ``_1``, ``_2``, ...
+
+Cost, per aggregate: the inputs and plain scalars of each event type are
+parsed once for all aggregates (:meth:`PointInTime.prepare`); then one
+left outer join of reads to writes on ``(rk, bucket)``, the bucket being
+``floor(time / W)`` (each write is duplicated into its bucket and the next,
+so a read meets the writes of its key from the last ``W`` to ``2 W``), a
+``row_number`` window for ``limit``, and one aggregation per read: three
+shuffles and one Spark job. Work is ``O(sum over keys k of reads(k) x
+writes(k) within 2 W)`` -- quadratic in the events per key per window, where
+the tile store is linear: fine for staged aggregates over keys with up to
+thousands of events per window, slow for a hot key with millions (a global
+aggregate, with no ``by``, is one key).
+``Decayed*`` have no window: their join is on ``rk`` alone, quadratic in
+the events per key over the whole history. Each computed value (and each
+event type's parsed inputs) is kept as a ``localCheckpoint``
+(``MEMORY_AND_DISK`` on the executors, lineage cut so that nested stages do
+not re-plan the large input-coercion expressions); losing an executor fails
+the job rather than recomputing (re-run it: backfill is idempotent).
+:meth:`PointInTime.release` frees them.
+
+History: values depend on events before the ones of interest (up to the
+window ``W + r`` of each aggregate in a chain, summed along nested stages,
+see :func:`lookback_ms`; all of it for ``Decayed*``). The ``events`` given
+to :class:`PointInTime` must include them.
+
+Not supported (:class:`writer.features.StagedFeatureError`): aggregates that
+depend on each other across event types in a cycle (``a.x`` counts ``b``
+writes filtered by ``b.y``, which counts ``a`` writes filtered by ``a.x``):
+the compiler accepts them and the online path evaluates them event by event,
+but no dependency stage can compute either first.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from compiler.algebra.keys import PREFIX
+from compiler.algebra.ops import HLL_M, HLL_Q
+from compiler.codegen.spark import spark_ddl
+from compiler.plan import Feature, Plan
+from compiler.typesystem import SPARK_TYPES
+from writer.features import StagedFeatureError, needed_features, with_features
+
+__all__ = ["PointInTime", "lookback_ms", "point_in_time", "hll_estimate_column"]
+
+#: Fixed iteration counts of the HyperLogLog series (Python stops at convergence,
+#: which takes < 30 steps for ``HLL_P`` = 12; further steps leave the sums unchanged).
+_HLL_SERIES_STEPS = 64
+
+
+def lookback_ms(plan: Plan, event: str, names: Iterable[str]) -> int | None:
+    """How far before an event the events influencing the given features' values can lie.
+
+    Inputs and scalars of the event itself need nothing earlier (0). An
+    aggregate with window ``W`` counts writes at ``s > t - W`` whose own
+    keys/values/filters may be aggregates evaluated at ``s``: its lookback is
+    ``W + r`` plus the largest lookback of its writers' needs, and at least
+    that of its own read key and ``after`` feature.
+
+    Args:
+        plan: the plan.
+        event: event type of the features.
+        names: feature names of ``event``.
+
+    Returns:
+        The lookback in ms, or ``None`` when unbounded (a ``Decayed*``
+        aggregate in the chain, or a cross-event cycle).
+
+    Source: SPEC §2.4 (values evaluated when the writer was processed), §3.2.
+    """
+    memo: dict[tuple[str, str], int | None] = {}
+    active: set[tuple[str, str]] = set()
+
+    def one(ev: str, name: str) -> int | None:
+        key = (ev, name)
+        if key in memo:
+            return memo[key]
+        if key in active:
+            return None
+        active.add(key)
+        try:
+            f = plan.events[ev].feature(name)
+            feats = {x.name for x in plan.events[ev].features}
+            out: int | None = 0
+            if f.kind == "scalar":
+                out = _max_opt([one(ev, d) for d in f.deps if d in feats])
+            elif f.kind == "aggregate":
+                spec = f.aggregate
+                state = plan.states[spec.definition_hash]
+                read = [one(ev, k) for k in spec.read_keys] + ([one(ev, spec.after)] if spec.after else [])
+                if state.function.startswith("Decayed"):
+                    out = None
+                else:
+                    span = (state.window_s + state.resolution_s) * 1000
+                    writes = [one(x, d) for x, w in state.writes.items() for d in sorted(w.deps())]
+                    inner = _max_opt(writes)
+                    out = _max_opt(read + [None if inner is None else span + inner])
+            memo[key] = out
+            return out
+        finally:
+            active.discard(key)
+
+    return _max_opt([one(event, n) for n in names])
+
+
+def _max_opt(xs: list[int | None]) -> int | None:
+    """``max`` with ``None`` (unbounded) dominating; 0 for no items."""
+    if any(x is None for x in xs):
+        return None
+    return max(xs, default=0)
+
+
+def _checkpoint_without_codegen(df: DataFrame, storage: StorageLevel) -> DataFrame:
+    """``localCheckpoint`` ``df`` with whole-stage code generation off.
+
+    Input coercion makes wide projections whose generated code can exceed
+    the JVM's 64 KB method limit (Spark then falls back, slowly, after a
+    failed compilation); ``writer.backfill`` materialises them the same way.
+    """
+    spark = df.sparkSession
+    previous = spark.conf.get("spark.sql.codegen.wholeStage")
+    spark.conf.set("spark.sql.codegen.wholeStage", "false")
+    try:
+        return df.localCheckpoint(eager=True, storageLevel=storage)
+    finally:
+        spark.conf.set("spark.sql.codegen.wholeStage", previous)
+
+
+def _drop_checkpoint(df: DataFrame) -> None:
+    """Unpersist the blocks of a ``localCheckpoint`` DataFrame (best effort, internal API)."""
+    try:
+        df._jdf.queryExecution().logical().rdd().unpersist(False)
+    except Exception:  # pragma: no cover - another Spark version's plan layout: left to the GC
+        pass
+
+
+def _floordiv(col: Column, n: int) -> Column:
+    """Exact ``floor(col / n)`` on longs (``n > 0``), for negative times too."""
+    return F.call_function("div", col - F.pmod(col, F.lit(n).cast("long")), F.lit(n).cast("long"))
+
+
+def _tile_start_after(col: Column, r_ms: int) -> Column:
+    """The first ms of the tile after the one holding ``col``: ``(floor(col / r) + 1) * r``."""
+    return col - F.pmod(col, F.lit(r_ms).cast("long")) + F.lit(r_ms).cast("long")
+
+
+class PointInTime:
+    """Point-in-time aggregate values over a set of raw events (module docstring).
+
+    Args:
+        events: raw events (``_type``, ``_time_ms``, ``_seq``, ``_raw``; see
+            ``writer.sources``), valid ones only, including all the history
+            the requested values need (:func:`lookback_ms`).
+        plan: the compiled plan.
+        storage: storage level of the checkpointed values and stage-0 frames.
+    """
+
+    def __init__(self, events: DataFrame, plan: Plan, storage: StorageLevel = StorageLevel.MEMORY_AND_DISK):
+        self.events = events
+        self.plan = plan
+        self.storage = storage
+        self._cache: dict[tuple[str, str], DataFrame] = {}
+        self._active: list[tuple[str, str]] = []
+        #: per event type: checkpointed frame of the stage-0 features (inputs and
+        #: scalars over them) that any staged computation so far needs
+        self._base: dict[str, tuple[frozenset[str], DataFrame]] = {}
+        #: frames replaced by wider ones (freed by :meth:`release` only: a
+        #: DataFrame built on one may not have run yet)
+        self._old: list[DataFrame] = []
+        self._stage0: dict[str, set[str]] = {}
+        for ev, ep in plan.events.items():
+            later: set[str] = set()
+            for f in ep.features:  # dependency order
+                if f.kind == "aggregate" or any(d in later for d in f.deps):
+                    later.add(f.name)
+            self._stage0[ev] = {f.name for f in ep.features} - later
+
+    # ----------------------------------------------------------------- public
+    def prepare(self, needs: dict[str, Iterable[str]]) -> None:
+        """Make sure the stage-0 features every staged value below ``needs`` uses are computed.
+
+        Inputs and scalars that depend on no aggregate are computed once per
+        event type from the raw JSON, for all events, and checkpointed (the
+        input-coercion expressions are large: parsing, planning and compiling
+        them once per aggregate would dominate the cost). Called by
+        :meth:`frame`; call it first with every need to build each event
+        type's frame once (a later need of more columns builds a wider frame).
+
+        Args:
+            needs: event type -> feature names (any kind) that will be asked for.
+
+        Raises:
+            KeyError: an unknown event type or feature.
+        """
+        acc: dict[str, set[str]] = {}
+        self._closure(needs, acc)
+        for ev, names in sorted(acc.items()):
+            have = self._base.get(ev)
+            if have is not None and names <= have[0]:
+                continue
+            cols = frozenset(names | (have[0] if have is not None else set()))
+            df = self.events.where(F.col("_type") == F.lit(ev)).select("_time_ms", "_seq", "_raw")
+            df = with_features(df, self.plan.events[ev], sorted(cols)).drop("_raw")
+            df = _checkpoint_without_codegen(df, self.storage)
+            if have is not None:
+                self._old.append(have[1])
+            self._base[ev] = (cols, df)
+
+    def frame(self, event: str, names: Iterable[str]) -> DataFrame:
+        """Every event of type ``event`` with the given features (aggregates included).
+
+        Args:
+            event: event type.
+            names: features of ``event`` (their dependencies are added).
+
+        Returns:
+            Columns ``_time_ms``, ``_seq`` and ``f_<feature>`` per needed
+            feature (``writer.features.with_features``).
+
+        Raises:
+            StagedFeatureError: see :meth:`values`.
+        """
+        names = list(names)
+        self.prepare({event: names})
+        ep = self.plan.events[event]
+        base = self._base.get(event)
+        if base is None:  # nothing of stage 0 needed
+            df = self.events.where(F.col("_type") == F.lit(event)).select("_time_ms", "_seq")
+        else:
+            df = base[1]
+        return with_features(df, ep, names, staged=self)
+
+    def values(self, event: str, name: str) -> DataFrame:
+        """The value aggregate ``name`` had for every event of type ``event`` when processed online.
+
+        Args:
+            event: the reading event type.
+            name: an aggregate feature of ``event``.
+
+        Returns:
+            A DataFrame (a ``localCheckpoint``, computed) with columns
+            ``_seq`` (long) and ``value`` (typed per
+            :func:`compiler.codegen.spark.spark_ddl` of the feature's type),
+            one row per event of type ``event`` in :attr:`events`. Cached
+            per (event, feature).
+
+        Raises:
+            KeyError: unknown event or feature.
+            ValueError: ``name`` is not an aggregate.
+            StagedFeatureError: a cross-event cycle of aggregates.
+
+        Source: SPEC §2.4, §3.2, §3.3 (see the module docstring).
+        """
+        key = (event, name)
+        if key in self._cache:
+            return self._cache[key]
+        if key in self._active:
+            chain = " -> ".join(f"{e}.{n}" for e, n in [*self._active[self._active.index(key):], key])
+            raise StagedFeatureError(
+                f"aggregates depend on each other across event types ({chain}); each value needs the "
+                "other's earlier values, which no dependency stage provides: backfill of this topology "
+                "is not supported (the online path evaluates it)"
+            )
+        feature = self.plan.events[event].feature(name)
+        if feature.kind != "aggregate" or feature.aggregate is None:
+            raise ValueError(f"{event}.{name} is a {feature.kind} feature, not an aggregate")
+        self._active.append(key)
+        try:
+            df = self._compute(event, feature)
+            df = df.localCheckpoint(eager=True, storageLevel=self.storage)
+        finally:
+            self._active.pop()
+        self._cache[key] = df
+        return df
+
+    def release(self) -> None:
+        """Free the checkpointed values and stage-0 frames (best effort).
+
+        Call it only once every DataFrame derived from this object has been
+        materialised (persisted and computed): their lineage ends at the
+        checkpoints, which cannot be recomputed once freed. Without it, Spark
+        frees them when the JVM garbage-collects them.
+        """
+        for df in [*self._cache.values(), *(b[1] for b in self._base.values()), *self._old]:
+            _drop_checkpoint(df)
+        self._cache.clear()
+        self._base.clear()
+        self._old.clear()
+
+    # --------------------------------------------------------------- internals
+    def _closure(self, needs: dict[str, Iterable[str]], acc: dict[str, set[str]]) -> None:
+        """Add to ``acc`` the stage-0 features the values of ``needs`` use, through every stage."""
+        seen: set[tuple[str, str]] = set()
+        todo = [(ev, list(names)) for ev, names in needs.items()]
+        while todo:
+            ev, names = todo.pop()
+            ep = self.plan.events[ev]
+            for n in needed_features(ep, names):
+                f = ep.feature(n)
+                if f.kind != "aggregate":
+                    if n in self._stage0[ev]:
+                        acc.setdefault(ev, set()).add(n)
+                    continue
+                if (ev, n) in seen or (ev, n) in self._cache:
+                    continue
+                seen.add((ev, n))
+                spec = f.aggregate
+                todo.append((ev, list(spec.read_keys) + ([spec.after] if spec.after else [])))
+                for x, w in self.plan.states[spec.definition_hash].writes.items():
+                    todo.append((x, sorted(w.deps())))
+
+    def _compute(self, event: str, feature: Feature) -> DataFrame:
+        from writer.tiles import encode_tuple_column, writes_of_state
+
+        spec = feature.aggregate
+        state = self.plan.states[spec.definition_hash]
+        fn = state.function
+        W = state.window_s * 1000
+        r = state.resolution_s * 1000
+        decayed = fn.startswith("Decayed")
+
+        # reads: every event of the reading type, its encoded key, time and after time
+        read_names = list(spec.read_keys) + ([spec.after] if spec.after else [])
+        reads = self.frame(event, read_names)
+        key_cols = [F.col(f"f_{k}") for k in spec.read_keys]
+        enc = encode_tuple_column(key_cols, state.key_types)
+        rk = F.concat(F.lit(PREFIX + "{"), enc, F.lit("}:" + state.definition_hash))
+        null_key = F.lit(False)
+        for c in key_cols:
+            null_key = null_key | c.isNull()
+        after = F.col(f"f_{spec.after}").cast("long") if spec.after else F.lit(None).cast("long")
+        reads = reads.select(
+            F.col("_seq").alias("r_seq"),
+            F.col("_time_ms").alias("r_t"),
+            F.when(null_key, F.lit(None).cast("string")).otherwise(rk).alias("r_rk"),
+            after.alias("r_a"),
+        )
+
+        # writes: the counted writes of the state by every scope event (where, non-null rules)
+        frames = {x: self.frame(x, sorted(w.deps())) for x, w in state.writes.items()}
+        writes = writes_of_state(frames, state)
+        nv = len(state.value_types)
+        writes = writes.select(
+            F.col("rk").alias("w_rk"), "t", "seq",
+            *[F.col(f"v{i}").cast(SPARK_TYPES[t]).alias(f"v{i}") for i, t in enumerate(state.value_types)],
+        )
+
+        # the join: same key; earlier by (time, arrival), or the event itself when inclusive
+        inclusive = event in state.writes and not spec.exclusive
+        earlier = (F.col("t") < F.col("r_t")) | ((F.col("t") == F.col("r_t")) & (F.col("seq") < F.col("r_seq")))
+        if inclusive:
+            earlier = earlier | (F.col("seq") == F.col("r_seq"))
+        keyed = reads
+        if decayed:
+            cond = (F.col("r_rk") == F.col("w_rk")) & earlier
+        else:
+            # bucket = floor(time / W): a counted write lies in the read's bucket or the one before
+            keyed = keyed.withColumn("r_b", _floordiv(F.col("r_t"), W))
+            wb = _floordiv(F.col("t"), W)
+            writes = writes.withColumn("b", F.explode(F.array(wb, wb + F.lit(1))))
+            lo = _tile_start_after(F.col("r_t") - F.lit(W), r)  # T(s) > T(t - W)
+            cond = (F.col("r_rk") == F.col("w_rk")) & (F.col("r_b") == F.col("b")) & earlier & (F.col("t") >= lo)
+            if spec.after:
+                cond = cond & (F.col("r_a").isNull() | (F.col("t") >= _tile_start_after(F.col("r_a"), r)))
+        # left outer: a read with no counted write (or a null key) keeps one row, all write columns null
+        joined = keyed.join(writes, cond, "left")
+        if state.limit is not None:
+            latest = Window.partitionBy("r_seq", "r_rk").orderBy(F.col("t").desc(), F.col("seq").desc())
+            joined = joined.withColumn("_k", F.row_number().over(latest)).where(F.col("_k") <= F.lit(state.limit))
+
+        vals = [F.col(f"v{i}") for i in range(nv)]
+        names = list(spec.value_names)
+        value, empty = self._function(fn, state.value_types, names, vals, W, joined)
+        if isinstance(value, DataFrame):  # HyperLogLog / DecayedAverage build their own grouping
+            agg = value
+        else:
+            agg = joined.groupBy("r_seq", "r_rk").agg(value.alias("a"), F.count("seq").alias("n"))
+        ddl = spark_ddl(feature.type)
+        null = F.lit(None).cast(ddl)
+        # n = number of counted writes: 0 gives the empty-window value; a null ``a`` with
+        # writes is a null result (an int Sum beyond 64 bits: try_sum)
+        result = (F.when(F.col("r_rk").isNull(), null)
+                  .when(F.col("n") == F.lit(0), null if empty is None else empty.cast(ddl))
+                  .otherwise(F.col("a").cast(ddl)))
+        return agg.select(F.col("r_seq").alias("_seq"), result.alias("value"))
+
+    def _function(self, fn: str, value_types, names, vals: list[Column], W: int,
+                  joined: DataFrame) -> tuple[Column | DataFrame, Column | None]:
+        """The per-read aggregate of the counted writes and the empty-window value (SPEC §2.4 table).
+
+        Args:
+            fn: the function name.
+            value_types, names: the state's value types and the value names.
+            vals: the value columns ``v0..`` of ``joined``.
+            W: the window in ms (the decay constant of ``Decayed*``).
+            joined: reads left-joined to their counted writes (``r_seq``,
+                ``r_rk``, ``r_t``, ``t``, ``seq``, ``v0..``; one all-null
+                write row for a read with none).
+
+        Returns:
+            ``(aggregate column, empty-window value or None for null)``; for
+            functions needing more than one grouping the first item is a
+            DataFrame ``(r_seq, r_rk, a, n)`` (``n`` = counted writes).
+
+        Raises:
+            StagedFeatureError: an unknown function.
+        """
+        from writer.tiles import encode_tuple_column, hll_coupon_columns
+
+        order = F.struct(F.col("t"), F.col("seq"))
+        single = len(vals) == 1
+        # the outer join's filler row of a read with no counted write has a null seq
+        matched = F.col("seq").isNotNull()
+
+        def payload() -> Column:
+            if single:
+                return vals[0]
+            return F.struct(*[v.alias(n) for v, n in zip(vals, names)])
+
+        if fn == "Count":
+            return F.count(F.col("seq")), F.lit(0).cast("long")
+        if fn == "Sum":
+            if value_types[0] == "int":
+                return F.try_sum(vals[0].cast("long")), F.lit(0).cast("long")
+            return F.sum(vals[0].cast("double")), F.lit(0.0)
+        if fn == "Average":
+            return F.avg(vals[0].cast("double")), None
+        if fn == "Min":
+            return F.min(vals[0]), None
+        if fn == "Max":
+            return F.max(vals[0]), None
+        if fn == "CountUnique":
+            return F.count_distinct(F.when(matched, encode_tuple_column(vals, value_types))), F.lit(0).cast("long")
+        if fn in ("Latest", "LatestTime"):
+            return F.max_by(F.col("t") if fn == "LatestTime" else F.when(matched, payload()), order), None
+        if fn in ("First", "FirstTime"):
+            return F.min_by(F.col("t") if fn == "FirstTime" else F.when(matched, payload()), order), None
+        if fn == "Sequence":
+            item = F.when(matched, F.struct(F.col("t"), F.col("seq"), payload().alias("p")))
+            return F.transform(F.array_sort(F.collect_list(item)), lambda x: x.getField("p")), F.array()
+        if fn == "Set":
+            item = vals[0] if single else F.struct(*[v.alias(f"_{i + 1}") for i, v in enumerate(vals)])
+            return F.array_sort(F.collect_set(F.when(matched, item))), F.array()
+        if fn in ("DecayedCount", "DecayedSum"):
+            weight = F.exp(-(F.col("r_t") - F.col("t")).cast("double") / F.lit(float(W)))
+            v = weight if fn == "DecayedCount" else vals[0].cast("double") * weight
+            return F.sum(v), F.lit(0.0)
+        if fn == "DecayedAverage":
+            # weights relative to the latest counted write (as the store keeps them): no 0/0 by underflow
+            ref = F.max("t").over(Window.partitionBy("r_seq", "r_rk"))
+            j = joined.withColumn("_w", F.exp(-(ref - F.col("t")).cast("double") / F.lit(float(W))))
+            g = j.groupBy("r_seq", "r_rk").agg(
+                (F.sum(vals[0].cast("double") * F.col("_w")) / F.sum("_w")).alias("a"), F.count("seq").alias("n"))
+            return g, None
+        if fn == "HyperLogLog":
+            slot, rho = hll_coupon_columns(encode_tuple_column(vals, value_types))
+            regs = joined.select("r_seq", "r_rk", F.when(matched, slot).alias("slot"),
+                                 F.when(matched, rho).alias("rho"))
+            regs = regs.groupBy("r_seq", "r_rk", "slot").agg(F.max("rho").alias("rho"), F.count("rho").alias("c"))
+            g = regs.groupBy("r_seq", "r_rk").agg(F.collect_list("rho").alias("rhos"), F.sum("c").alias("n"))
+            return g.select("r_seq", "r_rk", hll_estimate_column(F.col("rhos")).alias("a"), "n"), F.lit(0).cast("long")
+        raise StagedFeatureError(f"aggregate function {fn} has no point-in-time implementation")
+
+
+def hll_estimate_column(rhos: Column) -> Column:
+    """Spark twin of ``compiler.algebra.ops.hll_estimate`` over the non-zero registers.
+
+    Args:
+        rhos: ``array<int>`` of the register values (1..``HLL_Q + 1``) of the
+            non-empty slots (each slot once).
+
+    Returns:
+        ``bigint``: the rounded estimate, 0 for no registers (null beyond
+        64 bits, where Python's int keeps growing: near-saturated
+        registers, over ~2^63 distinct values). The series
+        ``sigma``/``tau`` run a fixed :data:`_HLL_SERIES_STEPS` steps (Python
+        stops once a step leaves the sum unchanged; the terms only shrink
+        after that, so the extra steps leave it unchanged too), with the same
+        double operations in the same order -- except that Python squares
+        with ``** 2`` (C ``pow``) and this with a product, which can differ
+        in the last bit; the rounding to an int absorbs that unless the
+        estimate sits on a .5 boundary -- and rounding is half-even like
+        Python's ``round``.
+
+    Source: O. Ertl (2017), Algorithm 6, as in ``ops.hll_estimate``.
+    """
+    m = float(HLL_M)
+    steps = F.sequence(F.lit(1), F.lit(_HLL_SERIES_STEPS))
+
+    def count_of(k: int) -> Column:
+        # a one-parameter lambda: F.filter passes the index to a second parameter
+        return F.size(F.filter(rhos, lambda x: x == F.lit(k))).cast("double")
+
+    counts = [count_of(k) for k in range(HLL_Q + 2)]
+    c0 = F.lit(m) - F.size(rhos).cast("double")
+    # tau(x), x = 1 - c[Q + 1] / m
+    tx = F.lit(1.0) - counts[HLL_Q + 1] / F.lit(m)
+    tau_acc = F.aggregate(
+        steps,
+        F.struct(tx.alias("x"), F.lit(1.0).alias("y"), (F.lit(1.0) - tx).alias("z")),
+        lambda acc, _i: F.struct(
+            F.sqrt(acc["x"]).alias("x"),
+            (acc["y"] * F.lit(0.5)).alias("y"),
+            (acc["z"] - _square(F.lit(1.0) - F.sqrt(acc["x"])) * (acc["y"] * F.lit(0.5))).alias("z"),
+        ),
+    )
+    tau = F.when((tx == F.lit(0.0)) | (tx == F.lit(1.0)), F.lit(0.0)).otherwise(tau_acc["z"] / F.lit(3.0))
+    z = F.lit(m) * tau
+    for k in range(HLL_Q, 0, -1):
+        z = F.lit(0.5) * (z + counts[k])
+    # sigma(x), x = c0 / m (< 1 whenever there is a register)
+    sx = c0 / F.lit(m)
+    sigma_acc = F.aggregate(
+        steps,
+        F.struct(sx.alias("x"), F.lit(1.0).alias("y"), sx.alias("z")),
+        lambda acc, _i: F.struct(
+            (acc["x"] * acc["x"]).alias("x"),
+            (acc["y"] + acc["y"]).alias("y"),
+            (acc["z"] + (acc["x"] * acc["x"]) * acc["y"]).alias("z"),
+        ),
+    )
+    z = z + F.lit(m) * sigma_acc["z"]
+    est = F.lit(m * m / (2.0 * math.log(2.0))) / z
+    return F.when(F.size(rhos) == F.lit(0), F.lit(0).cast("long")).otherwise(F.bround(est, 0).try_cast("long"))
+
+
+def _square(x: Column) -> Column:
+    """``x * x`` (Python's ``x ** 2``, see :func:`hll_estimate_column`)."""
+    return x * x
+
+
+def point_in_time(events: DataFrame, plan: Plan, event: str, feature: str) -> DataFrame:
+    """The value aggregate ``feature`` had for each event of type ``event`` when processed online.
+
+    Convenience wrapper of :meth:`PointInTime.values` with a fresh cache.
+
+    Args:
+        events: raw events (``_type``, ``_time_ms``, ``_seq``, ``_raw``),
+            valid ones, with all the history needed (:func:`lookback_ms`).
+        plan: the plan.
+        event: reading event type.
+        feature: aggregate feature of ``event``.
+
+    Returns:
+        Columns ``_seq`` and ``value`` (run-time representation, see
+        :func:`compiler.codegen.spark.spark_ddl`), one row per event of type ``event``.
+
+    Raises:
+        StagedFeatureError: a cross-event cycle of aggregates.
+        KeyError, ValueError: see :meth:`PointInTime.values`.
+
+    Source: SPEC §2.4, §3.2, §3.3, §5.6.
+    """
+    return PointInTime(events, plan).values(event, feature)
