@@ -106,7 +106,8 @@ def run_backfill(
 
     Raises:
         BackfillError: no valid events, ``start >= end``.
-        writer.features.StagedFeatureError: a state's write depends on an aggregate.
+        writer.features.StagedFeatureError: aggregates that depend on each other across
+            event types in a cycle (no dependency stage can compute either first).
         writer.sources.SourceError: an input path matches nothing.
     """
     report_progress = progress or (lambda phase, done, total: None)
