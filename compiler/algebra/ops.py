@@ -728,7 +728,9 @@ def hll_estimate(registers: dict[int, int]) -> int:
     for k in range(HLL_Q, 0, -1):
         z = 0.5 * (z + c[k])
     z += m * _sigma(c[0] / m)
-    return int(round(m * m / (2.0 * math.log(2.0)) / z))
+    if z == 0.0:  # every register saturated: beyond what 64-bit hashes can tell apart
+        return 2**63 - 1
+    return min(int(round(m * m / (2.0 * math.log(2.0)) / z)), 2**63 - 1)
 
 
 @dataclass(frozen=True)
