@@ -204,6 +204,36 @@ def print_backfill_report(report) -> None:
 
 
 @app.command()
+def status(directory: Path = typer.Argument(..., help="Topology directory (*.scowl files).")) -> None:
+    """Coverage, gaps and store size per aggregate state (SPEC §6)."""
+    import redis
+
+    from compiler.typesystem import format_time
+    from writer.status import store_status
+
+    plan = _compile(directory)
+    with open_store() as url:
+        try:
+            states = store_status(plan, url)
+        except redis.RedisError as e:
+            raise UserError(f"store unavailable: {e}") from None
+    table = Table(title="aggregate states")
+    for col in ("features", "function", "window", "r", "covered (backfill)", "gaps", "keys", "bytes"):
+        table.add_column(col)
+
+    def span(a: int, b: int) -> str:
+        return f"{format_time(a)} .. {format_time(b)}"
+
+    for s in states:
+        table.add_row(
+            "\n".join(s.features), s.function + (f" limit {s.limit}" if s.limit else ""), f"{s.window_s}s",
+            f"{s.resolution_s}s", "\n".join(span(a, b) for a, b in s.covered) or "none",
+            "\n".join(span(a, b) for a, b in s.gaps) or "none", f"{s.keys:,}", f"{s.bytes:,}",
+        )
+    console.print(table)
+
+
+@app.command()
 def demo(
     home: Path = typer.Option(Path(".scowl/demo"), help="Where the demo keeps its data and store."),
     days: int = typer.Option(7, help="Days of December 2013 replayed through the API."),

@@ -1,0 +1,63 @@
+"""``scowl status``: coverage, gaps and store size per aggregate state (SPEC §5.6, §6)."""
+
+from __future__ import annotations
+
+import os
+
+import orjson
+
+from compiler import compile_sources
+from tests.cli.test_cli import scowl
+from writer.backfill import run_backfill
+from writer.status import merge_intervals, store_status
+
+TOPOLOGY = """
+event login
+user := $.user as string
+n_user := Count(by user last 1 hour)
+seq_user := Sequence(user by user limit 2)
+"""
+
+DAY = 86_400_000
+START = 1_704_067_200_000  # 2024-01-01T00:00:00Z
+
+
+def test_merge_intervals_reports_gaps():
+    """Touching intervals merge; holes between them are gaps."""
+    assert merge_intervals([]) == ([], [])
+    assert merge_intervals([(10, 20), (0, 5), (5, 8), (15, 30)]) == ([(0, 8), (10, 30)], [(8, 10)])
+
+
+def test_status_after_two_disjoint_backfills(spark, redis_url, tmp_path):
+    """Two backfill runs with a hole between them: two covered intervals, one gap, keys and bytes counted."""
+    plan = compile_sources({"t.scowl": TOPOLOGY}).plan
+    events = [{"_type": "login", "_time": START + i * 3_600_000, "user": f"u{i % 3}"} for i in range(72)]
+    path = tmp_path / "e.jsonl"
+    path.write_bytes(b"\n".join(orjson.dumps(e) for e in events) + b"\n")
+    run_backfill(spark, plan, [path], redis_url, start_ms=START, end_ms=START + DAY)
+    run_backfill(spark, plan, [path], redis_url, start_ms=START + 2 * DAY, end_ms=START + 3 * DAY)
+    states = store_status(plan, redis_url)
+    assert len(states) == 2
+    for s in states:
+        assert s.covered == [(START, START + DAY), (START + 2 * DAY, START + 3 * DAY)], s
+        assert s.gaps == [(START + DAY, START + 2 * DAY)]
+        assert s.keys >= 1 and s.bytes > 0
+    # the 30-day write log keeps all three users; the 1-hour Count only what a read after the end can use
+    assert {s.function: s.keys for s in states}["Sequence"] == 3
+    assert sorted(f for s in states for f in s.features) == ["login.n_user", "login.seq_user"]
+
+    topo = tmp_path / "topo"
+    topo.mkdir()
+    (topo / "t.scowl").write_text(TOPOLOGY)
+    r = scowl("status", str(topo), env={**os.environ, "SCOWL_REDIS_URL": redis_url, "COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr
+    assert "2024-01-02T00:00:00.000Z .. 2024-01-03T00:00:00.000Z" in r.stdout  # the gap
+    assert "login.n_user" in r.stdout and "Sequence limit 2" in r.stdout
+
+
+def test_status_with_unreachable_store_is_a_user_error(tmp_path):
+    """A store that does not answer: exit 1 with a message, no traceback."""
+    (tmp_path / "t.scowl").write_text(TOPOLOGY)
+    r = scowl("status", str(tmp_path), env={**os.environ, "SCOWL_REDIS_URL": "redis://127.0.0.1:1/0"})
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr and "store unavailable" in r.stderr
