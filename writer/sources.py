@@ -1,11 +1,18 @@
 """Event sources -> a DataFrame of raw events (SPEC §5.6).
 
+Inputs: JSONL timelines (Sumatra format: one JSON object per line with
+``_type``, optional ``_time``, payload fields) and Parquet files with the same
+fields as columns (``_time`` a string, epoch ms or a timestamp). Files, globs
+and directories are expanded into one sorted list of files; "file order" is
+that list, then line (row) order within each file.
+
 Output columns: ``_type`` (string), ``_time_ms`` (long, event time in epoch
-ms), ``_seq`` (long, position in the input, file order: file index in sorted
-path order << 40 plus a row id increasing within the file), ``_raw`` (string,
-the event's JSON text). Records that are not JSON objects with a known
-``_type`` and a parseable ``_time`` are counted and set aside by the caller
-(``bad_records``).
+ms), ``_seq`` (long, the 0-based position of the record among the input's
+non-blank records, in file order: SPEC §6 ``scowl replay``), ``_raw``
+(string, the event's JSON text; a Parquet row is rendered with ``to_json``,
+timestamps as ISO-8601 UTC with milliseconds). Records that are not JSON
+objects with a known ``_type`` and a parseable ``_time`` are counted and set
+aside by the caller (:func:`valid`).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ class SourceError(ValueError):
 
 
 def expand_paths(paths: Sequence[str | Path]) -> list[str]:
-    """Expand files, globs and directories (recursively ``*.jsonl``/``*.json``) into sorted files.
+    """Expand files, globs and directories (recursively ``*.jsonl``, ``*.json``, ``*.parquet``) into sorted files.
 
     Raises:
         SourceError: a path matches nothing.
@@ -50,31 +57,57 @@ def expand_paths(paths: Sequence[str | Path]) -> list[str]:
     return out
 
 
+def _is_parquet(path: str) -> bool:
+    return path.endswith(".parquet") or (os.path.isdir(path) and any(Path(path).glob("*.parquet")))
+
+
+def _raw_lines(spark: SparkSession, path: str) -> DataFrame:
+    """One file as a single ``_raw`` string column, in file order."""
+    if _is_parquet(path):
+        df = spark.read.parquet(path)
+        opts = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSXXX", "ignoreNullFields": "true"}
+        return df.select(F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns]), opts).alias("_raw"))
+    return spark.read.text(path).withColumnRenamed("value", "_raw")
+
+
 def read_events(spark: SparkSession, paths: Sequence[str | Path]) -> DataFrame:
-    """Read JSONL timelines (Sumatra format) into the raw event DataFrame (module docstring).
+    """Read JSONL and Parquet timelines into the raw event DataFrame (module docstring).
+
+    ``_seq`` is computed with built-ins: ``monotonically_increasing_id`` gives
+    (partition << 33) + row within the partition; one small job counts the
+    rows per partition, and each row's position is its partition's offset
+    plus its row number. File reads split deterministically, so the numbering
+    is the same whenever Spark recomputes the frame.
 
     Args:
         spark: the session.
-        paths: files, globs or directories.
+        paths: files, globs or directories (``*.jsonl``, ``*.json``, ``*.parquet``).
 
     Returns:
         Columns ``_type``, ``_time_ms``, ``_seq``, ``_raw``; ``_type`` or
         ``_time_ms`` is null for records that are not valid events.
+
+    Raises:
+        SourceError: a path matches nothing.
     """
     files = expand_paths(paths)
-    frames = []
-    for i, f in enumerate(files):
-        df = spark.read.text(f).withColumnRenamed("value", "_raw")
-        df = df.withColumn("_seq", F.lit(i).cast("long") * F.lit(1 << 40) + F.monotonically_increasing_id())
-        frames.append(df)
-    df = frames[0]
-    for other in frames[1:]:
-        df = df.unionByName(other)
-    df = df.where(F.length(F.trim(F.col("_raw"))) > 0)
+    df = _raw_lines(spark, files[0])
+    for f in files[1:]:
+        df = df.unionByName(_raw_lines(spark, f))
+    df = df.where(F.col("_raw").isNotNull() & (F.length(F.trim(F.col("_raw"))) > 0))
+    df = df.select("_raw", F.spark_partition_id().alias("_pid"), F.monotonically_increasing_id().alias("_mid"))
+    counts = dict(df.groupBy("_pid").count().collect())
+    offsets, total = [], 0
+    for pid in range(max(counts, default=-1) + 1):
+        offsets.append(total)
+        total += counts.get(pid, 0)
+    offset = F.element_at(F.array(*[F.lit(o).cast("long") for o in offsets] or [F.lit(0).cast("long")]),
+                          F.col("_pid") + 1)
+    seq = offset + (F.col("_mid") - F.shiftleft(F.col("_pid").cast("long"), 33))
     return df.select(
         F.get_json_object("_raw", "$._type").alias("_type"),
         time_column(F.get_json_object("_raw", "$._time")).alias("_time_ms"),
-        "_seq",
+        seq.alias("_seq"),
         "_raw",
     )
 

@@ -1,0 +1,54 @@
+"""Event sources (SPEC §5.6, §6): JSONL and Parquet, 0-based ``_seq`` in file order."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from writer.sources import SourceError, expand_paths, read_events
+
+
+def _jsonl(path, events, blank_after=None):
+    with open(path, "w") as f:
+        for i, e in enumerate(events):
+            f.write(json.dumps(e) + "\n")
+            if i == blank_after:
+                f.write("\n   \n")
+
+
+def test_seq_is_position_in_file_order_across_jsonl_and_parquet(spark, tmp_path):
+    a = [{"_type": "a", "_time": 5_000 - i, "x": i} for i in range(40)]  # times descending: order is by file, not time
+    _jsonl(tmp_path / "1.jsonl", a, blank_after=7)
+    b = pd.DataFrame({"_type": ["b"] * 25, "_time": pd.to_datetime([1_357_017_420_000 + i for i in range(25)], unit="ms", utc=True),
+                      "y": list(range(25)), "big": [2**60 + i for i in range(25)]})
+    spark.createDataFrame(b).repartition(3).write.parquet(str(tmp_path / "2.parquet"))
+    c = [{"_type": "c", "_time": "2013-01-01T00:00:00Z", "k": "z"}, "not json", {"_time": 1}]
+    with open(tmp_path / "3.jsonl", "w") as f:
+        f.write("\n".join(x if isinstance(x, str) else json.dumps(x) for x in c) + "\n")
+    rows = read_events(spark, [str(tmp_path)]).collect()
+    seqs = sorted(r["_seq"] for r in rows)
+    assert seqs == list(range(40 + 25 + 3))
+    by_seq = {r["_seq"]: r for r in rows}
+    assert [json.loads(by_seq[i]["_raw"])["x"] for i in range(40)] == list(range(40))
+    assert by_seq[0]["_time_ms"] == 5_000 and by_seq[39]["_time_ms"] == 4_961
+    parquet = [json.loads(by_seq[i]["_raw"]) for i in range(40, 65)]
+    assert sorted(p["y"] for p in parquet) == list(range(25))
+    for p, r in zip(parquet, [by_seq[i] for i in range(40, 65)]):
+        assert p["big"] == 2**60 + p["y"]  # int64 exact through to_json
+        assert r["_time_ms"] == 1_357_017_420_000 + p["y"] and r["_type"] == "b"
+    assert by_seq[65]["_time_ms"] == 1_356_998_400_000
+    assert by_seq[66]["_type"] is None and by_seq[67]["_type"] is None  # invalid records keep their position
+
+
+def test_parquet_epoch_ms_time(spark, tmp_path):
+    df = spark.createDataFrame([("a", 1_000, 1), ("a", 2_000, 2)], "_type string, _time long, x long")
+    df.coalesce(1).write.parquet(str(tmp_path / "e.parquet"))
+    rows = sorted((r["_seq"], r["_time_ms"]) for r in read_events(spark, [str(tmp_path / "e.parquet")]).collect())
+    assert rows == [(0, 1_000), (1, 2_000)]
+
+
+def test_missing_input_is_an_error(tmp_path):
+    with pytest.raises(SourceError, match="no input files match"):
+        expand_paths([str(tmp_path / "nope*.jsonl")])
