@@ -12,7 +12,7 @@ from fastapi import FastAPI
 
 from compiler.plan import Plan
 from serving.errors import ApiError, api_error_handler
-from serving.evaluate import Evaluator
+from serving.evaluate import Evaluator, OnlineStarts
 from serving.routes import events, meta
 from serving.settings import Settings
 from serving.store import Store
@@ -47,6 +47,7 @@ def create_app(plan: Plan, settings: Settings | None = None, redis_url: str | No
         store = Store(url, timeout_s=settings.store_timeout_s)
         app.state.store = store
         evaluator.run = store.run
+        evaluator.online = OnlineStarts(store.record_online)
         app.state.evaluator = evaluator
         try:
             yield

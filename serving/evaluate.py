@@ -11,6 +11,13 @@ Inside a round the script runs, in order: the idempotency check, the reads of
 So an inclusive read sees the event's own contribution and an exclusive one
 does not (SPEC §3.3), and each (aggregate, key) update is atomic.
 
+Before a round that writes a state at an event time earlier than any this
+process has written into that state, :class:`OnlineStarts` lowers the state's
+online-writer start time in the store (``serving.store.ONLINE_KEY``; backfill
+refuses to overwrite time the online path wrote, SPEC §5.6): one extra command
+for a state's first write in a process and for each new earliest time, none in
+the common case.
+
 Source: SPEC §2.4 (write rules), §3.2 (window rule), §3.3, §4, §5.2.
 """
 
@@ -56,6 +63,45 @@ class BadEvent(ValueError):
 
 #: Signature of the store call: ``(keys, argv) -> results`` (see ``event.lua``).
 RunScript = Callable[[Sequence[str], Sequence[Any]], Awaitable[list]]
+
+#: Signature of the online-start record: ``{definition hash: event time ms}`` -> None
+#: (``serving.store.Store.record_online``: keeps the minimum per state).
+RecordOnline = Callable[[dict[str, int]], Awaitable[None]]
+
+
+class OnlineStarts:
+    """This process's earliest written event time per state, mirrored in the store (module docstring).
+
+    Args:
+        record: the store call that lowers the stored times (``Store.record_online``).
+    """
+
+    def __init__(self, record: RecordOnline):
+        self.record = record
+        #: definition hash -> earliest event time (epoch ms) recorded by this process
+        self.earliest: dict[str, int] = {}
+
+    async def note(self, hashes: Sequence[str], t_ms: int) -> None:
+        """Record ``t_ms`` for the states in ``hashes`` that this process has not yet written that early.
+
+        Called before the writes are sent, so the store never holds an online
+        write earlier than its recorded start (a failed write leaves an
+        earlier-than-needed time: backfill is then only more cautious).
+
+        Args:
+            hashes: definition hashes the event is about to write.
+            t_ms: the event time (epoch ms).
+
+        Raises:
+            Whatever ``record`` raises (``serving.store.StoreUnavailable``).
+        """
+        earliest = self.earliest
+        due = {h: t_ms for h in hashes if t_ms < earliest.get(h, MAX_TIME_MS + 1)}
+        if due:
+            await self.record(due)
+            for h, ms in due.items():
+                if ms < earliest.get(h, MAX_TIME_MS + 1):
+                    earliest[h] = ms
 
 
 @dataclass
@@ -232,6 +278,7 @@ class EventProgram:
         run: RunScript,
         event_id: str | None = None,
         id_ttl_ms: int = 86_400_000,
+        online: OnlineStarts | None = None,
     ) -> tuple[dict[str, Any], dict[str, str]]:
         """Evaluate every feature of one event and record its writes.
 
@@ -241,13 +288,15 @@ class EventProgram:
             run: the store's script call (``serving.store.Store.run``).
             event_id: idempotency key; a repeated id is answered, not written.
             id_ttl_ms: how long an id is remembered.
+            online: where the states' online-writer start times are kept
+                (module docstring); ``None``: not recorded.
 
         Returns:
             ``(values, errors)``: run-time values by feature name (plan order)
             and error messages by feature name.
 
         Raises:
-            Whatever ``run`` raises (``serving.store.StoreUnavailable``).
+            Whatever ``run`` or ``online.record`` raises (``serving.store.StoreUnavailable``).
         """
         env: dict[str, Any] = {}
         errors: dict[str, str] = {}
@@ -277,11 +326,15 @@ class EventProgram:
                 decoders.append(_id_result)
             for r in rd.reads_before:
                 self._read_args(r, env, event_time_ms, argv, decoders, kidx)
+            written: list[str] = []
             if not skip_writes:
                 for w in rd.writes:
-                    self._write_args(w, env, errors, event_time_ms, argv, kidx)
+                    if self._write_args(w, env, errors, event_time_ms, argv, kidx):
+                        written.append(w.state.definition_hash)
             for r in rd.reads_after:
                 self._read_args(r, env, event_time_ms, argv, decoders, kidx)
+            if written and online is not None:
+                await online.note(written, event_time_ms)
             if argv:
                 results = await run(keys, argv)
                 for dec, res in zip(decoders, results):
@@ -352,7 +405,8 @@ class EventProgram:
 
         decoders.append(dec_t)
 
-    def _write_args(self, w: _Write, env: dict, errors: dict, t_ms: int, argv: list, kidx) -> None:
+    def _write_args(self, w: _Write, env: dict, errors: dict, t_ms: int, argv: list, kidx) -> bool:
+        """Append the ops of one state write to ``argv``; return whether it writes (SPEC §2.4 write rules)."""
         spec = w.write
         if w.where is not None:
             try:
@@ -360,20 +414,21 @@ class EventProgram:
             except EvalError:
                 ok = None
             if ok is not True:
-                return
+                return False
         values = [env.get(n) for n in spec.values]
         if any(v is None for v in values):
-            return
+            return False
         enc = encode_key([env.get(n) for n in spec.keys], w.state.key_types)
         if enc is None:
-            return
+            return False
         rk = kidx(redis_key(enc, w.state.definition_hash))
         if w.state.limit is not None:
             argv += ["ZW", rk, t_ms, values_json(values), w.state.limit, t_ms - w.log_args[0], w.log_args[1]]
-            return
+            return True
         fields = [tile_field(size, tile_index(t_ms, size)) for size in w.sizes] if w.op.tiled else []
         argv += w.op.write_args(rk, fields, values, t_ms)
         argv += ["X", rk, w.ttl_ms, t_ms, *w.prune_args]
+        return True
 
 
 class Evaluator:
@@ -383,15 +438,20 @@ class Evaluator:
         plan: the compiled plan.
         run: the store's script call; may be set later (``None`` until then).
         id_ttl_ms: how long ``_id`` idempotency keys are remembered (ms).
+        record_online: the store call keeping the states' online-writer start
+            times (``serving.store.Store.record_online``); ``None``: not kept.
+            May be set later through :attr:`online`.
 
     Raises:
         NotImplementedError: see :class:`EventProgram`.
     """
 
-    def __init__(self, plan: Plan, run: RunScript | None, id_ttl_ms: int = 86_400_000):
+    def __init__(self, plan: Plan, run: RunScript | None, id_ttl_ms: int = 86_400_000,
+                 record_online: RecordOnline | None = None):
         self.plan = plan
         self.run = run
         self.id_ttl_ms = id_ttl_ms
+        self.online: OnlineStarts | None = OnlineStarts(record_online) if record_online is not None else None
         self.programs = {e: EventProgram(plan, e) for e in plan.events}
 
     def parse(self, body: Any) -> tuple[EventProgram, int, str | None]:
@@ -439,7 +499,7 @@ class Evaluator:
             serving.store.StoreUnavailable: the store failed.
         """
         prog, t_ms, event_id = parsed or self.parse(body)
-        values, errors = await prog.evaluate(body, t_ms, self.run, event_id, self.id_ttl_ms)
+        values, errors = await prog.evaluate(body, t_ms, self.run, event_id, self.id_ttl_ms, self.online)
         feats = {f.name: to_json_value(values[f.name], f.type) for f in prog.features}
         out: dict[str, Any] = {
             "event_id": event_id if event_id is not None else uuid.uuid4().hex,

@@ -3,11 +3,17 @@
 ``Store.run(keys, argv)`` runs ``compiler/algebra/event.lua`` with ``EVALSHA``
 (redis-py's ``Script`` object loads it again after a ``NOSCRIPT`` error), so an
 event costs one network round trip in the common case.
+
+``Store.record_online`` keeps the *online-writer start times* in the hash
+:data:`ONLINE_KEY`: per aggregate state (field: definition hash), the earliest
+event time (epoch ms) the online path has written into it. ``scowl backfill``
+refuses a run window that would overwrite that time (SPEC §5.6) and ``scowl
+status`` shows it (§6).
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -15,6 +21,23 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from compiler.algebra.script import event_script
+
+
+#: Hash of online-writer start times: field = definition hash, value = the
+#: earliest event time (epoch ms, decimal text) the online path wrote into that state.
+ONLINE_KEY = "sc:online"
+
+# Lower each field of KEYS[1] to the given ms (keep the minimum). ARGV: field, ms, field, ms, ...
+# Epoch ms (< 2^53) compare exactly as Lua numbers.
+_ONLINE_MIN_LUA = """
+for i = 1, #ARGV, 2 do
+  local cur = redis.call('HGET', KEYS[1], ARGV[i])
+  if not cur or tonumber(ARGV[i + 1]) < tonumber(cur) then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  end
+end
+return 1
+"""
 
 
 class StoreUnavailable(RuntimeError):
@@ -35,6 +58,7 @@ class Store:
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, decode_responses=False
         )
         self.script = self.client.register_script(event_script())
+        self.online_script = self.client.register_script(_ONLINE_MIN_LUA)
 
     async def run(self, keys: Sequence[str], argv: Sequence[Any]) -> list:
         """Run ``event.lua`` once.
@@ -52,6 +76,28 @@ class Store:
         """
         try:
             return await self.script(keys=list(keys), args=list(argv))
+        except (RedisConnectionError, RedisTimeoutError, OSError) as e:
+            raise StoreUnavailable(f"store unreachable: {e}") from e
+        except RedisError as e:
+            raise StoreUnavailable(f"store error: {e}") from e
+
+    async def record_online(self, starts: Mapping[str, int]) -> None:
+        """Lower the online-writer start times of some states to ``starts`` (module docstring).
+
+        Each field of :data:`ONLINE_KEY` becomes ``min(current, starts[h])``,
+        atomically; one command for all of them.
+
+        Args:
+            starts: definition hash -> event time in epoch ms.
+
+        Raises:
+            StoreUnavailable: connection, timeout or server error.
+        """
+        args: list[Any] = []
+        for h, ms in starts.items():
+            args += [h, int(ms)]
+        try:
+            await self.online_script(keys=[ONLINE_KEY], args=args)
         except (RedisConnectionError, RedisTimeoutError, OSError) as e:
             raise StoreUnavailable(f"store unreachable: {e}") from e
         except RedisError as e:
