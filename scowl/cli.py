@@ -251,3 +251,6 @@ def main() -> None:
     except UserError as e:
         err_console.print(f"error: {e}", markup=False, highlight=False)
         sys.exit(1)
+
+
+from scowl import cmd_replay  # noqa: E402,F401  (registers ``scowl replay``)

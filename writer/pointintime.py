@@ -53,7 +53,9 @@ bool ``boolean``, ``struct{a:T,..}`` a Spark struct with those field names,
 ``array<T>`` a Spark array, ``tuple{T1,..}`` (items of a multi-value
 ``Set``) a struct with fields ``_1``, ``_2``, ...
 
-Cost, per aggregate: the inputs and plain scalars of each event type are
+Cost, per aggregate (``method="join"``, the oracle; the default
+``"linear"`` method computes the same values in ``O(n log n)`` with
+:mod:`writer.pitreads`): the inputs and plain scalars of each event type are
 parsed once for all aggregates (:meth:`PointInTime.prepare`); then one
 left outer join of reads to writes on ``(rk, bucket)``, the bucket being
 ``floor(time / W)`` (each write is duplicated into its bucket and the next,
@@ -99,6 +101,7 @@ from compiler.codegen.spark import spark_ddl
 from compiler.plan import Feature, Plan
 from compiler.typesystem import SPARK_TYPES
 from writer.features import StagedFeatureError, needed_features, with_features
+from writer.pitreads import TILED_FUNCTIONS, decayed_values, ranked_join, tiled_values
 
 __all__ = ["PointInTime", "lookback_ms", "point_in_time", "hll_estimate_column"]
 
@@ -212,9 +215,20 @@ class PointInTime:
             the requested values need (:func:`lookback_ms`).
         plan: the compiled plan.
         storage: storage level of the checkpointed values and stage-0 frames.
+        method: ``"linear"`` (default: :mod:`writer.pitreads`, tiles, ranks or
+            the decayed recurrence by function) or ``"join"`` (each read
+            joined to its key's writes within ``2 W``: quadratic per key, kept
+            as the tests' oracle).
+
+    Raises:
+        ValueError: an unknown ``method``.
     """
 
-    def __init__(self, events: DataFrame, plan: Plan, storage: StorageLevel = StorageLevel.MEMORY_AND_DISK):
+    def __init__(self, events: DataFrame, plan: Plan, storage: StorageLevel = StorageLevel.MEMORY_AND_DISK,
+                 method: str = "linear"):
+        if method not in ("linear", "join"):
+            raise ValueError(f"unknown point-in-time method {method!r}")
+        self.method = method
         self.events = events
         self.plan = plan
         self.storage = storage
@@ -404,13 +418,46 @@ class PointInTime:
             *[F.col(f"v{i}").cast(SPARK_TYPES[t]).alias(f"v{i}") for i, t in enumerate(state.value_types)],
         )
 
-        # the join: same key; earlier by (time, arrival), or the event itself when inclusive
+        # a write counts if earlier by (time, arrival), or is the event itself when inclusive
         inclusive = event in state.writes and not spec.exclusive
+        nv_cols = [f"v{i}" for i in range(nv)]
+        names = list(spec.value_names)
+        if self.method == "join":
+            agg = self._join_values(fn, state, spec, reads, writes, inclusive, W, r, names)
+        elif decayed:
+            agg = decayed_values(reads, writes, fn[len("Decayed"):].lower(), W, inclusive)
+        elif state.limit is not None or fn not in TILED_FUNCTIONS:
+            n = 1 if fn in ("Latest", "LatestTime") else state.limit
+            if n is None:
+                raise StagedFeatureError(f"aggregate function {fn} has no point-in-time implementation")
+            joined = ranked_join(reads, writes, n, inclusive, W, r, nv_cols)
+            agg = self._aggregate(fn, state.value_types, names, W, joined)
+        else:
+            agg = tiled_values(reads, writes, fn, list(state.value_types), names, inclusive, state.window_s, r)
+        empty = _empty_value(fn, state.value_types)
+        ddl = spark_ddl(feature.type)
+        null = F.lit(None).cast(ddl)
+        # n = number of counted writes: 0 gives the empty-window value; a null ``a`` with
+        # writes is a null result (an int Sum beyond 64 bits: try_sum)
+        result = (F.when(F.col("r_rk").isNull(), null)
+                  .when(F.col("n") == F.lit(0), null if empty is None else empty.cast(ddl))
+                  .otherwise(F.col("a").cast(ddl)))
+        return agg.select(F.col("r_seq").alias("_seq"), result.alias("value"))
+
+    def _join_values(self, fn, state, spec, reads, writes, inclusive: bool, W: int, r: int, names) -> DataFrame:
+        """Per-read aggregates by joining each read to its key's writes in the last ``2 W`` (quadratic).
+
+        The straightforward form of the module docstring's rule, kept as an
+        oracle for :mod:`writer.pitreads` (``method="join"``).
+
+        Returns:
+            ``r_seq``, ``r_rk``, ``a``, ``n``.
+        """
         earlier = (F.col("t") < F.col("r_t")) | ((F.col("t") == F.col("r_t")) & (F.col("seq") < F.col("r_seq")))
         if inclusive:
             earlier = earlier | (F.col("seq") == F.col("r_seq"))
         keyed = reads
-        if decayed:
+        if fn.startswith("Decayed"):
             cond = (F.col("r_rk") == F.col("w_rk")) & earlier
         else:
             # bucket = floor(time / W): a counted write lies in the read's bucket or the one before
@@ -426,22 +473,15 @@ class PointInTime:
         if state.limit is not None:
             latest = Window.partitionBy("r_seq", "r_rk").orderBy(F.col("t").desc(), F.col("seq").desc())
             joined = joined.withColumn("_k", F.row_number().over(latest)).where(F.col("_k") <= F.lit(state.limit))
+        return self._aggregate(fn, state.value_types, names, W, joined)
 
-        vals = [F.col(f"v{i}") for i in range(nv)]
-        names = list(spec.value_names)
-        value, empty = self._function(fn, state.value_types, names, vals, W, joined)
+    def _aggregate(self, fn: str, value_types, names, W: int, joined: DataFrame) -> DataFrame:
+        """Group ``joined`` (reads with their counted writes) per read: ``r_seq``, ``r_rk``, ``a``, ``n``."""
+        vals = [F.col(f"v{i}") for i in range(len(value_types))]
+        value, _ = self._function(fn, value_types, names, vals, W, joined)
         if isinstance(value, DataFrame):  # HyperLogLog / DecayedAverage build their own grouping
-            agg = value
-        else:
-            agg = joined.groupBy("r_seq", "r_rk").agg(value.alias("a"), F.count("seq").alias("n"))
-        ddl = spark_ddl(feature.type)
-        null = F.lit(None).cast(ddl)
-        # n = number of counted writes: 0 gives the empty-window value; a null ``a`` with
-        # writes is a null result (an int Sum beyond 64 bits: try_sum)
-        result = (F.when(F.col("r_rk").isNull(), null)
-                  .when(F.col("n") == F.lit(0), null if empty is None else empty.cast(ddl))
-                  .otherwise(F.col("a").cast(ddl)))
-        return agg.select(F.col("r_seq").alias("_seq"), result.alias("value"))
+            return value
+        return joined.groupBy("r_seq", "r_rk").agg(value.alias("a"), F.count("seq").alias("n"))
 
     def _function(self, fn: str, value_types, names, vals: list[Column], W: int,
                   joined: DataFrame) -> tuple[Column | DataFrame, Column | None]:
@@ -466,10 +506,11 @@ class PointInTime:
         """
         from writer.tiles import encode_tuple_column, hll_coupon_columns
 
-        order = F.struct(F.col("t"), F.col("seq"))
         single = len(vals) == 1
-        # the outer join's filler row of a read with no counted write has a null seq
+        # the filler row of a read with no counted write has a null seq
         matched = F.col("seq").isNotNull()
+        # (max_by/min_by skip rows whose ordering is null: filler rows never win)
+        order = F.when(matched, F.struct(F.col("t"), F.col("seq")))
 
         def payload() -> Column:
             if single:
@@ -519,6 +560,19 @@ class PointInTime:
             g = regs.groupBy("r_seq", "r_rk").agg(F.collect_list("rho").alias("rhos"), F.sum("c").alias("n"))
             return g.select("r_seq", "r_rk", hll_estimate_column(F.col("rhos")).alias("a"), "n"), F.lit(0).cast("long")
         raise StagedFeatureError(f"aggregate function {fn} has no point-in-time implementation")
+
+
+def _empty_value(fn: str, value_types) -> Column | None:
+    """The value of a read with no counted write (SPEC §2.4 table); ``None`` for null."""
+    if fn in ("Count", "CountUnique", "HyperLogLog"):
+        return F.lit(0).cast("long")
+    if fn == "Sum":
+        return F.lit(0).cast("long") if value_types[0] == "int" else F.lit(0.0)
+    if fn in ("DecayedCount", "DecayedSum"):
+        return F.lit(0.0)
+    if fn in ("Sequence", "Set"):
+        return F.array()
+    return None
 
 
 def hll_estimate_column(rhos: Column) -> Column:

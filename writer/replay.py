@@ -1,0 +1,211 @@
+"""``scowl replay``: the point-in-time correct training set, as Parquet (SPEC §3.3, §5.8, §6).
+
+For every input event of the requested types, the value of every feature of
+that event as the online API would have returned it had the events been
+posted in order (by time, then arrival) to a fresh store: inputs and scalars
+from the generated Spark column expressions (``writer.features``, the same
+plan as serving, SPEC §5.10), aggregates from ``writer.pointintime`` (the
+linear strategies of ``writer.pitreads``, built-in window and aggregate
+functions only).
+
+Output: one Parquet dataset per event type at ``OUTDIR/<event>/``, rows in
+input order, columns
+
+* ``_seq`` (long): the 0-based position of the event in the input, in file
+  order (``writer.sources``);
+* ``_time`` (string): the event time, ``YYYY-MM-DDTHH:MM:SS.mmmZ`` as the
+  API's ``event_time``;
+* ``_id`` (string): the event's ``_id``, when any event of that type has one;
+* one column per feature, in plan order, encoded as the API encodes it
+  (SPEC §3.1, §3.5): ``time`` values as ISO-8601 strings, durations as float
+  seconds, ints as longs, structs as Parquet structs keyed by the value
+  names, arrays as lists. A tuple (an item of a multi-value ``Set``) is a
+  struct with fields ``_1``, ``_2``, ... (Parquet lists hold one type; the
+  API's JSON array lists the same items in the same order).
+
+Invalid records (not a JSON object with a known ``_type`` and a parseable
+``_time``) are counted and set aside, as in backfill; they keep their
+``_seq`` position, so ``_seq`` always points back into the input.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from compiler.plan import Plan
+from compiler.typesystem import format_time_column, parse_type
+from writer.pointintime import PointInTime
+from writer.sources import read_events, valid
+
+Progress = Callable[[str, int, int], None]
+
+__all__ = ["ReplayError", "ReplayReport", "output_column", "run_replay"]
+
+
+class ReplayError(ValueError):
+    """The replay cannot run (unknown event type, no valid events)."""
+
+
+@dataclass
+class ReplayReport:
+    """What a replay wrote.
+
+    Attributes:
+        out_dir: the output directory.
+        rows: rows written per event type.
+        rejected: invalid records set aside.
+        rejected_path: where they were written, if any.
+        seconds: wall time per phase (``read``, one per event type).
+    """
+
+    out_dir: str
+    rows: dict[str, int] = field(default_factory=dict)
+    rejected: int = 0
+    rejected_path: str | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def output_column(col: Column, type_name: str) -> Column:
+    """Encode a feature column of run-time representation as the replay writes it.
+
+    Run-time representation: ``compiler.codegen.spark.spark_ddl`` (time as
+    epoch-ms long). Output: ``time`` -> ISO-8601 string (null outside years
+    0000-9999, as the API), everything else unchanged, recursively inside
+    structs, tuples and arrays.
+
+    Args:
+        col: the column.
+        type_name: its plan type (``compiler.typesystem.parse_type``).
+
+    Returns:
+        The encoded column.
+
+    Source: SPEC §3.1, §3.5 (the API's JSON encoding).
+    """
+    kind, param = parse_type(type_name)
+    if kind == "scalar":
+        return format_time_column(col.cast("long")) if param == "time" else col
+    if not _has_time(type_name):
+        return col
+    if kind == "array":
+        return F.transform(col, lambda x: output_column(x, param))
+    if kind == "tuple":
+        fields = [(f"_{i + 1}", t) for i, t in enumerate(param)]
+    else:
+        fields = param
+    out = F.struct(*[output_column(col.getField(n), t).alias(n) for n, t in fields])
+    return F.when(col.isNotNull(), out)
+
+
+def _has_time(type_name: str) -> bool:
+    kind, param = parse_type(type_name)
+    if kind == "scalar":
+        return param == "time"
+    if kind == "array":
+        return _has_time(param)
+    if kind == "tuple":
+        return any(_has_time(t) for t in param)
+    return any(_has_time(t) for _, t in param)
+
+
+def run_replay(
+    spark: SparkSession,
+    plan: Plan,
+    paths: Sequence[str | Path],
+    out_dir: str | Path,
+    types: Sequence[str] | None = None,
+    rejected_dir: str | Path | None = None,
+    progress: Progress | None = None,
+) -> ReplayReport:
+    """Compute every feature of every event as served online, and write it as Parquet (module docstring).
+
+    Args:
+        spark: the session (``writer.session.get_spark``).
+        plan: the compiled plan.
+        paths: JSONL or Parquet inputs: files, globs or directories.
+        out_dir: output directory; ``out_dir/<event>/`` is replaced.
+        types: event types to write (default: every type of the plan with
+            events in the input). All types are still read: aggregates of one
+            type may count events of another.
+        rejected_dir: where invalid records are written (JSONL text);
+            default none (counted only).
+        progress: optional callback ``(phase, done, total)``; phases ``read``
+            and ``replay`` (one step per event type written).
+
+    Returns:
+        A :class:`ReplayReport`.
+
+    Raises:
+        ReplayError: an unknown event type in ``types``, or no valid events.
+        writer.features.StagedFeatureError: aggregates that depend on each
+            other across event types in a cycle (no dependency stage exists).
+        writer.sources.SourceError: an input path matches nothing.
+
+    Source: SPEC §3.3 (values after earlier events and, if inclusive, itself),
+    §5.8, §6 (output layout).
+    """
+    report_progress = progress or (lambda phase, done, total: None)
+    unknown = [t for t in (types or []) if t not in plan.events]
+    if unknown:
+        raise ReplayError(f"unknown event type(s) {', '.join(unknown)}; the topology has {', '.join(sorted(plan.events))}")
+    out = Path(out_dir)
+    report = ReplayReport(out_dir=str(out))
+    t0 = time.perf_counter()
+    report_progress("read", 0, 1)
+    raw = read_events(spark, paths).persist(StorageLevel.MEMORY_AND_DISK)
+    ok = valid(list(plan.events))
+    bad = raw.where(~ok | ok.isNull())
+    report.rejected = bad.count()
+    if report.rejected and rejected_dir is not None:
+        report.rejected_path = str(Path(rejected_dir) / f"replay-{int(time.time() * 1000)}")
+        bad.select("_raw").write.mode("overwrite").text(report.rejected_path)
+    events = raw.where(ok).persist(StorageLevel.MEMORY_AND_DISK)
+    present = {r["_type"]: r["n"] for r in events.groupBy("_type").agg(F.count(F.lit(1)).alias("n")).collect()}
+    raw.unpersist()
+    if not present:
+        events.unpersist()
+        raise ReplayError("no valid events in the input (each line needs a known _type and a parseable _time)")
+    wanted = list(types) if types else sorted(t for t in plan.events if t in present)
+    report.seconds["read"] = time.perf_counter() - t0
+    report_progress("read", 1, 1)
+
+    pit = PointInTime(events, plan)
+    pit.prepare({ev: [f.name for f in plan.events[ev].features] for ev in wanted})
+    report_progress("replay", 0, len(wanted))
+    try:
+        for i, ev in enumerate(wanted, start=1):
+            t1 = time.perf_counter()
+            report.rows[ev] = _write_event(pit, events, plan, ev, out / ev)
+            report.seconds[ev] = time.perf_counter() - t1
+            report_progress("replay", i, len(wanted))
+    finally:
+        pit.release()
+        events.unpersist()
+    return report
+
+
+def _write_event(pit: PointInTime, events: DataFrame, plan: Plan, ev: str, target: Path) -> int:
+    """Write the dataset of one event type; return its row count."""
+    ep = plan.events[ev]
+    frame = pit.frame(ev, [f.name for f in ep.features])
+    ids = events.where(F.col("_type") == F.lit(ev)).select(
+        "_seq", F.get_json_object("_raw", "$._id").alias("_id"))
+    has_id = ids.where(F.col("_id").isNotNull()).limit(1).count() > 0
+    cols = [F.col("_seq"), format_time_column(F.col("_time_ms")).alias("_time")]
+    if has_id:
+        frame = frame.join(ids, "_seq", "left")
+        cols.append(F.col("_id"))
+    cols += [output_column(F.col(f"f_{f.name}"), f.type).alias(f.name) for f in ep.features]
+    df = frame.select(*cols).orderBy("_seq")
+    if target.exists():
+        shutil.rmtree(target)
+    df.write.mode("overwrite").parquet(str(target))
+    return df.sparkSession.read.parquet(str(target)).count()
