@@ -254,3 +254,4 @@ def main() -> None:
 
 
 from scowl import cmd_replay  # noqa: E402,F401  (registers ``scowl replay``)
+from scowl import cmd_stream  # noqa: E402,F401  (registers ``scowl stream``)

@@ -81,3 +81,143 @@ def write_partition(rows: Iterable, url: str) -> int:
     flush()
     client.close()
     return n
+
+
+#: Suffix of the companion hash holding the stream batch markers of a write
+#: log (a sorted set cannot hold them): ``sc:{<entity key>}:<hash>:b``.
+LOG_MARK_SUFFIX = ":b"
+
+#: Keys per pipeline in :func:`merge_partition`.
+MERGE_BATCH = 200
+
+
+def merge_params(states) -> dict[str, tuple[int, int, int, int, int | None, bool]]:
+    """Per state, the constants :func:`merge_partition` needs (as ``serving.evaluate._Write``).
+
+    Args:
+        states: ``compiler.plan.StateSpec`` objects.
+
+    Returns:
+        ``{definition hash: (ttl_ms, window_ms, resolution_ms, prune_every_ms,
+        limit, decayed)}``: expiry ``W + r`` (``DECAY_HORIZON * W`` for
+        ``Decayed*``; SPEC §5.3), the prune schedule of the ``X`` op, the write
+        log's ``limit`` (``None`` for hashes).
+    """
+    from compiler.algebra.ops import DECAY_HORIZON
+
+    out = {}
+    for st in states:
+        w, r = st.window_s * 1000, st.resolution_s * 1000
+        decayed = st.function.startswith("Decayed")
+        ttl = DECAY_HORIZON * w if decayed else w + r
+        out[st.definition_hash] = (ttl, w, r, max(w // 4, r), st.limit, decayed)
+    return out
+
+
+def merge_partition(rows: Iterable, url: str, batch_id: int, marker: str, params: dict,
+                    fault: tuple[int, int, str] | None = None) -> tuple[int, int]:
+    """Merge one partition of ``writer.tiles.merge_rows`` rows into Redis, exactly once per key (SPEC §5.7).
+
+    Rows must come grouped by ``rk`` (sorted within the partition). Each key
+    gets ONE ``event.lua`` call: ``B`` (the guard: skip everything if the
+    key's ``marker`` field already holds a batch id ``>= batch_id``, else
+    record ``batch_id``), the merge ops of its rows, then ``X`` (prune and
+    ``PEXPIRE`` W + r by the store's clock, as serving does) with the key's
+    latest write time of the batch. Write logs keep the marker in the
+    companion hash ``<rk>`` + :data:`LOG_MARK_SUFFIX` (same hash tag, so the
+    call is atomic and Cluster-safe). Calls are pipelined,
+    :data:`MERGE_BATCH` keys at a time.
+
+    Args:
+        rows: ``Row`` objects with ``rk``, ``field``, ``value``, ``mode``, ``t``.
+        url: Redis URL of the store.
+        batch_id: the micro-batch id (Spark's, stable when a batch is re-run).
+        marker: hash field of the guard, ``_b:<stream id>``.
+        params: :func:`merge_params` of the plan's states.
+        fault: test-only fault injection ``(batch_id, keys, path)``: in that
+            batch, after ``keys`` keys of this partition are applied, create
+            ``path`` and hang (so a test can SIGKILL the job mid-batch).
+
+    Returns:
+        ``(applied, skipped)`` key counts (skipped: already applied by an
+        earlier run of the same batch).
+
+    Raises:
+        redis.RedisError: the store failed (the batch fails; re-running it is safe).
+    """
+    import time
+
+    import orjson
+    import redis
+
+    from compiler.algebra.script import event_script
+
+    client = redis.Redis.from_url(url, socket_timeout=60)
+    script = client.register_script(event_script())
+    hang = fault is not None and fault[0] == batch_id
+    per_pipe = 1 if hang else MERGE_BATCH
+    pipe = client.pipeline(transaction=False)
+    applied = skipped = pending = 0
+
+    def flush() -> None:
+        nonlocal pipe, pending, applied, skipped
+        for res in pipe.execute():
+            if int(res[0]) == 1:
+                applied += 1
+            else:
+                skipped += 1
+        pipe = client.pipeline(transaction=False)
+        pending = 0
+        if hang and applied >= fault[1]:
+            with open(fault[2], "w") as f:
+                f.write(str(applied))
+            while True:  # pragma: no cover - killed by the test
+                time.sleep(1)
+
+    def send(rk: str, group: list) -> None:
+        nonlocal pending
+        ttl, w, r, every, limit, decayed = params[rk.rsplit(":", 1)[1]]
+        keys = [rk, rk + LOG_MARK_SUFFIX] if limit is not None else [rk]
+        args: list = ["B", len(keys), marker, batch_id, ttl]
+        latest = max(int(row["t"]) for row in group)
+        for row in group:
+            mode, field, value = row["mode"], row["field"], row["value"]
+            if mode in ("I", "F", "SEEN", "HMS"):
+                args += [mode, 1, field, value]
+            elif mode.startswith(("MIN:", "MAX:")):
+                args += [mode[:3], 1, field, value, mode[4:]]
+            elif mode == "FI":
+                ms, _, j = value.partition("\t")
+                args += ["FI", 1, field, ms, j]
+            elif mode == "LA":
+                ms, _, j = value.partition("\t")
+                args += ["LA", 1, ms, j]
+            elif mode == "DM":
+                ms, v, c = value.split("\t")
+                args += ["DM", 1, ms, v, c, w]
+            elif mode == "ZM":
+                for m in orjson.loads(value):
+                    args += ["ZM", 1, m["t"], m["r"], m["j"], limit, m["t"] - w - r, ttl]
+            else:  # pragma: no cover - rows come from merge_rows
+                raise ValueError(f"unknown merge mode {mode}")
+        if limit is None:
+            args += ["X", 1, ttl, latest, w, r, every]
+        script(keys=keys, args=args, client=pipe)
+        pending += 1
+        if pending >= per_pipe:
+            flush()
+
+    group: list = []
+    current = None
+    for row in rows:
+        if row["rk"] != current:
+            if group:
+                send(current, group)
+            current, group = row["rk"], []
+        group.append(row)
+    if group:
+        send(current, group)
+    if pending:
+        flush()
+    client.close()
+    return applied, skipped

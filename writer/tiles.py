@@ -275,6 +275,49 @@ def state_rows(writes: DataFrame, state: StateSpec, end_ms: int, start_ms: int |
         return g.select("rk", F.lit("lt").alias("field"),
                         F.concat(F.col("m.t").cast("string"), F.lit("\t"), F.col("m.j")).alias("value"),
                         F.lit("latest").alias("mode"), ttl.alias("ttl_ms"))
+    g, parts = _tile_partials(writes, state)
+    g = g.where((F.col("tile") + 1) * F.col("size") * F.lit(1000) > F.lit(cutoff))
+    return _union([
+        g.select("rk", _tile_field_column(state, suffix).alias("field"), F.col(f"p{i}").alias("value"),
+                 F.lit("set").alias("mode"), ttl.alias("ttl_ms"))
+        for i, (suffix, _) in enumerate(parts)
+    ])
+
+
+def _union(frames: list[DataFrame]) -> DataFrame:
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out
+
+
+def _tile_field_column(state: StateSpec, suffix: str) -> Column:
+    """The hash field name ``<level code><tile><suffix>`` of rows with ``size`` and ``tile`` (``ops.tile_field``)."""
+    sizes = levels_s(state.window_s)
+    code = F.create_map(*[x for size in sizes for x in (F.lit(size).cast("long"), F.lit(LEVEL_CODE[size]))])
+    return F.concat(F.element_at(code, F.col("size")), F.col("tile").cast("string"), F.lit(suffix))
+
+
+def _tile_partials(writes: DataFrame, state: StateSpec) -> tuple[DataFrame, list[tuple[str, str]]]:
+    """Aggregate a tiled state's writes into one partial per (key, tile size, tile).
+
+    Args:
+        writes: output of :func:`writes_of_state` (``rk``, ``t``, ``seq``, ``v0..``).
+        state: a tiled state (not ``Decayed*``, ``CountUnique``, ``Latest*``,
+            nor a write log).
+
+    Returns:
+        ``(g, parts)``: ``g`` has ``rk``, ``size`` (s), ``tile``, ``t`` (the
+        latest write time in the tile, ms) and ``p0..pk``, the stored text of
+        each IR component (``AggregateOp.encode``); ``parts`` lists per
+        component its field suffix and its merge op in ``event.lua`` (``I``,
+        ``F``, ``MIN:<kind>``, ``MAX:<kind>``, ``FI``, ``HMS``).
+
+    Raises:
+        NotImplementedError: a function with no tiles.
+    """
+    fn = state.function
+    op = make_op(fn, state.value_types, window_s=state.window_s)
     # every write lands in one tile per stored size: explode to (size, tile)
     # and aggregate all sizes in ONE groupBy (one shuffle per state)
     sizes = levels_s(state.window_s)
@@ -293,41 +336,119 @@ def state_rows(writes: DataFrame, state: StateSpec, end_ms: int, start_ms: int |
     exploded = writes.select("rk", "t", "seq", v0.alias("v0"), *extra, slots)
     exploded = exploded.select("*", F.col("_lvl.size").alias("size"), F.col("_lvl.tile").alias("tile")).drop("_lvl")
     keys = ["rk", "size", "tile"]
+    latest = [F.max("t").alias("t")]
     if fn == "Count":
-        parts = [("", F.count(F.lit(1)).cast("string"))]
+        parts = [("", "I", F.count(F.lit(1)).cast("string"))]
     elif fn == "Sum":
         if op.is_int:
-            parts = [("", F.sum(F.col("v0").cast("long")).cast("string"))]
+            parts = [("", "I", F.sum(F.col("v0").cast("long")).cast("string"))]
         else:
-            parts = [("", F.sum(F.col("v0").cast("double")).cast("string"))]
+            parts = [("", "F", F.sum(F.col("v0").cast("double")).cast("string"))]
     elif fn == "Average":
-        parts = [(".s", F.sum(F.col("v0").cast("double")).cast("string")), (".c", F.count(F.lit(1)).cast("string"))]
+        parts = [(".s", "F", F.sum(F.col("v0").cast("double")).cast("string")),
+                 (".c", "I", F.count(F.lit(1)).cast("string"))]
     elif fn in ("Min", "Max"):
         agg = F.min if fn == "Min" else F.max
-        parts = [("", _num_text(agg(F.col("v0")), state.value_types[0]))]
+        t = state.value_types[0]
+        kind = "s" if t == "string" else "i" if t in ("int", "time") else "n"
+        parts = [("", f"{fn.upper()}:{kind}", _num_text(agg(F.col("v0")), t))]
     elif fn in ("First", "FirstTime"):
         first = F.min_by(F.col("tj"), F.struct("t", "seq"))
-        parts = [("", F.concat(first.getField("t").cast("string"), F.lit("\t"), first.getField("j")))]
+        parts = [("", "FI", F.concat(first.getField("t").cast("string"), F.lit("\t"), first.getField("j")))]
     elif fn == "HyperLogLog":
-        exploded = exploded.groupBy(*keys, "slot").agg(F.max("rho").alias("rho"))
+        exploded = exploded.groupBy(*keys, "slot").agg(F.max("rho").alias("rho"), F.max("t").alias("t"))
         entry = F.concat(F.lit(";"), F.col("slot").cast("string"), F.lit(":"), F.col("rho").cast("string"))
-        parts = [("", F.concat_ws("", F.array_sort(F.collect_list(entry))))]
+        parts = [("", "HMS", F.concat_ws("", F.array_sort(F.collect_list(entry))))]
     else:
-        raise NotImplementedError(f"backfill of {fn} is not implemented yet")
-    g = exploded.groupBy(*keys).agg(*[c.alias(f"p{i}") for i, (_, c) in enumerate(parts)])
-    g = g.where((F.col("tile") + 1) * F.col("size") * F.lit(1000) > F.lit(cutoff))
-    code = F.create_map(*[x for size in sizes for x in (F.lit(size).cast("long"), F.lit(LEVEL_CODE[size]))])
-    frames = [
-        g.select(
-            "rk",
-            F.concat(F.element_at(code, F.col("size")), F.col("tile").cast("string"), F.lit(suffix)).alias("field"),
-            F.col(f"p{i}").alias("value"),
-            F.lit("set").alias("mode"),
-            ttl.alias("ttl_ms"),
-        )
-        for i, (suffix, _) in enumerate(parts)
-    ]
-    out = frames[0]
-    for f in frames[1:]:
-        out = out.unionByName(f)
-    return out
+        raise NotImplementedError(f"tiles of {fn} are not implemented")
+    g = exploded.groupBy(*keys).agg(*latest, *[c.alias(f"p{i}") for i, (_, _, c) in enumerate(parts)])
+    return g, [(suffix, mode) for suffix, mode, _ in parts]
+
+
+#: Columns of :func:`merge_rows`.
+MERGE_COLUMNS = ("rk", "field", "value", "mode", "t")
+
+
+def merge_rows(writes: DataFrame, state: StateSpec) -> DataFrame:
+    """Return a micro-batch's partial aggregates of one state as merge ops (SPEC §5.7).
+
+    Unlike :func:`state_rows` (complete tiles that overwrite), these rows are
+    *merged* into whatever the store holds -- earlier batches and the online
+    API add to the same tiles -- by the ``event.lua`` op named in ``mode``
+    (``writer.sink.merge_partition`` applies them, guarded per key):
+
+    ============ ===================== =========================================
+    mode         field / value         merge (``ops.AggregateOp.merge``)
+    ============ ===================== =========================================
+    ``I``/``F``  tile / partial count  add (int exact, resp. float)
+                 or sum
+    ``MIN:k``    tile / partial        keep the smaller / larger (``k``: ``n``
+    ``MAX:k``    extreme               float, ``i`` int64 text, ``s`` string)
+    ``FI``       tile / ``ms\\tjson``   the earlier write wins (``First``)
+    ``HMS``      tile / ``;slot:rho``  register-wise max (``HyperLogLog``)
+    ``SEEN``     ``u<tuple>`` / ms     keep the later time (``CountUnique``)
+    ``LA``       ``lt`` / ``ms\\tjson`` the later write wins (``Latest*``)
+    ``DM``       ``dt`` / ``ms\\tv\\tw``  decayed sums weighed at ``ms`` combine
+    ``ZM``       ``""`` / JSON list    write log: the batch's ``n`` latest
+                                       writes ``[{"t", "r", "j"}]`` oldest
+                                       first (``r``: rank among the batch's
+                                       writes of the key at ``t``), added in
+                                       order, then trimmed as ``ZW`` does
+    ============ ===================== =========================================
+
+    All partials are computed with Spark built-ins, as :func:`state_rows`
+    computes tiles (no Python UDF). Every row of one ``rk`` comes from one
+    partition of ``writes`` when ``writes`` is hash-partitioned by ``rk``
+    (aggregations over ``rk`` and projections only, no union), so
+    ``writes.repartition(n, "rk")`` gives one call per key in the sink.
+
+    Args:
+        writes: output of :func:`writes_of_state` for the batch's events.
+        state: the state.
+
+    Returns:
+        Columns :data:`MERGE_COLUMNS`; ``t`` (long, epoch ms) is the latest
+        write time the row holds (the key's latest one drives pruning).
+    """
+    fn = state.function
+    op = make_op(fn, state.value_types, window_s=state.window_s)
+    nv = len(state.value_types)
+    if isinstance(op, DecayedOp):
+        W = state.window_s * 1000
+        v = F.lit(1.0) if fn == "DecayedCount" else F.col("v0").cast("double")
+        w = writes.select("rk", "t", v.alias("v"), F.max("t").over(Window.partitionBy("rk")).alias("dt"))
+        weight = F.exp((F.col("t") - F.col("dt")).cast("double") / F.lit(float(W)))
+        g = w.groupBy("rk", "dt").agg(F.sum(F.col("v") * weight).alias("dv"), F.sum(weight).alias("dw"))
+        value = F.concat_ws("\t", F.col("dt").cast("string"), F.col("dv").cast("string"), F.col("dw").cast("string"))
+        return g.select("rk", F.lit("dt").alias("field"), value.alias("value"), F.lit("DM").alias("mode"),
+                        F.col("dt").alias("t"))
+    if state.limit is not None:
+        by_ms = Window.partitionBy("rk", "t").orderBy("seq")
+        latest = Window.partitionBy("rk").orderBy(F.col("t").desc(), F.col("seq").desc())
+        w = writes.select("rk", "t", (F.row_number().over(by_ms) - 1).alias("r"),
+                          _values_json_column(nv).alias("j"), F.row_number().over(latest).alias("k"))
+        w = w.where(F.col("k") <= F.lit(state.limit))
+        g = w.groupBy("rk").agg(F.to_json(F.array_sort(F.collect_list(F.struct("t", "r", "j")))).alias("value"),
+                                F.max("t").alias("t"))
+        return g.select("rk", F.lit("").alias("field"), "value", F.lit("ZM").alias("mode"), "t")
+    if fn == "CountUnique":
+        enc = encode_tuple_column([F.col(f"v{i}") for i in range(nv)], state.value_types)
+        g = writes.groupBy("rk", enc.alias("u")).agg(F.max("t").alias("t"))
+        return g.select("rk", F.concat(F.lit("u"), "u").alias("field"), F.col("t").cast("string").alias("value"),
+                        F.lit("SEEN").alias("mode"), "t")
+    if fn in ("Latest", "LatestTime"):
+        vals = [F.col(f"v{i}").alias(f"v{i}") for i in range(nv)]
+        payload = F.to_json(F.struct(*vals)) if vals else F.lit("")
+        g = writes.groupBy("rk").agg(F.max_by(F.struct(F.col("t"), payload.alias("j")), F.struct("t", "seq")).alias("m"))
+        return g.select("rk", F.lit("lt").alias("field"),
+                        F.concat(F.col("m.t").cast("string"), F.lit("\t"), F.col("m.j")).alias("value"),
+                        F.lit("LA").alias("mode"), F.col("m.t").alias("t"))
+    g, parts = _tile_partials(writes, state)
+    # one projection (no union): each output partition is one of g's, so a
+    # key's rows stay in one partition when ``writes`` is partitioned by rk
+    comps = F.explode(F.array(*[
+        F.struct(_tile_field_column(state, suffix).alias("field"), F.col(f"p{i}").alias("value"),
+                 F.lit(mode).alias("mode"))
+        for i, (suffix, mode) in enumerate(parts)
+    ])).alias("c")
+    return g.select("rk", comps, "t").select("rk", "c.field", "c.value", "c.mode", "t")

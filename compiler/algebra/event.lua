@@ -39,6 +39,23 @@
 --   U    k lo_ms hi_ms     push the number of u* fields with lo <= v <= hi (read)
 --   ZR   k lo_ms hi_ms n   push ZREVRANGEBYSCORE hi lo LIMIT 0 n WITHSCORES:
 --                          the n latest log members in [lo, hi]   (read)
+-- Merge ops of stream micro-batches (writer/stream.py, SPEC §5.7); each
+-- merges a partial aggregate of many writes (ops.AggregateOp.merge):
+--   B    k field batch ttl_ms
+--                          exactly-once guard: if the hash field holds a
+--                          batch id >= batch, skip every write op below;
+--                          else set it to batch and PEXPIRE ttl. Pushes 1
+--                          (applied) or 0 (already applied).
+--   DM   k ms v w w_ms     merge decayed partial sums (v, w) weighed at ms
+--                          into dt/dv/dw (ops.DecayedOp.merge)     (write)
+--   HMS  k field text      HyperLogLog: merge the registers ";slot:rho;.."
+--                          of text into the field's (register-wise max) (write)
+--   ZM   k ms rank json n cutoff_ms ttl_ms
+--                          write log: like ZW, but the member's rank is the
+--                          rank the key's log had at ms before this call
+--                          (top rank + 1, else 0) plus rank   (write)
+--   XA   k json            XADD k * event json: append the event to a
+--                          Redis stream (serving's SCOWL_EVENT_STREAM) (write)
 -- Returns the pushed values, in order.
 
 -- tile size codes, as windows.LEVEL_CODE (ms / seconds)
@@ -80,6 +97,7 @@ end
 
 local out = {}
 local skip = false
+local zbase = {}
 local i = 1
 local n = #ARGV
 while i <= n do
@@ -274,6 +292,86 @@ while i <= n do
     end
     out[#out + 1] = cnt
     i = i + 4
+  elseif op == 'B' then
+    local cur = redis.call('HGET', key, ARGV[i + 2])
+    if cur and tonumber(cur) >= tonumber(ARGV[i + 3]) then
+      skip = true
+      out[#out + 1] = 0
+    else
+      redis.call('HSET', key, ARGV[i + 2], ARGV[i + 3])
+      redis.call('PEXPIRE', key, ARGV[i + 4])
+      out[#out + 1] = 1
+    end
+    i = i + 5
+  elseif op == 'DM' then
+    if not skip then
+      local ms, v, c, w = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
+      local cur = redis.call('HMGET', key, 'dt', 'dv', 'dw')
+      local dt, dv, dw
+      if not cur[1] then
+        dt, dv, dw = ARGV[i + 2], v, c
+      else
+        local t0, sv, sw = tonumber(cur[1]), tonumber(cur[2]), tonumber(cur[3])
+        if ms >= t0 then
+          local f = math.exp(-(ms - t0) / w)
+          dt, dv, dw = ARGV[i + 2], sv * f + v, sw * f + c
+        else
+          local f = math.exp(-(t0 - ms) / w)
+          dt, dv, dw = cur[1], sv + v * f, sw + c * f
+        end
+      end
+      redis.call('HSET', key, 'dt', dt, 'dv', string.format('%.17g', dv), 'dw', string.format('%.17g', dw))
+    end
+    i = i + 6
+  elseif op == 'HMS' then
+    if not skip then
+      local f = ARGV[i + 2]
+      local cur = redis.call('HGET', key, f) or ''
+      local regs, order = {}, {}
+      for s, r in string.gmatch(cur, ';(%d+):(%d+)') do
+        r = tonumber(r)
+        if regs[s] == nil then
+          order[#order + 1] = s
+          regs[s] = r
+        elseif r > regs[s] then
+          regs[s] = r
+        end
+      end
+      for s, r in string.gmatch(ARGV[i + 3], ';(%d+):(%d+)') do
+        r = tonumber(r)
+        if regs[s] == nil then
+          order[#order + 1] = s
+          regs[s] = r
+        elseif r > regs[s] then
+          regs[s] = r
+        end
+      end
+      local parts = {}
+      for j, s in ipairs(order) do parts[j] = ';' .. s .. ':' .. string.format('%d', regs[s]) end
+      redis.call('HSET', key, f, table.concat(parts))
+    end
+    i = i + 4
+  elseif op == 'ZM' then
+    if not skip then
+      local ms = ARGV[i + 2]
+      local ck = ARGV[i + 1] .. ':' .. ms
+      local base = zbase[ck]
+      if base == nil then
+        local top = redis.call('ZREVRANGEBYSCORE', key, ms, ms, 'LIMIT', 0, 1)
+        base = 0
+        if top[1] then base = tonumber(string.sub(top[1], 1, 8)) + 1 end
+        zbase[ck] = base
+      end
+      local rank = base + tonumber(ARGV[i + 3])
+      redis.call('ZADD', key, ms, string.format('%08d', rank) .. ms .. ':' .. ARGV[i + 4])
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. ARGV[i + 6])
+      redis.call('ZREMRANGEBYRANK', key, 0, -(tonumber(ARGV[i + 5]) + 1))
+      redis.call('PEXPIRE', key, ARGV[i + 7])
+    end
+    i = i + 8
+  elseif op == 'XA' then
+    if not skip then redis.call('XADD', key, '*', 'event', ARGV[i + 2]) end
+    i = i + 3
   elseif op == 'ID' then
     local ok = redis.call('SET', key, '1', 'NX', 'PX', ARGV[i + 2])
     if ok then

@@ -1,0 +1,135 @@
+"""``scowl stream`` (SPEC §5.7, §6): live events -> tiles in the store, exactly once per micro-batch.
+
+Registered on ``scowl.cli.app`` by importing this module at the end of
+``scowl/cli.py``. The job itself is ``writer.stream.run_stream``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from scowl.cli import UserError, _compile, app, console, open_store, scowl_home
+
+#: Test-only fault injection, ``<batch id>:<keys>:<path>`` (``writer.sink.merge_partition``).
+FAULT_ENV = "SCOWL_STREAM_FAULT"
+
+
+def parse_duration_ms(text: str) -> int:
+    """Parse a duration: seconds (``90``), ``<n> <unit>`` (``2 hours``, ``1.5 days``) or ISO-8601 (``PT30M``).
+
+    Returns:
+        Milliseconds (>= 0).
+
+    Raises:
+        UserError: anything else.
+
+    >>> parse_duration_ms("90"), parse_duration_ms("2 hours"), parse_duration_ms("PT30M"), parse_duration_ms("day")
+    (90000, 7200000, 1800000, 86400000)
+    """
+    from compiler.parser import UNIT_SECONDS, parse_iso_duration
+
+    t = text.strip()
+    try:
+        seconds = float(t)
+    except ValueError:
+        seconds = None
+    if seconds is None:
+        seconds = parse_iso_duration(t.upper()) if t[:1] in "pP" else None
+    if seconds is None:
+        m = re.fullmatch(r"(\d+(?:\.\d+)?)?\s*([a-z]+)", t.lower())
+        if m:
+            unit = m.group(2)
+            unit = unit[:-1] if unit.endswith("s") and unit[:-1] in UNIT_SECONDS else unit
+            if unit in UNIT_SECONDS:
+                seconds = float(m.group(1) or 1) * UNIT_SECONDS[unit]
+    if seconds is None or seconds < 0:
+        raise UserError(f"not a duration: {text!r} (e.g. 3600, '2 hours', 'PT30M')")
+    return int(round(seconds * 1000))
+
+
+def _fault() -> tuple[int, int, str] | None:
+    raw = os.environ.get(FAULT_ENV)
+    if not raw:
+        return None
+    batch, keys, path = raw.split(":", 2)
+    return int(batch), int(keys), path
+
+
+def _default_checkpoint(source: str) -> Path:
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", source).strip("_")[:80] or "stream"
+    return scowl_home() / "checkpoints" / slug
+
+
+@app.command()
+def stream(
+    directory: Path = typer.Argument(..., help="Topology directory."),
+    source: str = typer.Option(..., "--source", help="dir:PATH (new JSONL files) or redis:STREAM (a Redis Stream)."),
+    checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint directory; restart with the same one to resume "
+                                              "exactly once [default: SCOWL_HOME/checkpoints/<source>]."),
+    allowed_lateness: Optional[str] = typer.Option(None, "--allowed-lateness",
+                                                   help="Watermark lag, e.g. '2 hours' [default: the longest window]."),
+    dead_letter: Optional[Path] = typer.Option(None, "--dead-letter",
+                                               help="Where late and invalid events go [default: CHECKPOINT/dead-letter]."),
+    available_now: bool = typer.Option(False, "--available-now", "--once",
+                                       help="Process what the source holds now, then exit."),
+    trigger: Optional[float] = typer.Option(None, "--trigger", help="Seconds between micro-batches [default: back to back]."),
+    max_files_per_trigger: Optional[int] = typer.Option(None, "--max-files-per-trigger", min=1,
+                                                        help="dir: files per micro-batch [default: all new files]."),
+    max_events_per_batch: Optional[int] = typer.Option(None, "--max-events-per-batch", min=1,
+                                                       help="redis: entries per micro-batch [default: all new entries]."),
+    source_url: Optional[str] = typer.Option(None, "--source-url",
+                                             help="Redis URL of a redis: source [default: the store]."),
+    master: Optional[str] = typer.Option(None, help="Spark master (default SCOWL_SPARK_MASTER or local[*])."),
+) -> None:
+    """Stream live events into the store's tiles with Spark Structured Streaming (SPEC §5.7).
+
+    Each micro-batch's partial aggregates are merged into Redis exactly once
+    per key, even when the job is killed and restarted with the same
+    checkpoint. Events older than the watermark (the largest event time seen
+    minus the allowed lateness) and invalid records are counted and written
+    to the dead-letter directory. Runs until interrupted (Ctrl-C) unless
+    --available-now.
+    """
+    from compiler.typesystem import format_time
+    from writer.stream import StreamError, check_streamable, parse_source, run_stream
+
+    plan = _compile(directory)
+    lateness_ms = parse_duration_ms(allowed_lateness) if allowed_lateness is not None else None
+    try:
+        check_streamable(plan)
+        parse_source(source)
+    except StreamError as e:
+        raise UserError(str(e)) from None
+    ck = checkpoint if checkpoint is not None else _default_checkpoint(source)
+
+    def on_batch(b) -> None:
+        wm = "none" if b.watermark_ms is None else format_time(b.watermark_ms)
+        note = " (re-run after a restart)" if b.rerun else ""
+        console.print(f"batch {b.batch_id}{note}: {b.events} events, {b.late} late, {b.invalid} invalid, "
+                      f"{b.applied} keys merged, {b.skipped} already merged; watermark {wm}; {b.seconds:.1f}s")
+
+    from writer.session import get_spark
+
+    with open_store() as url:
+        console.print(f"stream {source} -> store {url} (checkpoint {ck.absolute()})")
+        spark = get_spark(master, app_name="scowl-stream")
+        try:
+            report = run_stream(spark, plan, url, source, ck, source_url=source_url, allowed_lateness_ms=lateness_ms,
+                                dead_letter=dead_letter, available_now=available_now, trigger_s=trigger,
+                                max_files_per_trigger=max_files_per_trigger, max_events_per_batch=max_events_per_batch,
+                                fault=_fault(), on_batch=on_batch)
+        except StreamError as e:
+            raise UserError(str(e)) from None
+    t = report.totals
+    console.print(f"streamed {len(report.batches)} batches: {report.events} events merged, "
+                  f"{report.late} late and {report.invalid} invalid set aside")
+    if t:
+        console.print(f"checkpoint totals: {t['batches']} batches, {t['events']} events, "
+                      f"{t['late']} late, {t['invalid']} invalid")
+    if report.late or report.invalid:
+        console.print(f"note: late and invalid events are in {report.dead_letter}/late and {report.dead_letter}/invalid")

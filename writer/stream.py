@@ -1,0 +1,522 @@
+"""``scowl stream``: live events -> tiles merged into Redis, exactly once per micro-batch (SPEC §5.7).
+
+Sources (Spark Structured Streaming):
+
+* ``dir:PATH`` -- new JSONL files in a directory (Spark's file source; put
+  files in place atomically, e.g. write a hidden ``.name`` and rename). Within
+  a batch, events are ordered by file path, then line.
+* ``redis:STREAM`` -- a Redis Stream (``writer.redis_source``), entries in
+  stream order.
+
+Each micro-batch (``foreachBatch``, :class:`BatchProcessor`):
+
+1. parses the raw events (``_type``, ``_time_ms``, ``_seq``, ``_raw`` as in
+   ``writer.sources``) and sets aside invalid records (not JSON, unknown
+   ``_type``, bad ``_time``);
+2. takes the batch's **watermark**: the largest valid event time of the
+   batches before it minus the allowed lateness (default: the plan's longest
+   window). Events older than it are *late*: counted and written to the
+   dead-letter output, never applied and never silently dropped;
+3. records the watermark and counts in the checkpoint
+   (``<checkpoint>/scowl/batches/<id>.json``) *before* touching the store, so
+   a batch re-run after a crash uses the same watermark;
+4. computes, with Spark built-ins, each state's partial aggregates of the
+   batch per (aggregate, key, tile) (``writer.tiles.merge_rows``) and merges
+   them into Redis from the executors (``writer.sink.merge_partition``): one
+   atomic ``event.lua`` call per key that applies the key's merges only if
+   the key has not yet recorded this batch id for this stream
+   (field ``_b:<stream id>``), and records it.
+
+Spark re-runs an unfinished batch with the same id and the same input after
+a restart (its offset log is written before the batch runs), so a batch's
+effect is applied exactly once per key, whatever happened in between.
+
+Dead letters: ``<dead letter dir>/late/batch-<id>/`` and
+``.../invalid/batch-<id>/`` (text files, one raw record a line, rewritten
+identically when a batch is re-run); default dead letter dir
+``<checkpoint>/dead-letter``.
+
+Not supported: aggregates whose keys, values or filters depend on other
+aggregates (dependency stages): a batch alone does not hold the history
+those values need. :func:`check_streamable` refuses them.
+
+The stream job adds to what the store holds; do not point it at the store of
+an API that appends its own events to the source stream (serving's
+``SCOWL_EVENT_STREAM``): those events are already counted there.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import orjson
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from compiler.plan import Plan, StateSpec
+from compiler.typesystem import time_column
+from writer.sink import merge_params, merge_partition
+from writer.sources import valid
+from writer.tiles import feature_frames, merge_rows, writes_of_state
+
+#: Batch records older than this many batches are deleted (their totals live on in later records).
+KEEP_RECORDS = 100
+
+
+class StreamError(ValueError):
+    """The stream cannot run: bad source, checkpoint of another source, unsupported plan."""
+
+
+@dataclass
+class BatchResult:
+    """What one micro-batch did.
+
+    Attributes:
+        batch_id: Spark's batch id (0, 1, ...; the same when a batch is re-run).
+        events: valid, on-time events applied.
+        late: valid events older than the watermark (dead-lettered).
+        invalid: invalid records (dead-lettered).
+        watermark_ms: the batch's watermark (epoch ms), ``None`` for none yet.
+        max_time_ms: the largest valid event time seen up to this batch.
+        applied: state keys merged by this run.
+        skipped: state keys found already merged (a re-run after a crash).
+        rerun: the batch had been started before (its record existed).
+        seconds: wall time.
+    """
+
+    batch_id: int
+    events: int = 0
+    late: int = 0
+    invalid: int = 0
+    watermark_ms: int | None = None
+    max_time_ms: int | None = None
+    applied: int = 0
+    skipped: int = 0
+    rerun: bool = False
+    seconds: float = 0.0
+
+
+@dataclass
+class StreamReport:
+    """What a ``scowl stream`` run did.
+
+    Attributes:
+        stream_id: the checkpoint's stream id (the guard field is ``_b:<id>``).
+        checkpoint: the checkpoint directory.
+        dead_letter: the dead-letter directory.
+        batches: the batches this run processed, in order.
+        totals: counts over every batch of the checkpoint, this run's and
+            earlier ones: ``{"batches", "events", "late", "invalid"}``.
+    """
+
+    stream_id: str
+    checkpoint: str
+    dead_letter: str
+    batches: list[BatchResult] = field(default_factory=list)
+    totals: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def events(self) -> int:
+        """Events applied by this run."""
+        return sum(b.events for b in self.batches)
+
+    @property
+    def late(self) -> int:
+        """Late events set aside by this run."""
+        return sum(b.late for b in self.batches)
+
+    @property
+    def invalid(self) -> int:
+        """Invalid records set aside by this run."""
+        return sum(b.invalid for b in self.batches)
+
+
+def parse_source(text: str) -> tuple[str, str]:
+    """Split ``dir:PATH`` / ``redis:STREAM`` into ``(kind, target)``.
+
+    Raises:
+        StreamError: another form.
+
+    >>> parse_source("dir:/data/in"), parse_source("redis:events")
+    (('dir', '/data/in'), ('redis', 'events'))
+    """
+    kind, sep, target = text.partition(":")
+    if not sep or kind not in ("dir", "redis") or not target:
+        raise StreamError(f"--source must be dir:PATH or redis:STREAM, got {text!r}")
+    return kind, target
+
+
+def default_lateness_ms(plan: Plan) -> int:
+    """The default allowed lateness: the longest window of the plan's aggregates (ms; 0 without any)."""
+    return max((st.window_s * 1000 for st in plan.states.values()), default=0)
+
+
+def check_streamable(plan: Plan) -> None:
+    """Refuse plans whose state writes depend on aggregates (SPEC §5.6 dependency stages).
+
+    Raises:
+        StreamError: naming the writer features that need aggregate values.
+    """
+    from writer.features import needed_features
+
+    bad = []
+    for st in plan.states.values():
+        for ev, w in st.writes.items():
+            ep = plan.events[ev]
+            aggs = [n for n in needed_features(ep, sorted(w.deps())) if ep.feature(n).kind == "aggregate"]
+            if aggs:
+                bad.append(f"{ev}: {', '.join(aggs)}")
+    if bad:
+        raise StreamError(
+            "scowl stream does not support aggregates whose keys, values or filters depend on other aggregates "
+            f"(a micro-batch does not hold the history they need): {'; '.join(sorted(set(bad)))}. "
+            "Use scowl backfill for them, or serve them online."
+        )
+
+
+def open_checkpoint(checkpoint: Path, source: str) -> str:
+    """Create or check ``<checkpoint>/scowl/stream.json``; return the stream id.
+
+    The stream id (12 hex digits, random on the first run) names the guard
+    field ``_b:<id>`` of every state key this checkpoint's batches touch.
+
+    Raises:
+        StreamError: the checkpoint belongs to another source.
+    """
+    meta = checkpoint / "scowl" / "stream.json"
+    if meta.exists():
+        doc = orjson.loads(meta.read_bytes())
+        if doc.get("source") != source:
+            raise StreamError(f"checkpoint {checkpoint} belongs to source {doc.get('source')}, not {source}; "
+                              "use another --checkpoint")
+        return doc["id"]
+    meta.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"id": uuid.uuid4().hex[:12], "source": source, "created_ms": int(time.time() * 1000)}
+    _write_atomic(meta, orjson.dumps(doc))
+    return doc["id"]
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _parsed(df: DataFrame, seq: Column) -> DataFrame:
+    """Raw event columns of ``writer.sources`` from a frame with ``_raw``."""
+    return df.select(
+        F.get_json_object("_raw", "$._type").alias("_type"),
+        time_column(F.get_json_object("_raw", "$._time")).alias("_time_ms"),
+        seq.alias("_seq"),
+        "_raw",
+    )
+
+
+def dir_raw(batch: DataFrame) -> tuple[DataFrame, list[DataFrame]]:
+    """Raw events of a ``dir:`` micro-batch, ``_seq`` ordering them by file path, then line.
+
+    ``_seq`` (not 0-based: only its order matters) is computed with built-ins:
+    each file split's rows are contiguous in one partition, numbered by
+    ``monotonically_increasing_id``; one small job collects each split's first
+    id, and a row's ``_seq`` is its split's rank (by path, then offset)
+    ``<< 33`` plus its row number within the split.
+
+    Args:
+        batch: the micro-batch with ``_raw``, ``_file``, ``_block``.
+
+    Returns:
+        ``(raw, persisted)``: the raw events and frames to unpersist afterwards.
+    """
+    df = batch.where(F.length(F.trim(F.col("_raw"))) > 0)
+    df = df.select("_raw", "_file", "_block", F.monotonically_increasing_id().alias("_mid"))
+    df = df.persist(StorageLevel.MEMORY_AND_DISK)
+    splits = sorted(tuple(r) for r in df.groupBy("_file", "_block").agg(F.min("_mid")).collect())
+    split_key = F.concat(F.col("_file"), F.lit("\u0000"), F.col("_block").cast("string"))
+    if splits:
+        bases = F.create_map(*[
+            x for rank, (f, b, first) in enumerate(splits)
+            for x in (F.lit(f"{f}\u0000{b}"), F.lit((rank << 33) - first).cast("long"))
+        ])
+        seq = F.element_at(bases, split_key) + F.col("_mid")
+    else:
+        seq = F.col("_mid")
+    return _parsed(df, seq), [df]
+
+
+def redis_raw(batch: DataFrame) -> tuple[DataFrame, list[DataFrame]]:
+    """Raw events of a ``redis:`` micro-batch (``_seq`` from the entry id, ``writer.redis_source``)."""
+    return _parsed(batch, F.col("_seq")), []
+
+
+class BatchProcessor:
+    """The ``foreachBatch`` function of the stream (module docstring).
+
+    Args:
+        plan: the compiled plan (:func:`check_streamable` passed).
+        redis_url: the store.
+        checkpoint: the checkpoint directory (local path).
+        stream_id: from :func:`open_checkpoint`.
+        lateness_ms: allowed lateness (ms, >= 0).
+        dead_letter: the dead-letter directory.
+        to_raw: :func:`dir_raw` or :func:`redis_raw`.
+        fault: test-only fault injection (``writer.sink.merge_partition``).
+        on_batch: called with each :class:`BatchResult` (progress).
+    """
+
+    def __init__(self, plan: Plan, redis_url: str, checkpoint: Path, stream_id: str, lateness_ms: int,
+                 dead_letter: Path, to_raw: Callable[[DataFrame], tuple[DataFrame, list[DataFrame]]] = redis_raw,
+                 fault: tuple[int, int, str] | None = None, on_batch: Callable[[BatchResult], None] | None = None):
+        self.plan = plan
+        self.url = redis_url
+        self.records = checkpoint / "scowl" / "batches"
+        self.records.mkdir(parents=True, exist_ok=True)
+        self.stream_id = stream_id
+        self.marker = f"_b:{stream_id}"
+        self.lateness_ms = lateness_ms
+        self.dead_letter = dead_letter
+        self.to_raw = to_raw
+        self.fault = fault
+        self.on_batch = on_batch
+        self.states: list[StateSpec] = sorted(plan.states.values(), key=lambda s: s.definition_hash)
+        self.params = merge_params(self.states)
+        self.results: list[BatchResult] = []
+        self.error: BaseException | None = None
+
+    # ------------------------------------------------------------ records
+    def _record_path(self, batch_id: int) -> Path:
+        return self.records / f"{batch_id:012d}.json"
+
+    def record(self, batch_id: int) -> dict | None:
+        """Return the checkpoint record of ``batch_id`` (``None`` if it never started)."""
+        p = self._record_path(batch_id)
+        return orjson.loads(p.read_bytes()) if p.exists() else None
+
+    def previous(self, batch_id: int) -> dict | None:
+        """Return the record of the latest batch before ``batch_id`` (``None`` for the first)."""
+        rec = self.record(batch_id - 1)
+        if rec is not None:
+            return rec
+        ids = [int(p.stem) for p in self.records.glob("*.json") if p.stem.isdigit() and int(p.stem) < batch_id]
+        return self.record(max(ids)) if ids else None
+
+    def totals(self) -> dict[str, int]:
+        """Totals of the latest record of the checkpoint (``{}`` before any batch)."""
+        ids = [int(p.stem) for p in self.records.glob("*.json") if p.stem.isdigit()]
+        return dict(self.record(max(ids))["totals"]) if ids else {}
+
+    # ------------------------------------------------------------ batches
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        """``foreachBatch`` entry point: process one micro-batch (errors are kept in :attr:`error`)."""
+        try:
+            raw, persisted = self.to_raw(batch)
+            try:
+                self.process(raw, batch_id)
+            finally:
+                for df in persisted:
+                    df.unpersist()
+        except BaseException as e:
+            self.error = e
+            raise
+
+    def process(self, raw: DataFrame, batch_id: int) -> BatchResult:
+        """Process one batch of raw events (``_type``, ``_time_ms``, ``_seq``, ``_raw``).
+
+        Safe to call again with the same ``batch_id`` and events (a re-run):
+        the watermark comes from the batch's record, dead letters are
+        rewritten identically and keys already merged are skipped.
+
+        Returns:
+            The batch's :class:`BatchResult` (also appended to :attr:`results`).
+
+        Raises:
+            redis.RedisError: the store failed (the batch fails; Spark stops the query).
+        """
+        t0 = time.perf_counter()
+        spark = raw.sparkSession
+        ok = valid(list(self.plan.events))
+        rec = self.record(batch_id)
+        if rec is not None:
+            wm = rec["watermark_ms"]
+        else:
+            prev = self.previous(batch_id)
+            wm = None if prev is None or prev["max_time_ms"] is None else prev["max_time_ms"] - self.lateness_ms
+        late = (ok & (F.col("_time_ms") < F.lit(wm))) if wm is not None else F.lit(False)
+        raw = raw.persist(StorageLevel.MEMORY_AND_DISK)
+        row = raw.agg(
+            F.count(F.lit(1)).alias("n"),
+            F.count(F.when(ok, 1)).alias("valid"),
+            F.count(F.when(late, 1)).alias("late"),
+            F.max(F.when(ok, F.col("_time_ms"))).alias("max_t"),
+        ).collect()[0]
+        res = BatchResult(batch_id, events=row["valid"] - row["late"], late=row["late"],
+                          invalid=row["n"] - row["valid"], watermark_ms=wm, rerun=rec is not None)
+        if rec is None:
+            prev = self.previous(batch_id)
+            seen = [x for x in (row["max_t"], prev and prev["max_time_ms"]) if x is not None]
+            totals = dict(prev["totals"]) if prev else {"batches": 0, "events": 0, "late": 0, "invalid": 0}
+            totals = {"batches": totals["batches"] + 1, "events": totals["events"] + res.events,
+                      "late": totals["late"] + res.late, "invalid": totals["invalid"] + res.invalid}
+            rec = {"batch_id": batch_id, "watermark_ms": wm, "max_time_ms": max(seen) if seen else None,
+                   "lateness_ms": self.lateness_ms, "events": res.events, "late": res.late,
+                   "invalid": res.invalid, "totals": totals}
+            _write_atomic(self._record_path(batch_id), orjson.dumps(rec))
+            for p in self.records.glob("*.json"):
+                if p.stem.isdigit() and int(p.stem) < batch_id - KEEP_RECORDS:
+                    p.unlink(missing_ok=True)
+        res.max_time_ms = rec["max_time_ms"]
+        try:
+            if res.invalid:
+                raw.where(~ok | ok.isNull()).select("_raw").write.mode("overwrite").text(
+                    str(self.dead_letter / "invalid" / f"batch-{batch_id}"))
+            if res.late:
+                raw.where(late).select("_raw").write.mode("overwrite").text(
+                    str(self.dead_letter / "late" / f"batch-{batch_id}"))
+            if res.events and self.states:
+                res.applied, res.skipped = self._merge(spark, raw.where(ok & ~late), batch_id)
+        finally:
+            raw.unpersist()
+        res.seconds = time.perf_counter() - t0
+        self.results.append(res)
+        if self.on_batch is not None:
+            self.on_batch(res)
+        return res
+
+    def _merge(self, spark: SparkSession, events: DataFrame, batch_id: int) -> tuple[int, int]:
+        """Merge the partial aggregates of ``events`` into the store; return ``(applied, skipped)`` keys."""
+        # wide input-coercion projections: materialise them without whole-stage
+        # codegen (as writer.backfill does), then aggregate with it
+        previous = spark.conf.get("spark.sql.codegen.wholeStage")
+        spark.conf.set("spark.sql.codegen.wholeStage", "false")
+        try:
+            frames = {ev: df.persist(StorageLevel.MEMORY_AND_DISK)
+                      for ev, df in feature_frames(events, self.plan, self.states).items()}
+            for df in frames.values():
+                df.count()
+        finally:
+            spark.conf.set("spark.sql.codegen.wholeStage", previous)
+        try:
+            # hash-partition each state's writes by key once: its aggregations
+            # (grouped by rk and more) then need no other shuffle, and every key's
+            # rows end up in one partition of the union
+            n = int(spark.conf.get("spark.sql.shuffle.partitions"))
+            parts = [merge_rows(writes_of_state(frames, st).repartition(n, "rk"), st) for st in self.states]
+            rows = parts[0]
+            for p in parts[1:]:
+                rows = rows.unionByName(p)
+            rows = rows.sortWithinPartitions("rk")
+            url, marker, params, fault = self.url, self.marker, self.params, self.fault
+            out = rows.rdd.mapPartitions(
+                lambda it: [merge_partition(it, url, batch_id, marker, params, fault)]).collect()
+        finally:
+            for df in frames.values():
+                df.unpersist()
+        return sum(a for a, _ in out), sum(s for _, s in out)
+
+
+def run_stream(
+    spark: SparkSession,
+    plan: Plan,
+    redis_url: str,
+    source: str,
+    checkpoint: str | Path,
+    *,
+    source_url: str | None = None,
+    allowed_lateness_ms: int | None = None,
+    dead_letter: str | Path | None = None,
+    available_now: bool = False,
+    trigger_s: float | None = None,
+    max_files_per_trigger: int | None = None,
+    max_events_per_batch: int | None = None,
+    fault: tuple[int, int, str] | None = None,
+    on_batch: Callable[[BatchResult], None] | None = None,
+) -> StreamReport:
+    """Run the stream job until its source is drained (``available_now``) or it is interrupted.
+
+    Args:
+        spark: the session (``writer.session.get_spark``).
+        plan: the compiled plan.
+        redis_url: the store the tiles are merged into.
+        source: ``dir:PATH`` or ``redis:STREAM``.
+        checkpoint: checkpoint directory (a local path): Spark's offsets and
+            commits under ``spark/``, the stream id and batch records under
+            ``scowl/``. Restart with the same one to resume exactly once.
+        source_url: Redis URL of a ``redis:`` source (default ``redis_url``).
+        allowed_lateness_ms: watermark lag (ms); default the longest window.
+        dead_letter: dead-letter directory; default ``<checkpoint>/dead-letter``.
+        available_now: process what the source holds now (in as many batches
+            as the per-batch limits make), then return.
+        trigger_s: seconds between micro-batches when running continuously
+            (default: as soon as the previous one ends).
+        max_files_per_trigger: ``dir:`` files per batch (default all new ones).
+        max_events_per_batch: ``redis:`` entries per batch (default all new ones).
+        fault: test-only fault injection (``writer.sink.merge_partition``).
+        on_batch: called after each batch with its :class:`BatchResult`.
+
+    Returns:
+        A :class:`StreamReport`.
+
+    Raises:
+        StreamError: bad source or options, a checkpoint of another source,
+            a plan with staged aggregates, or a failed batch (the message
+            names the cause; the query stops and can be restarted).
+
+    Source: SPEC §5.7.
+    """
+    check_streamable(plan)
+    kind, target = parse_source(source)
+    if allowed_lateness_ms is not None and allowed_lateness_ms < 0:
+        raise StreamError("--allowed-lateness must be >= 0")
+    if kind == "dir":
+        path = Path(target).absolute()
+        if not path.is_dir():
+            raise StreamError(f"{target}: not a directory")
+        source_id = f"dir:{path}"
+    else:
+        source_id = f"redis:{target}"
+    checkpoint = Path(checkpoint).absolute()
+    stream_id = open_checkpoint(checkpoint, source_id)
+    dl = Path(dead_letter).absolute() if dead_letter is not None else checkpoint / "dead-letter"
+    lateness = default_lateness_ms(plan) if allowed_lateness_ms is None else allowed_lateness_ms
+    processor = BatchProcessor(plan, redis_url, checkpoint, stream_id, lateness, dl,
+                               dir_raw if kind == "dir" else redis_raw, fault=fault, on_batch=on_batch)
+    if kind == "dir":
+        reader = spark.readStream.format("text")
+        if max_files_per_trigger:
+            reader = reader.option("maxFilesPerTrigger", int(max_files_per_trigger))
+        sdf = reader.load(str(path)).select(
+            F.col("value").alias("_raw"), F.col("_metadata.file_path").alias("_file"),
+            F.col("_metadata.file_block_start").alias("_block"))
+    else:
+        from writer.redis_source import RedisStreamDataSource
+
+        spark.dataSource.register(RedisStreamDataSource)
+        reader = spark.readStream.format("scowl-redis-stream").option("url", source_url or redis_url).option("stream", target)
+        if max_events_per_batch:
+            reader = reader.option("maxRecordsPerBatch", int(max_events_per_batch))
+        sdf = reader.load()
+    writer = sdf.writeStream.foreachBatch(processor).option("checkpointLocation", str(checkpoint / "spark"))
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    elif trigger_s:
+        writer = writer.trigger(processingTime=f"{float(trigger_s)} seconds")
+    query = writer.start()
+    try:
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        query.stop()
+    except Exception as e:
+        query.stop()
+        cause = processor.error if processor.error is not None else e
+        raise StreamError(f"the stream stopped in a failed batch ({type(cause).__name__}: "
+                          f"{str(cause).strip().splitlines()[0] if str(cause).strip() else ''}); "
+                          "fix the cause and restart with the same --checkpoint") from cause
+    return StreamReport(stream_id, str(checkpoint), str(dl), list(processor.results), processor.totals())
