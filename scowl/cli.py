@@ -135,33 +135,64 @@ def serve(
 @app.command()
 def backfill(
     directory: Path = typer.Argument(..., help="Topology directory."),
-    events: List[str] = typer.Option(..., "--events", help="JSONL timeline files, globs or directories."),
-    start: Optional[str] = typer.Option(None, help="Run window start (ISO-8601, inclusive)."),
-    end: Optional[str] = typer.Option(None, help="Run window end (ISO-8601, exclusive)."),
+    events: List[str] = typer.Option(..., "--events", help="JSONL or Parquet timeline files, globs or directories."),
+    start: Optional[str] = typer.Option(None, help="Run window start (ISO-8601, inclusive); default the first event."),
+    end: Optional[str] = typer.Option(None, help="Run window end (ISO-8601, exclusive); default just after the last event."),
+    auto: bool = typer.Option(False, "--auto", help="Backfill exactly what is missing: per aggregate state, the "
+                              "input's event span minus the intervals already backfilled, never into time the "
+                              "online path has written. Not with --start/--end."),
+    force: bool = typer.Option(False, "--force", help="Run even where the online path has already written "
+                               "(overwrites what it wrote there)."),
     master: Optional[str] = typer.Option(None, help="Spark master (default SCOWL_SPARK_MASTER or local[*])."),
 ) -> None:
     """Compute tiles for historical events with Spark and write them to the store (SPEC §5.6)."""
+    if auto and (start is not None or end is not None):
+        raise typer.BadParameter("--auto computes the run windows itself: do not combine it with --start/--end",
+                                 param_hint="--auto")
     p = _compile(directory)
     start_ms = parse_iso_ms(start) if start else None
     end_ms = parse_iso_ms(end) if end else None
     with open_store() as url:
-        report = run_backfill_with_progress(p, events, url, start_ms, end_ms, master)
-    print_backfill_report(report)
+        report = run_backfill_with_progress(p, events, url, start_ms, end_ms, master, auto=auto, force=force)
+    if auto:
+        print_auto_report(p, report)
+    else:
+        print_backfill_report(report)
 
 
-def run_backfill_with_progress(plan, events, url, start_ms, end_ms, master):
-    """Run ``writer.backfill.run_backfill`` under a rich progress display.
+def run_backfill_with_progress(plan, events, url, start_ms, end_ms, master, auto: bool = False, force: bool = False):
+    """Run ``writer.backfill.run_backfill`` (or ``run_auto_backfill`` with ``auto``) under a rich progress display.
+
+    Args:
+        plan: the compiled plan.
+        events: input paths (files, globs, directories).
+        url: the store.
+        start_ms, end_ms: run window (epoch ms) or ``None`` (the events' span); ignored with ``auto``.
+        master: Spark master or ``None``.
+        auto, force: see ``scowl backfill --help``.
+
+    Returns:
+        ``writer.backfill.BackfillReport`` (``AutoReport`` with ``auto``).
 
     Raises:
-        UserError: bad input or an unsupported plan (message, no traceback).
+        UserError: bad input, an unsupported plan, a window overlapping the
+            online path's writes, an unreachable store (message, no traceback).
     """
+    import redis
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from writer.backfill import BackfillError, run_backfill
+    from writer.backfill import BackfillError, check_window, run_auto_backfill, run_backfill
     from writer.features import StagedFeatureError
     from writer.session import get_spark
     from writer.sources import SourceError
 
+    if not auto and start_ms is not None and end_ms is not None:
+        try:  # refuse an overlap with the online path before starting Spark
+            check_window(plan, url, start_ms, end_ms, force)
+        except BackfillError as e:
+            raise UserError(str(e)) from None
+        except redis.RedisError as e:
+            raise UserError(f"store unavailable: {e}") from None
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=False) as prog:
         cb = backfill_progress(prog)
@@ -169,43 +200,102 @@ def run_backfill_with_progress(plan, events, url, start_ms, end_ms, master):
         spark = get_spark(master)
         prog.update(spark_task, completed=1)
         try:
+            if auto:
+                return run_auto_backfill(spark, plan, events, url, rejected_dir=scowl_home() / "rejected",
+                                         progress=cb, force=force)
             return run_backfill(spark, plan, events, url, start_ms, end_ms,
-                                rejected_dir=scowl_home() / "rejected", progress=cb)
+                                rejected_dir=scowl_home() / "rejected", progress=cb, force=force)
         except (BackfillError, StagedFeatureError, SourceError, NotImplementedError) as e:
             raise UserError(str(e)) from None
+        except redis.RedisError as e:
+            raise UserError(f"store unavailable: {e}") from None
+
+
+#: Progress bar labels of the backfill phases (``writer.backfill`` module docstring).
+BACKFILL_PHASES = {
+    "read": "reading events",
+    "features": "feature columns per event type",
+    "tiles": "tiles per aggregate state",
+    "coverage": "recording coverage",
+}
 
 
 def backfill_progress(prog):
-    """Return a ``run_backfill`` progress callback drawing one bar per phase on ``prog``."""
-    labels = {"read": "backfill: reading events", "tiles": "backfill: tiles per aggregate state"}
+    """Return a ``run_backfill`` progress callback drawing one bar per phase on ``prog``.
+
+    Phases ``read``, ``stage <k>`` (dependency stage ``k``), ``features``,
+    ``tiles``, ``coverage``, optionally prefixed ``run <i>/<n>: `` (``--auto``).
+    """
     tasks: dict[str, int] = {}
+
+    def label(phase: str) -> str:
+        prefix, _, name = phase.rpartition(": ")
+        if name.startswith("stage "):
+            text = f"dependency {name}: aggregate values"
+        else:
+            text = BACKFILL_PHASES.get(name, name)
+        return f"backfill {prefix}: {text}" if prefix else f"backfill: {text}"
 
     def cb(phase: str, done: int, total: int) -> None:
         if phase not in tasks:
-            tasks[phase] = prog.add_task(labels.get(phase, phase), total=total)
+            tasks[phase] = prog.add_task(label(phase), total=total)
         prog.update(tasks[phase], completed=done, total=total)
 
     return cb
 
 
 def print_backfill_report(report) -> None:
-    """Print what a backfill did."""
+    """Print what a backfill run did (a ``writer.backfill.BackfillReport``)."""
     from compiler.typesystem import format_time
 
     s, e = report.window
+    staged = f" ({report.stages} dependency stage{'s' if report.stages > 1 else ''})" if report.stages else ""
     console.print(f"backfilled [{format_time(s)}, {format_time(e)}): {report.events} events, "
-                  f"{sum(report.rows.values())} tile rows over {len(report.rows)} states")
+                  f"{sum(report.rows.values())} tile rows over {len(report.rows)} states{staged}")
     if report.widened:
         rs, re_ = report.requested
-        console.print(f"note: the run window [{format_time(rs)}, {format_time(re_)}) was widened: its start moved down to a whole tile (older events read to complete it)")
+        moved = []
+        if s != rs:
+            moved.append("its start moved down to a whole tile (older events read to complete it)")
+        if e != re_:
+            moved.append("its end moved up to a whole tile (the time after it was already backfilled)")
+        console.print(f"note: the run window [{format_time(rs)}, {format_time(re_)}) was widened: {'; '.join(moved)}")
     if report.rejected:
+        where = f" (set aside in {report.rejected_path})" if report.rejected_path else ""
+        console.print(f"note: {report.rejected} invalid records skipped{where}")
+
+
+def print_auto_report(plan, report) -> None:
+    """Print what ``backfill --auto`` did (a ``writer.backfill.AutoReport``)."""
+    from compiler.typesystem import format_time
+    from writer.status import state_features
+
+    lo, hi = report.span
+    console.print(f"auto: input events span [{format_time(lo)}, {format_time(hi)})")
+    names = state_features(plan)
+    for h, lim in sorted(report.held_back.items()):
+        feats = ", ".join(names.get(h, [])) or h
+        if lim is None:
+            console.print(f"note: {feats}: not backfilled, the online path has written it (--force to overwrite)")
+        else:
+            console.print(f"note: {feats}: backfilled only before {format_time(lim)}, where the online path's "
+                          "writes begin (--force to overwrite)")
+    if not report.missing:
+        console.print("auto: nothing to backfill: every aggregate state already covers the input's span")
+    n_states = len(plan.states)
+    for s, e, hs in report.missing:
+        which = "all states" if len(hs) == n_states else f"{len(hs)} of {n_states} states"
+        console.print(f"auto: missing [{format_time(s)}, {format_time(e)}) for {which}")
+    for run in report.runs:
+        print_backfill_report(run)
+    if report.rejected and not report.runs:
         where = f" (set aside in {report.rejected_path})" if report.rejected_path else ""
         console.print(f"note: {report.rejected} invalid records skipped{where}")
 
 
 @app.command()
 def status(directory: Path = typer.Argument(..., help="Topology directory (*.scowl files).")) -> None:
-    """Coverage, gaps and store size per aggregate state (SPEC §6)."""
+    """Coverage, gaps, online-writer start and store size per aggregate state (SPEC §6)."""
     import redis
 
     from compiler.typesystem import format_time
@@ -218,7 +308,7 @@ def status(directory: Path = typer.Argument(..., help="Topology directory (*.sco
         except redis.RedisError as e:
             raise UserError(f"store unavailable: {e}") from None
     table = Table(title="aggregate states")
-    for col in ("features", "function", "window", "r", "covered (backfill)", "gaps", "keys", "bytes"):
+    for col in ("features", "function", "window", "r", "covered (backfill)", "gaps", "online since", "keys", "bytes"):
         table.add_column(col)
 
     def span(a: int, b: int) -> str:
@@ -228,7 +318,9 @@ def status(directory: Path = typer.Argument(..., help="Topology directory (*.sco
         table.add_row(
             "\n".join(s.features), s.function + (f" limit {s.limit}" if s.limit else ""), f"{s.window_s}s",
             f"{s.resolution_s}s", "\n".join(span(a, b) for a, b in s.covered) or "none",
-            "\n".join(span(a, b) for a, b in s.gaps) or "none", f"{s.keys:,}", f"{s.bytes:,}",
+            "\n".join(span(a, b) for a, b in s.gaps) or "none",
+            format_time(s.online_since) if s.online_since is not None else "never",
+            f"{s.keys:,}", f"{s.bytes:,}",
         )
     console.print(table)
 

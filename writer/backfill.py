@@ -1,16 +1,54 @@
-"""``scowl backfill``: historical events -> tiles in Redis (SPEC §5.6).
+"""``scowl backfill``: historical events -> tiles in Redis (SPEC §5.6, §6).
 
-Steps: read the timeline (``writer.sources``), set aside invalid records,
-widen the start of the run window ``[start, end)`` down to a whole tile of the
-coarsest level in use (reading the older events that tile needs), compute each state's store image with
-Spark built-ins (``writer.tiles``) and write it from the executors, pipelined
-(``writer.sink``). Tiles are overwritten, never added to, so re-running a
-window gives the same state. The end is not widened: a tile that ``end``
-cuts through holds exactly the events before ``end``, so online events from
-``end`` on add to it correctly, and a later run starting at ``end`` is widened
-down to that tile's start and rewrites it whole. The covered interval is recorded per state in
-``sc:cov:<definition hash>`` (field ``<start_ms>-<end_ms>``, value: wall-clock
-ms of the run).
+Steps: read the timeline (``writer.sources``: JSONL and Parquet files, globs,
+directories), set aside invalid records, widen the start of the run window
+``[start, end)`` down to a whole tile of the coarsest level in use (reading the
+older events that tile needs), compute the values of aggregates that writes
+depend on in dependency stages (``writer.pointintime``), compute each state's
+store image with Spark built-ins (``writer.tiles``) and write it from the
+executors, pipelined (``writer.sink``). Tiles are overwritten, never added
+to, so re-running a window gives the same state, also after a run killed
+half-way.
+
+The end is not widened: a tile that ``end`` cuts through holds exactly the
+events before ``end``, so online events from ``end`` on add to it correctly,
+and a later run starting at ``end`` is widened down to that tile's start and
+rewrites it whole. Except when time just after ``end`` (up to the next
+whole tile) was already backfilled for a state of the run: then the end is
+widened up to that tile's end too, so the run rewrites the tile whole
+instead of dropping the later events from it.
+
+``Decayed*`` states have no window: their one value is computed from every
+event before the end, and where an earlier run already backfilled the state
+up to a later time, from every event before that time (so a run over an
+earlier window never rewinds it).
+
+Coverage: once every tile of a run is written, its interval (widened) is
+added per state to ``sc:cov:<definition hash>`` (fields
+``<start_ms>-<end_ms>``, kept merged; value: wall-clock ms of the latest run;
+``writer.status.record_coverage``). A run killed before that records nothing.
+
+Online overlap: the online path records per state the earliest event time
+it wrote (``sc:online``, ``serving.store.ONLINE_KEY``). A run that would
+overwrite state at or after that time is refused (:class:`OnlineOverlapError`)
+unless ``force``: for tile states, every tile up to the end rounded up to the
+state's coarsest tile size is rewritten; for write logs, ``CountUnique`` and
+``Latest*``, time up to the end; a ``Decayed*`` state is replaced whole, so
+any online write conflicts (:func:`online_limit`).
+
+``--auto`` (:func:`run_auto_backfill`) computes the windows itself: per state,
+the input's event span ``[first event, last event + 1 ms)``, cut at the
+state's :func:`online_limit` (unless ``force``), minus the state's covered
+intervals; the union is split where the set of states needing it changes,
+and each piece runs for exactly those states, in time order. With no
+coverage that is the whole span; time beyond the input's span is never
+"missing".
+
+Progress (the ``progress`` callback, ``(phase, done, total)``): ``read``;
+then per run window ``stage <k>`` (aggregate values of dependency stage
+``k``, only when writes depend on aggregates), ``features`` (feature columns
+per writer event type), ``tiles`` (per state) and ``coverage``. With
+``--auto`` the run phases are prefixed ``run <i>/<n>: ``.
 """
 
 from __future__ import annotations
@@ -19,18 +57,21 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import redis
 from pyspark import StorageLevel
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from compiler.algebra.windows import levels_s
 from compiler.plan import Plan, StateSpec
+from compiler.typesystem import format_time
+from writer.features import needed_features, with_features
 from writer.sink import write_partition
 from writer.sources import read_events, valid
-from writer.tiles import feature_frames, state_rows, writes_of_state
+from writer.status import read_coverage, read_online_starts, record_coverage, state_features
+from writer.tiles import state_rows, writes_of_state
 
 Progress = Callable[[str, int, int], None]
 
@@ -40,7 +81,7 @@ CONCURRENT_JOBS = 4
 
 @dataclass
 class BackfillReport:
-    """What a backfill did.
+    """What one backfill run (one window) did.
 
     Attributes:
         requested: ``(start_ms, end_ms)`` as asked (or the events' span).
@@ -49,8 +90,9 @@ class BackfillReport:
         events: valid events inside the widened window.
         rejected: invalid records set aside (see ``rejected_path``).
         rejected_path: where they were written, if any.
-        rows: store-image rows written, per definition hash.
-        seconds: wall time per phase.
+        rows: store-image rows written, per definition hash (the states of the run).
+        stages: number of dependency stages computed (0: no write depends on an aggregate).
+        seconds: wall time per phase (``read``, ``features``, ``tiles``).
     """
 
     requested: tuple[int, int]
@@ -60,13 +102,51 @@ class BackfillReport:
     rejected: int = 0
     rejected_path: str | None = None
     rows: dict[str, int] = field(default_factory=dict)
+    stages: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class AutoReport:
+    """What ``backfill --auto`` did (:func:`run_auto_backfill`).
+
+    Attributes:
+        span: ``(first_ms, last_ms + 1)``: the valid input events' time span.
+        missing: the computed windows ``(start_ms, end_ms, definition hashes)``,
+            in time order, before widening.
+        held_back: definition hash -> the time (epoch ms) from which the
+            online path's writes keep ``--auto`` out (``None``: the whole state,
+            a ``Decayed*`` the online path has written); only states whose
+            limit cut into the span.
+        runs: one :class:`BackfillReport` per window run.
+        rejected, rejected_path: invalid input records (as in :class:`BackfillReport`).
+    """
+
+    span: tuple[int, int]
+    missing: list[tuple[int, int, frozenset[str]]] = field(default_factory=list)
+    held_back: dict[str, int | None] = field(default_factory=dict)
+    runs: list[BackfillReport] = field(default_factory=list)
+    rejected: int = 0
+    rejected_path: str | None = None
 
 
 class BackfillError(ValueError):
     """The backfill cannot run (empty input, bad window, unsupported plan)."""
 
 
+class OnlineOverlapError(BackfillError):
+    """The run window would overwrite state the online path has written (module docstring).
+
+    Attributes:
+        conflicts: ``[(definition hash, online start ms), ..]``.
+    """
+
+    def __init__(self, message: str, conflicts: list[tuple[str, int]]):
+        super().__init__(message)
+        self.conflicts = conflicts
+
+
+# ------------------------------------------------------------------ windows
 def widen(start_ms: int, end_ms: int, unit_ms: int) -> tuple[int, int]:
     """Widen ``[start_ms, end_ms)`` to multiples of ``unit_ms``.
 
@@ -78,6 +158,386 @@ def widen(start_ms: int, end_ms: int, unit_ms: int) -> tuple[int, int]:
     return lo, hi
 
 
+def coarsest_ms(state: StateSpec) -> int:
+    """Return the largest tile size stored for ``state``, in ms (``compiler.algebra.windows.levels_s``)."""
+    return max(levels_s(state.window_s)) * 1000
+
+
+def is_decayed(state: StateSpec) -> bool:
+    """Return whether ``state`` is a ``Decayed*`` state (one value over all history, no window)."""
+    return state.function.startswith("Decayed")
+
+
+def _tiled(state: StateSpec) -> bool:
+    """Whether backfill writes the state as overwritten tiles (``mode`` ``set`` in ``writer.tiles``)."""
+    return state.limit is None and state.function not in ("CountUnique", "Latest", "LatestTime") and not is_decayed(state)
+
+
+def online_limit(state: StateSpec, online_ms: int) -> int | None:
+    """Return the latest run end (epoch ms) that leaves the online path's writes to ``state`` intact.
+
+    A run ending at ``end`` rewrites, for a tile state, every tile up to
+    ``end`` rounded up to the state's coarsest tile size; for a write log,
+    ``CountUnique`` or ``Latest*`` state, time before ``end``; a ``Decayed*``
+    state whole. A run ending after the limit would overwrite online writes
+    made at or after ``online_ms``.
+
+    Args:
+        state: the state.
+        online_ms: its online-writer start time (epoch ms).
+
+    Returns:
+        The limit in epoch ms, or ``None`` if no run can leave them intact (``Decayed*``).
+
+    Source: SPEC §5.6 (a window overlapping online time is refused).
+    """
+    if is_decayed(state):
+        return None
+    if _tiled(state):
+        unit = coarsest_ms(state)
+        return (online_ms // unit) * unit
+    return online_ms
+
+
+def subtract(interval: tuple[int, int], covered: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Return the parts of the half-open ``interval`` outside the sorted, disjoint ``covered`` intervals.
+
+    >>> subtract((0, 10), [(2, 4), (6, 7)])
+    [(0, 2), (4, 6), (7, 10)]
+    >>> subtract((5, 5), [])
+    []
+    """
+    lo, hi = interval
+    out = []
+    for a, b in covered:
+        if b <= lo or a >= hi:
+            continue
+        if a > lo:
+            out.append((lo, a))
+        lo = max(lo, b)
+    if lo < hi:
+        out.append((lo, hi))
+    return out
+
+
+def auto_windows(needs: dict[str, list[tuple[int, int]]]) -> list[tuple[int, int, frozenset[str]]]:
+    """Split the union of per-state missing intervals into run windows (module docstring).
+
+    Args:
+        needs: definition hash -> sorted, disjoint intervals ``(start_ms, end_ms)`` it lacks.
+
+    Returns:
+        ``[(start_ms, end_ms, hashes)]`` in time order: consecutive pieces
+        with the same set of states needing all of the piece are one window.
+
+    >>> [(s, e, sorted(hs)) for s, e, hs in auto_windows({"a": [(0, 10)], "b": [(0, 5), (20, 30)]})]
+    [(0, 5, ['a', 'b']), (5, 10, ['a']), (20, 30, ['b'])]
+    """
+    points = sorted({p for ivs in needs.values() for iv in ivs for p in iv})
+    out: list[tuple[int, int, frozenset[str]]] = []
+    for a, b in zip(points, points[1:]):
+        hs = frozenset(h for h, ivs in needs.items() if any(lo <= a and b <= hi for lo, hi in ivs))
+        if not hs:
+            continue
+        if out and out[-1][1] == a and out[-1][2] == hs:
+            out[-1] = (out[-1][0], b, hs)
+        else:
+            out.append((a, b, hs))
+    return out
+
+
+@dataclass
+class _Window:
+    """One run: widened ``[start, end)``, its states, and the ``Decayed*`` states' ends."""
+
+    requested: tuple[int, int]
+    start: int
+    end: int
+    states: list[StateSpec]
+    decay_end: dict[str, int]
+
+
+def _window(plan: Plan, states: list[StateSpec], s: int, e: int, coverage: dict[str, list[tuple[int, int]]],
+            online: dict[str, int], force: bool) -> _Window:
+    """Widen ``[s, e)`` for ``states`` and check it against the online path (module docstring).
+
+    Raises:
+        BackfillError: ``s >= e``.
+        OnlineOverlapError: the run would overwrite online writes and not ``force``.
+    """
+    if s >= e:
+        raise BackfillError(f"empty run window: start {format_time(s)} is not before end {format_time(e)}")
+    unit = max((coarsest_ms(st) for st in plan.states.values()), default=1000)
+    ws, up = widen(s, e, unit)
+    we = e
+    if up != e and any(subtract((e, up), coverage.get(st.definition_hash, [])) != [(e, up)] for st in states):
+        we = up  # the rest of the end tile was backfilled: rewrite it whole
+    decay_end = {st.definition_hash: max([we] + [hi for _, hi in coverage.get(st.definition_hash, [])])
+                 for st in states if is_decayed(st)}
+    if not force:
+        conflicts = []
+        for st in states:
+            o = online.get(st.definition_hash)
+            if o is None:
+                continue
+            lim = online_limit(st, o)
+            if lim is None or we > lim:
+                conflicts.append((st, o, lim))
+        if conflicts:
+            raise OnlineOverlapError(_overlap_message(plan, ws, we, conflicts),
+                                     [(st.definition_hash, o) for st, o, _ in conflicts])
+    return _Window((s, e), ws, we, states, decay_end)
+
+
+def _overlap_message(plan: Plan, ws: int, we: int, conflicts: list[tuple[StateSpec, int, int | None]]) -> str:
+    names = state_features(plan)
+    parts = [f"{', '.join(names[st.definition_hash]) or st.definition_hash} (online writes since {format_time(o)})"
+             for st, o, _ in conflicts]
+    msg = (f"refusing to backfill [{format_time(ws)}, {format_time(we)}): it overlaps time the online path has "
+           f"already written for {'; '.join(parts)}. ")
+    limits = [lim for _, _, lim in conflicts if lim is not None]
+    if limits:
+        msg += f"End the run at or before {format_time(min(limits))} (whole tiles before the online writes)"
+        if len(limits) < len(conflicts):
+            msg += "; Decayed* aggregates hold one value over all history, so any backfill replaces their online state"
+        msg += ", or pass --force to overwrite what the online path wrote."
+    else:
+        msg += ("Decayed* aggregates hold one value over all history, so any backfill replaces their online state; "
+                "pass --force to overwrite it.")
+    return msg
+
+
+# ------------------------------------------------------------------- stages
+def dependency_stages(plan: Plan, needs: dict[str, Iterable[str]]) -> list[list[tuple[str, str]]]:
+    """Group the aggregates that ``needs`` depend on into dependency stages (SPEC §2.4, §5.6).
+
+    Stage 1 holds aggregates whose read keys, ``after`` time and writers'
+    keys, values and filters depend on no aggregate; stage ``k`` those that
+    depend on stage ``k - 1`` at most.
+
+    Args:
+        plan: the plan.
+        needs: event type -> feature names (any kind) that state writes use.
+
+    Returns:
+        ``[[(event, aggregate feature), ..] per stage]``, each stage sorted.
+        Aggregates in a cross-event cycle are put in stage 1 (computing them
+        raises ``writer.features.StagedFeatureError``).
+    """
+    def aggs(ev: str, names: Iterable[str]) -> list[tuple[str, str]]:
+        ep = plan.events[ev]
+        return [(ev, n) for n in needed_features(ep, list(names)) if ep.feature(n).kind == "aggregate"]
+
+    depth: dict[tuple[str, str], int] = {}
+    active: set[tuple[str, str]] = set()
+
+    def d(node: tuple[str, str]) -> int:
+        if node in depth:
+            return depth[node]
+        if node in active:
+            return 0
+        active.add(node)
+        spec = plan.events[node[0]].feature(node[1]).aggregate
+        deps = aggs(node[0], list(spec.read_keys) + ([spec.after] if spec.after else []))
+        for x, w in plan.states[spec.definition_hash].writes.items():
+            deps += aggs(x, sorted(w.deps()))
+        active.discard(node)
+        depth[node] = 1 + max((d(x) for x in deps), default=0)
+        return depth[node]
+
+    for ev, names in needs.items():
+        for node in aggs(ev, names):
+            d(node)
+    stages: list[list[tuple[str, str]]] = [[] for _ in range(max(depth.values(), default=0))]
+    for node, k in depth.items():
+        stages[k - 1].append(node)
+    return [sorted(s) for s in stages]
+
+
+def _feature_frames(events: DataFrame, history: DataFrame, plan: Plan, states: Sequence[StateSpec],
+                    history_start_ms: int | None, progress: Progress) -> tuple[dict[str, DataFrame], int]:
+    """Compute, once per writer event type, every feature the states' writes need; persisted.
+
+    As ``writer.tiles.feature_frames``, with the dependency stages computed
+    one after the other and reported (``stage <k>``, ``features``).
+
+    Returns:
+        ``({event type: DataFrame with _time_ms, _seq, f_<feature>}, number of stages)``.
+
+    Raises:
+        writer.features.StagedFeatureError: a cross-event cycle of aggregates.
+    """
+    from writer.pointintime import PointInTime, lookback_ms
+
+    needs: dict[str, set[str]] = {}
+    for st in states:
+        for ev, w in st.writes.items():
+            needs.setdefault(ev, set()).update(w.deps())
+    stages = dependency_stages(plan, needs)
+    staged_events = {ev for ev, names in needs.items()
+                     if any(plan.events[ev].feature(n).kind == "aggregate"
+                            for n in needed_features(plan.events[ev], names))}
+    staged: PointInTime | None = None
+    if staged_events:
+        hist = history
+        lookbacks = [lookback_ms(plan, ev, sorted(needs[ev])) for ev in sorted(staged_events)]
+        if history_start_ms is not None and None not in lookbacks:
+            hist = hist.where(F.col("_time_ms") >= F.lit(history_start_ms - max(lookbacks)))
+        staged = PointInTime(hist, plan)
+        staged.prepare({ev: sorted(needs[ev]) for ev in staged_events})
+        for k, group in enumerate(stages, start=1):
+            progress(f"stage {k}", 0, len(group))
+            for i, (ev, name) in enumerate(group, start=1):
+                staged.values(ev, name)
+                progress(f"stage {k}", i, len(group))
+    out: dict[str, DataFrame] = {}
+    progress("features", 0, len(needs))
+    for i, (ev, names) in enumerate(sorted(needs.items()), start=1):
+        df = events.where(F.col("_type") == F.lit(ev)).select("_time_ms", "_seq", "_raw")
+        df = with_features(df, plan.events[ev], sorted(names), staged=staged).drop("_raw")
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        df.count()
+        out[ev] = df
+        progress("features", i, len(needs))
+    if staged is not None:
+        staged.release()
+    return out, len(stages) if staged_events else 0
+
+
+# --------------------------------------------------------------------- runs
+@dataclass
+class _Input:
+    """The valid input events (persisted) and what reading them found."""
+
+    raw: DataFrame
+    events: DataFrame
+    span: tuple[int, int]
+    rejected: int
+    rejected_path: str | None
+    seconds: float
+
+
+def _read_input(spark: SparkSession, plan: Plan, paths: Sequence[str | Path], rejected_dir: str | Path | None,
+                progress: Progress) -> _Input:
+    """Read the inputs, set invalid records aside, find the events' span (phase ``read``).
+
+    Raises:
+        BackfillError: no valid events.
+        writer.sources.SourceError: a path matches nothing.
+    """
+    t0 = time.perf_counter()
+    progress("read", 0, 1)
+    raw = read_events(spark, paths).persist(StorageLevel.MEMORY_AND_DISK)
+    ok = valid(list(plan.events))
+    span = raw.where(ok).agg(F.min("_time_ms"), F.max("_time_ms"), F.count(F.lit(1))).collect()[0]
+    bad = raw.where(~ok | ok.isNull())
+    rejected = bad.count()
+    rejected_path = None
+    if rejected and rejected_dir is not None:
+        rejected_path = str(Path(rejected_dir) / f"backfill-{int(time.time() * 1000)}")
+        bad.select("_raw").write.mode("overwrite").text(rejected_path)
+    if span[2] == 0:
+        raw.unpersist()
+        raise BackfillError("no valid events in the input (each record needs a known _type and a parseable _time)")
+    progress("read", 1, 1)
+    return _Input(raw, raw.where(ok), (span[0], span[1] + 1), rejected, rejected_path, time.perf_counter() - t0)
+
+
+def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_url: str,
+             progress: Progress) -> BackfillReport:
+    """Compute and write the tiles of one window, then record its coverage (module docstring)."""
+    ws, we = win.start, win.end
+    report = BackfillReport(requested=win.requested, window=(ws, we), widened=(ws, we) != win.requested,
+                            rejected=inp.rejected, rejected_path=inp.rejected_path)
+    report.seconds["read"] = inp.seconds
+    t0 = time.perf_counter()
+    # Decayed* states have no window: they are computed from every event
+    # before their end; the others from the widened run window only.
+    read_end = max([we, *win.decay_end.values()])
+    events = inp.events.where(F.col("_time_ms") < F.lit(read_end))
+    if not win.decay_end:
+        events = events.where(F.col("_time_ms") >= F.lit(ws))
+    events = events.persist(StorageLevel.MEMORY_AND_DISK)
+    report.events = events.where((F.col("_time_ms") >= F.lit(ws)) & (F.col("_time_ms") < F.lit(we))).count()
+    states = sorted(win.states, key=lambda st: st.definition_hash)
+    # Input coercion makes wide projections; whole-stage code generation of
+    # them can exceed the JVM's 64 KB method limit (Spark then falls back,
+    # slowly, logging errors). Materialise the feature columns without it,
+    # then aggregate with it.
+    previous = spark.conf.get("spark.sql.codegen.wholeStage")
+    spark.conf.set("spark.sql.codegen.wholeStage", "false")
+    try:
+        # writes that depend on aggregates read the events before the window from the input
+        history = inp.events.where(F.col("_time_ms") < F.lit(read_end))
+        frames, report.stages = _feature_frames(events, history, plan, states,
+                                                None if win.decay_end else ws, progress)
+    finally:
+        spark.conf.set("spark.sql.codegen.wholeStage", previous)
+    report.seconds["features"] = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    url = redis_url
+
+    def write_state(st: StateSpec) -> tuple[str, int]:
+        end = win.decay_end.get(st.definition_hash, we)
+        rows = state_rows(writes_of_state(frames, st), st, end, ws)
+        return st.definition_hash, int(rows.rdd.mapPartitions(lambda it: [write_partition(it, url)]).sum())
+
+    # One Spark job per state, several in flight at once: each job is small,
+    # so concurrent jobs keep the cores busy during the others' planning,
+    # scheduling and Redis round trips.
+    progress("tiles", 0, len(states))
+    with ThreadPoolExecutor(max_workers=CONCURRENT_JOBS) as pool:
+        for i, fut in enumerate(as_completed([pool.submit(write_state, st) for st in states]), start=1):
+            h, written = fut.result()
+            report.rows[h] = written
+            progress("tiles", i, len(states))
+    for df in frames.values():
+        df.unpersist()
+    events.unpersist()
+    report.seconds["tiles"] = time.perf_counter() - t1
+    # only now, with every tile written, is the window covered
+    progress("coverage", 0, 1)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        record_coverage(client, [st.definition_hash for st in states], ws, we, int(time.time() * 1000))
+    finally:
+        client.close()
+    progress("coverage", 1, 1)
+    return report
+
+
+def _store_state(plan: Plan, redis_url: str) -> tuple[dict[str, list[tuple[int, int]]], dict[str, int]]:
+    """Return ``(coverage per state, online-writer start per state)`` from the store."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return read_coverage(client, sorted(plan.states)), read_online_starts(client)
+    finally:
+        client.close()
+
+
+def check_window(plan: Plan, redis_url: str, start_ms: int, end_ms: int, force: bool = False) -> tuple[int, int]:
+    """Check a run window against the store before any Spark work; return it widened (module docstring).
+
+    ``run_backfill`` checks again; this lets the CLI refuse before starting Spark.
+
+    Args:
+        plan: the plan.
+        redis_url: the store.
+        start_ms, end_ms: run window ``[start, end)`` (epoch ms).
+        force: skip the online-overlap check.
+
+    Returns:
+        ``(start_ms, end_ms)`` widened as the run would widen them.
+
+    Raises:
+        BackfillError: ``start >= end``.
+        OnlineOverlapError: the window overlaps online writes and not ``force``.
+        redis.RedisError: the store failed.
+    """
+    win = _window(plan, list(plan.states.values()), start_ms, end_ms, *_store_state(plan, redis_url), force)
+    return win.start, win.end
+
+
 def run_backfill(
     spark: SparkSession,
     plan: Plan,
@@ -87,105 +547,99 @@ def run_backfill(
     end_ms: int | None = None,
     rejected_dir: str | Path | None = None,
     progress: Progress | None = None,
+    force: bool = False,
 ) -> BackfillReport:
-    """Backfill every state of ``plan`` from the events in ``paths``.
+    """Backfill every state of ``plan`` from the events in ``paths`` over one run window (SPEC §5.6).
 
     Args:
         spark: the session (``writer.session.get_spark``).
         plan: the compiled plan.
-        paths: JSONL files, globs or directories (Sumatra timeline format).
+        paths: JSONL or Parquet files, globs or directories (``writer.sources``).
         redis_url: the store.
-        start_ms, end_ms: run window ``[start, end)`` in epoch ms; default the
-            events' full span.
+        start_ms, end_ms: run window ``[start, end)`` in epoch ms; each
+            defaults to the events' span (first event, last event + 1 ms).
         rejected_dir: where invalid records are written (JSONL text); default
             none (counted only).
-        progress: optional callback ``(phase, done, total)``.
+        progress: optional callback ``(phase, done, total)`` (module docstring).
+        force: run even where the online path has written (module docstring).
 
     Returns:
         A :class:`BackfillReport`.
 
     Raises:
         BackfillError: no valid events, ``start >= end``.
+        OnlineOverlapError: the window overlaps online writes and not ``force``
+            (checked before anything is written; with ``start_ms`` and
+            ``end_ms`` both given, before the input is read).
         writer.features.StagedFeatureError: aggregates that depend on each other across
             event types in a cycle (no dependency stage can compute either first).
         writer.sources.SourceError: an input path matches nothing.
+        redis.RedisError: the store failed.
     """
     report_progress = progress or (lambda phase, done, total: None)
-    t0 = time.perf_counter()
-    raw = read_events(spark, paths)
-    ok = valid(list(plan.events))
-    raw = raw.persist(StorageLevel.MEMORY_AND_DISK)
-    report_progress("read", 0, 1)
-    span = raw.where(ok).agg(F.min("_time_ms"), F.max("_time_ms"), F.count(F.lit(1))).collect()[0]
-    bad = raw.where(~ok | ok.isNull())
-    rejected = bad.count()
-    rejected_path = None
-    if rejected and rejected_dir is not None:
-        rejected_path = str(Path(rejected_dir) / f"backfill-{int(time.time() * 1000)}")
-        bad.select("_raw").write.mode("overwrite").text(rejected_path)
-    if span[2] == 0:
-        raise BackfillError("no valid events in the input (each line needs a known _type and a parseable _time)")
-    s = span[0] if start_ms is None else start_ms
-    e = span[1] + 1 if end_ms is None else end_ms
-    if s >= e:
-        raise BackfillError(f"empty run window: start {s} >= end {e}")
-    unit_s = max((max(levels_s(st.window_s)) for st in plan.states.values()), default=1)
-    ws, _ = widen(s, e, unit_s * 1000)
-    we = e
-    report = BackfillReport(requested=(s, e), window=(ws, we), widened=(ws, we) != (s, e), rejected=rejected,
-                            rejected_path=rejected_path)
-    # Decayed* states have no window: they are computed from every event
-    # before the end; the others from the widened run window only.
-    decayed = any(st.function.startswith("Decayed") for st in plan.states.values())
-    events = raw.where(ok & (F.col("_time_ms") < F.lit(we)))
-    if not decayed:
-        events = events.where(F.col("_time_ms") >= F.lit(ws))
-    events = events.persist(StorageLevel.MEMORY_AND_DISK)
-    report.events = events.where(F.col("_time_ms") >= F.lit(ws)).count()
-    raw.unpersist()
-    report.seconds["read"] = time.perf_counter() - t0
-    report_progress("read", 1, 1)
-
-    t1 = time.perf_counter()
-    states = sorted(plan.states.values(), key=lambda st: st.definition_hash)
-    url = redis_url
-    # Input coercion makes wide projections; whole-stage code generation of
-    # them can exceed the JVM's 64 KB method limit (Spark then falls back,
-    # slowly, logging errors). Materialise the feature columns without it,
-    # then aggregate with it.
-    previous = spark.conf.get("spark.sql.codegen.wholeStage")
-    spark.conf.set("spark.sql.codegen.wholeStage", "false")
+    states = list(plan.states.values())
+    win = None
+    if start_ms is not None and end_ms is not None:  # refuse before reading the input
+        win = _window(plan, states, start_ms, end_ms, *_store_state(plan, redis_url), force)
+    inp = _read_input(spark, plan, paths, rejected_dir, report_progress)
     try:
-        # writes that depend on aggregates read the events before the window from the input
-        history = raw.where(ok & (F.col("_time_ms") < F.lit(we)))
-        staged = feature_frames(events, plan, states, history=history, history_start_ms=None if decayed else ws)
-        frames = {ev: df.persist(StorageLevel.MEMORY_AND_DISK) for ev, df in staged.items()}
-        for df in frames.values():
-            df.count()
+        if win is None:
+            s = inp.span[0] if start_ms is None else start_ms
+            e = inp.span[1] if end_ms is None else end_ms
+            win = _window(plan, states, s, e, *_store_state(plan, redis_url), force)
+        return _execute(spark, plan, inp, win, redis_url, report_progress)
     finally:
-        spark.conf.set("spark.sql.codegen.wholeStage", previous)
-    def write_state(st: StateSpec) -> tuple[str, int]:
-        rows = state_rows(writes_of_state(frames, st), st, we, ws)
-        return st.definition_hash, int(rows.rdd.mapPartitions(lambda it: [write_partition(it, url)]).sum())
+        inp.raw.unpersist()
 
-    # One Spark job per state, several in flight at once: each job is small,
-    # so concurrent jobs keep the cores busy during the others' planning,
-    # scheduling and Redis round trips.
-    report_progress("tiles", 0, len(states))
-    with ThreadPoolExecutor(max_workers=CONCURRENT_JOBS) as pool:
-        for i, fut in enumerate(as_completed([pool.submit(write_state, st) for st in states]), start=1):
-            h, written = fut.result()
-            report.rows[h] = written
-            report_progress("tiles", i, len(states))
-    for df in frames.values():
-        df.unpersist()
-    events.unpersist()
-    client = redis.Redis.from_url(redis_url)
-    now = int(time.time() * 1000)
-    pipe = client.pipeline(transaction=False)
-    for st in states:
-        pipe.hset(f"sc:cov:{st.definition_hash}", f"{ws}-{we}", now)
-    pipe.execute()
-    client.close()
-    report.seconds["tiles"] = time.perf_counter() - t1
-    return report
+
+def run_auto_backfill(
+    spark: SparkSession,
+    plan: Plan,
+    paths: Sequence[str | Path],
+    redis_url: str,
+    rejected_dir: str | Path | None = None,
+    progress: Progress | None = None,
+    force: bool = False,
+) -> AutoReport:
+    """Backfill exactly what each state lacks within the input's span (``--auto``, module docstring).
+
+    Args:
+        spark, plan, paths, redis_url, rejected_dir: as :func:`run_backfill`.
+        progress: optional callback ``(phase, done, total)``; run phases are
+            prefixed ``run <i>/<n>: ``.
+        force: ignore the online path's writes (fill up to the span's end).
+
+    Returns:
+        An :class:`AutoReport` (no runs when nothing is missing).
+
+    Raises:
+        As :func:`run_backfill`; every window is checked before the first
+        one runs.
+    """
+    report_progress = progress or (lambda phase, done, total: None)
+    inp = _read_input(spark, plan, paths, rejected_dir, report_progress)
+    try:
+        coverage, online = _store_state(plan, redis_url)
+        report = AutoReport(span=inp.span, rejected=inp.rejected, rejected_path=inp.rejected_path)
+        lo, hi = inp.span
+        needs: dict[str, list[tuple[int, int]]] = {}
+        for h, st in plan.states.items():
+            end = hi
+            if not force and h in online:
+                lim = online_limit(st, online[h])
+                if lim is None or lim < hi:
+                    report.held_back[h] = lim
+                if lim is None:
+                    continue
+                end = min(end, lim)
+            needs[h] = subtract((lo, end), coverage.get(h, [])) if lo < end else []
+        report.missing = auto_windows(needs)
+        wins = [_window(plan, [plan.states[h] for h in sorted(hs)], s, e, coverage, online, force)
+                for s, e, hs in report.missing]
+        for i, win in enumerate(wins, start=1):
+            prefix = f"run {i}/{len(wins)}: "
+            report.runs.append(_execute(spark, plan, inp, win, redis_url,
+                                        lambda phase, done, total: report_progress(prefix + phase, done, total)))
+        return report
+    finally:
+        inp.raw.unpersist()

@@ -1,9 +1,12 @@
-"""What the store holds per aggregate state: coverage, gaps, size (SPEC §5.6, §6 ``scowl status``).
+"""What the store holds per aggregate state: coverage, gaps, online start, size (SPEC §5.6, §6 ``scowl status``).
 
 Coverage comes from the intervals backfill records in ``sc:cov:<definition
-hash>`` (field ``<start_ms>-<end_ms>``, see ``writer.backfill``); size from one
-``SCAN`` over the state keys ``sc:{<entity key>}:<definition hash>``
-(``compiler.algebra.keys``) with ``MEMORY USAGE`` per key.
+hash>`` (field ``<start_ms>-<end_ms>``, see ``writer.backfill``); the
+online-writer start time from ``sc:online`` (``serving.store.ONLINE_KEY``,
+field: definition hash, value: the earliest event time in ms the online path
+wrote into the state); size from one ``SCAN`` over the state keys
+``sc:{<entity key>}:<definition hash>`` (``compiler.algebra.keys``) with
+``MEMORY USAGE`` per key.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import redis
 
 from compiler.algebra.keys import PREFIX
 from compiler.plan import Plan
+from serving.store import ONLINE_KEY
 
 
 @dataclass
@@ -26,6 +30,8 @@ class StateStatus:
         features: ``event.feature`` names that read this state.
         covered: merged backfilled intervals ``(start_ms, end_ms)``, sorted.
         gaps: holes between covered intervals ``(start_ms, end_ms)``.
+        online_since: the earliest event time (epoch ms) the online path has
+            written into this state, or ``None`` if it never has.
         keys: number of entity keys stored.
         bytes: sum of ``MEMORY USAGE`` of those keys.
     """
@@ -38,6 +44,7 @@ class StateStatus:
     features: list[str] = field(default_factory=list)
     covered: list[tuple[int, int]] = field(default_factory=list)
     gaps: list[tuple[int, int]] = field(default_factory=list)
+    online_since: int | None = None
     keys: int = 0
     bytes: int = 0
 
@@ -60,6 +67,97 @@ def merge_intervals(intervals: list[tuple[int, int]]) -> tuple[list[tuple[int, i
     return covered, gaps
 
 
+def cov_key(definition_hash: str) -> str:
+    """Return the name of the hash holding a state's backfilled intervals (``sc:cov:<hash>``)."""
+    return f"{PREFIX}cov:{definition_hash}"
+
+
+def read_coverage(client: redis.Redis, hashes: list[str]) -> dict[str, list[tuple[int, int]]]:
+    """Return the merged backfilled intervals ``[(start_ms, end_ms), ..]`` of each state (one pipeline).
+
+    Args:
+        client: a connected (synchronous) client.
+        hashes: definition hashes.
+
+    Raises:
+        redis.RedisError: the store failed.
+    """
+    pipe = client.pipeline(transaction=False)
+    for h in hashes:
+        pipe.hkeys(cov_key(h))
+    out: dict[str, list[tuple[int, int]]] = {}
+    for h, fields in zip(hashes, pipe.execute()):
+        spans = []
+        for k in fields:
+            lo, _, hi = k.decode().rpartition("-")
+            spans.append((int(lo), int(hi)))
+        out[h] = merge_intervals(spans)[0]
+    return out
+
+
+def record_coverage(client: redis.Redis, hashes: list[str], start_ms: int, end_ms: int, now_ms: int) -> None:
+    """Add ``[start_ms, end_ms)`` to the backfilled intervals of each state, kept merged.
+
+    Each state's ``sc:cov:<hash>`` is rewritten atomically (``WATCH``/``MULTI``)
+    as its merged intervals (touching ones merge), so it stays small and two
+    runs over ``[a, b)`` and ``[b, c)`` leave the same record as one over
+    ``[a, c)``. The value of a field is the wall-clock ms of the latest run
+    within the interval.
+
+    Args:
+        client: a connected (synchronous) client.
+        hashes: definition hashes of the states the run wrote.
+        start_ms, end_ms: the run's (widened) window.
+        now_ms: the run's wall-clock time.
+
+    Raises:
+        redis.RedisError: the store failed.
+    """
+    for h in hashes:
+        key = cov_key(h)
+        with client.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(key)
+                    old = {}
+                    for k, v in pipe.hgetall(key).items():
+                        lo, _, hi = k.decode().rpartition("-")
+                        old[(int(lo), int(hi))] = int(v)
+                    merged, _ = merge_intervals([*old, (start_ms, end_ms)])
+                    fields = {}
+                    for lo, hi in merged:
+                        if lo <= start_ms and end_ms <= hi:
+                            fields[f"{lo}-{hi}"] = now_ms
+                        else:  # old intervals only
+                            fields[f"{lo}-{hi}"] = max(t for (a, b), t in old.items() if lo <= a and b <= hi)
+                    pipe.multi()
+                    pipe.delete(key)
+                    pipe.hset(key, mapping=fields)
+                    pipe.execute()
+                    break
+                except redis.WatchError:
+                    continue
+
+
+def read_online_starts(client: redis.Redis) -> dict[str, int]:
+    """Return the online-writer start time (epoch ms) of every state the online path has written.
+
+    Raises:
+        redis.RedisError: the store failed.
+    """
+    return {k.decode(): int(v) for k, v in client.hgetall(ONLINE_KEY).items()}
+
+
+def state_features(plan: Plan) -> dict[str, list[str]]:
+    """Return ``{definition hash: ["event.feature", ..]}``: the features that read each state, in plan order."""
+    out: dict[str, list[str]] = {h: [] for h in plan.states}
+    for ev in plan.events.values():
+        for f in ev.features:
+            if f.aggregate is not None and f.aggregate.definition_hash in out:
+                out[f.aggregate.definition_hash].append(f"{ev.name}.{f.name}")
+    return out
+
+
 def store_status(plan: Plan, redis_url: str) -> list[StateStatus]:
     """Return the status of every state of ``plan`` in the store at ``redis_url``.
 
@@ -74,20 +172,16 @@ def store_status(plan: Plan, redis_url: str) -> list[StateStatus]:
         redis.RedisError: the store is unreachable.
     """
     out: dict[str, StateStatus] = {}
+    features = state_features(plan)
     for h, st in plan.states.items():
-        out[h] = StateStatus(h, st.function, st.window_s, st.resolution_s, st.limit)
-    for ev in plan.events.values():
-        for f in ev.features:
-            if f.aggregate is not None and f.aggregate.definition_hash in out:
-                out[f.aggregate.definition_hash].features.append(f"{ev.name}.{f.name}")
+        out[h] = StateStatus(h, st.function, st.window_s, st.resolution_s, st.limit, features=features[h])
     client = redis.Redis.from_url(redis_url)
     try:
+        coverage = read_coverage(client, list(out))
+        online = read_online_starts(client)
         for h, s in out.items():
-            spans = []
-            for k in client.hkeys(f"{PREFIX}cov:{h}"):
-                lo, _, hi = k.decode().rpartition("-")
-                spans.append((int(lo), int(hi)))
-            s.covered, s.gaps = merge_intervals(spans)
+            s.covered, s.gaps = merge_intervals(coverage[h])
+            s.online_since = online.get(h)
         batch: list[bytes] = []
 
         def measure() -> None:
