@@ -164,6 +164,19 @@ def test_auto_without_coverage_fills_the_input_span(spark, redis_url, plan, tmp_
         h: [(A + DAY, span[1])] for h in plan.states}
 
 
+def test_end_inside_backfilled_time_is_widened_to_the_tile(spark, redis_url, plan, tmp_path):
+    """Re-running an earlier part of covered time with an end mid-tile rewrites that tile whole, never truncates it."""
+    events = make_events(800)
+    path = tmp_path / "e.jsonl"
+    write_jsonl(path, events)
+    run_backfill(spark, plan, [path], redis_url, start_ms=A, end_ms=A + 3 * DAY)
+    before = dump_store(redis_url)
+    report = run_backfill(spark, plan, [path], redis_url, start_ms=A, end_ms=A + DAY + 5 * 3_600_000)
+    assert report.window == (A, A + 2 * DAY) and report.widened
+    after = dump_store(redis_url)
+    assert after == before, diff_stores(after, before)
+
+
 def hashes(plan, *names):
     feats = {f.name: f for f in plan.events["login"].features}
     return [feats[n].aggregate.definition_hash for n in names]
