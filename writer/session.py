@@ -1,4 +1,13 @@
-"""The Spark session of the jobs (SPEC §5.9: ``local[*]`` unless a master is given)."""
+"""The Spark session of the jobs (SPEC §5.9: ``local[*]`` unless a master is given).
+
+The same jobs run unchanged on a Spark standalone cluster (``--master
+spark://host:port``, client mode: the driver is this process). Executors
+run this interpreter (``PYSPARK_PYTHON`` = ``sys.executable``) and import
+the ``scowl`` packages from its site-packages (a ``pip install`` or ``pip
+install -e``), so every worker host needs the same installation at the same
+path. With a local master or a standalone master on loopback the driver
+binds and advertises 127.0.0.1.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +15,20 @@ import os
 import sys
 
 from pyspark.sql import SparkSession
+
+
+def _loopback(master: str) -> bool:
+    """Whether ``master`` runs on this host only: ``local[..]``, or ``spark://`` masters all on loopback.
+
+    >>> _loopback("local[*]"), _loopback("spark://127.0.0.1:7077"), _loopback("spark://10.0.0.5:7077,localhost:7077")
+    (True, True, False)
+    """
+    if master.startswith("local"):
+        return True
+    if not master.startswith("spark://"):
+        return False
+    hosts = [h.rsplit(":", 1)[0] for h in master[len("spark://"):].split(",")]
+    return all(h == "localhost" or h.startswith("127.") for h in hosts)
 
 
 def get_spark(master: str | None = None, app_name: str = "scowl") -> SparkSession:
@@ -22,8 +45,9 @@ def get_spark(master: str | None = None, app_name: str = "scowl") -> SparkSessio
     master = master or os.environ.get("SCOWL_SPARK_MASTER") or "local[*]"
     # executors' Python workers must run this interpreter (it has redis-py etc.)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if master.startswith("local"):
-        # stay on loopback (and skip Spark's warning about the host name)
+    if _loopback(master):
+        # stay on loopback (executors of a loopback master reach the driver
+        # there too), and skip Spark's warning about the host name
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = (
         SparkSession.builder.master(master)
