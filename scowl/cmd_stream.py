@@ -102,9 +102,11 @@ def stream(
     lateness_ms = parse_duration_ms(allowed_lateness) if allowed_lateness is not None else None
     try:
         check_streamable(plan)
-        parse_source(source)
+        kind, target = parse_source(source)
     except StreamError as e:
         raise UserError(str(e)) from None
+    if kind == "dir" and not Path(target).is_dir():
+        raise UserError(f"--source {source}: {target} is not a directory")
     ck = checkpoint if checkpoint is not None else _default_checkpoint(source)
 
     def on_batch(b) -> None:

@@ -28,6 +28,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
 
+import orjson
+
 from compiler.algebra.keys import encode_key, redis_key
 from compiler.algebra.ops import (
     DECAY_HORIZON,
@@ -279,6 +281,7 @@ class EventProgram:
         event_id: str | None = None,
         id_ttl_ms: int = 86_400_000,
         online: OnlineStarts | None = None,
+        append: tuple[str, str] | None = None,
     ) -> tuple[dict[str, Any], dict[str, str]]:
         """Evaluate every feature of one event and record its writes.
 
@@ -290,6 +293,10 @@ class EventProgram:
             id_ttl_ms: how long an id is remembered.
             online: where the states' online-writer start times are kept
                 (module docstring); ``None``: not recorded.
+            append: ``(stream key, event JSON)``: append the event to that
+                Redis stream (``XA`` op, in the same script call as its first
+                writes, so only if they happen: not for a repeated ``_id``);
+                ``None``, or an event type that writes nothing: not appended.
 
         Returns:
             ``(values, errors)``: run-time values by feature name (plan order)
@@ -324,6 +331,8 @@ class EventProgram:
                         skip_writes = True
 
                 decoders.append(_id_result)
+            if append is not None and k == self.first_write_round and not skip_writes:
+                argv += ["XA", kidx(append[0]), append[1]]
             for r in rd.reads_before:
                 self._read_args(r, env, event_time_ms, argv, decoders, kidx)
             written: list[str] = []
@@ -441,14 +450,20 @@ class Evaluator:
         record_online: the store call keeping the states' online-writer start
             times (``serving.store.Store.record_online``); ``None``: not kept.
             May be set later through :attr:`online`.
+        event_stream: a Redis stream key (``SCOWL_EVENT_STREAM``): every
+            accepted event that writes state is appended to it (field
+            ``event``: the body with the resolved ``_time`` in epoch ms and
+            its ``_id``) for ``scowl stream --source redis:KEY`` (SPEC §5.7);
+            ``None``: nothing appended.
 
     Raises:
         NotImplementedError: see :class:`EventProgram`.
     """
 
     def __init__(self, plan: Plan, run: RunScript | None, id_ttl_ms: int = 86_400_000,
-                 record_online: RecordOnline | None = None):
+                 record_online: RecordOnline | None = None, event_stream: str | None = None):
         self.plan = plan
+        self.event_stream = event_stream
         self.run = run
         self.id_ttl_ms = id_ttl_ms
         self.online: OnlineStarts | None = OnlineStarts(record_online) if record_online is not None else None
@@ -499,10 +514,14 @@ class Evaluator:
             serving.store.StoreUnavailable: the store failed.
         """
         prog, t_ms, event_id = parsed or self.parse(body)
-        values, errors = await prog.evaluate(body, t_ms, self.run, event_id, self.id_ttl_ms, self.online)
+        response_id = event_id if event_id is not None else uuid.uuid4().hex
+        append = None
+        if self.event_stream and prog.first_write_round:
+            append = (self.event_stream, orjson.dumps({**body, "_time": t_ms, "_id": response_id}).decode())
+        values, errors = await prog.evaluate(body, t_ms, self.run, event_id, self.id_ttl_ms, self.online, append)
         feats = {f.name: to_json_value(values[f.name], f.type) for f in prog.features}
         out: dict[str, Any] = {
-            "event_id": event_id if event_id is not None else uuid.uuid4().hex,
+            "event_id": response_id,
             "event_time": format_time(t_ms),
             "features": feats,
         }

@@ -17,6 +17,12 @@ class Settings(BaseSettings):
         max_batch: largest accepted ``/batch`` array.
         id_ttl_s: how long an ``_id`` is remembered for idempotency (seconds).
         store_timeout_s: Redis socket timeout (seconds).
+        event_stream: ``SCOWL_EVENT_STREAM``: a Redis stream key in the store
+            to which every accepted event that writes state is appended
+            (``XADD``, inside the event's own script call) for ``scowl stream
+            --source redis:KEY``. That stream job must write to *another*
+            store (the API has already counted these events in this one).
+            ``None``: nothing appended.
     """
 
     model_config = SettingsConfigDict(env_prefix="SCOWL_", extra="ignore")
@@ -28,6 +34,7 @@ class Settings(BaseSettings):
     max_batch: int = Field(default=100_000, ge=1)
     id_ttl_s: int = Field(default=86_400, ge=1)
     store_timeout_s: float = Field(default=2.0, gt=0)
+    event_stream: str | None = None
 
     def key_set(self) -> frozenset[str]:
         """Return the accepted API keys (empty: auth disabled)."""

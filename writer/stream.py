@@ -25,7 +25,10 @@ Each micro-batch (``foreachBatch``, :class:`BatchProcessor`):
    them into Redis from the executors (``writer.sink.merge_partition``): one
    atomic ``event.lua`` call per key that applies the key's merges only if
    the key has not yet recorded this batch id for this stream
-   (field ``_b:<stream id>``), and records it.
+   (field ``_b:<stream id>``), and records it. Before that, each written
+   state's earliest event time of the batch lowers its online-writer start
+   (``sc:online``, as the API's writes do), so ``scowl backfill`` does not
+   overwrite streamed time.
 
 Spark re-runs an unfinished batch with the same id and the same input after
 a restart (its offset log is written before the batch runs), so a batch's
@@ -67,6 +70,18 @@ from writer.tiles import feature_frames, merge_rows, writes_of_state
 
 #: Batch records older than this many batches are deleted (their totals live on in later records).
 KEEP_RECORDS = 100
+
+# Lower each field of KEYS[1] to the given ms (keep the minimum), as serving.store
+# does for the online-writer start times. ARGV: field, ms, field, ms, ...
+_KEEP_MIN_LUA = """
+for i = 1, #ARGV, 2 do
+  local cur = redis.call('HGET', KEYS[1], ARGV[i])
+  if not cur or tonumber(ARGV[i + 1]) < tonumber(cur) then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  end
+end
+return 1
+"""
 
 
 class StreamError(ValueError):
@@ -211,8 +226,17 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _parsed(df: DataFrame, seq: Column) -> DataFrame:
-    """Raw event columns of ``writer.sources`` from a frame with ``_raw``."""
+def raw_events(df: DataFrame, seq: Column) -> DataFrame:
+    """Return the raw event columns of ``writer.sources`` from a frame with ``_raw``.
+
+    Args:
+        df: a frame with ``_raw`` (string: one JSON record).
+        seq: the arrival order column (long) to use as ``_seq``.
+
+    Returns:
+        Columns ``_type``, ``_time_ms`` (null unless a parseable ``_time``),
+        ``_seq``, ``_raw``.
+    """
     return df.select(
         F.get_json_object("_raw", "$._type").alias("_type"),
         time_column(F.get_json_object("_raw", "$._time")).alias("_time_ms"),
@@ -249,12 +273,12 @@ def dir_raw(batch: DataFrame) -> tuple[DataFrame, list[DataFrame]]:
         seq = F.element_at(bases, split_key) + F.col("_mid")
     else:
         seq = F.col("_mid")
-    return _parsed(df, seq), [df]
+    return raw_events(df, seq), [df]
 
 
 def redis_raw(batch: DataFrame) -> tuple[DataFrame, list[DataFrame]]:
     """Raw events of a ``redis:`` micro-batch (``_seq`` from the entry id, ``writer.redis_source``)."""
-    return _parsed(batch, F.col("_seq")), []
+    return raw_events(batch, F.col("_seq")), []
 
 
 class BatchProcessor:
@@ -351,12 +375,16 @@ class BatchProcessor:
             wm = None if prev is None or prev["max_time_ms"] is None else prev["max_time_ms"] - self.lateness_ms
         late = (ok & (F.col("_time_ms") < F.lit(wm))) if wm is not None else F.lit(False)
         raw = raw.persist(StorageLevel.MEMORY_AND_DISK)
+        writers = sorted({ev for st in self.states for ev in st.writes})
         row = raw.agg(
             F.count(F.lit(1)).alias("n"),
             F.count(F.when(ok, 1)).alias("valid"),
             F.count(F.when(late, 1)).alias("late"),
             F.max(F.when(ok, F.col("_time_ms"))).alias("max_t"),
+            *[F.min(F.when(ok & ~late & (F.col("_type") == F.lit(ev)), F.col("_time_ms"))).alias(f"min_{i}")
+              for i, ev in enumerate(writers)],
         ).collect()[0]
+        earliest = {ev: row[f"min_{i}"] for i, ev in enumerate(writers) if row[f"min_{i}"] is not None}
         res = BatchResult(batch_id, events=row["valid"] - row["late"], late=row["late"],
                           invalid=row["n"] - row["valid"], watermark_ms=wm, rerun=rec is not None)
         if rec is None:
@@ -381,6 +409,7 @@ class BatchProcessor:
                 raw.where(late).select("_raw").write.mode("overwrite").text(
                     str(self.dead_letter / "late" / f"batch-{batch_id}"))
             if res.events and self.states:
+                self._record_written(earliest)
                 res.applied, res.skipped = self._merge(spark, raw.where(ok & ~late), batch_id)
         finally:
             raw.unpersist()
@@ -389,6 +418,33 @@ class BatchProcessor:
         if self.on_batch is not None:
             self.on_batch(res)
         return res
+
+    def _record_written(self, earliest: dict[str, int]) -> None:
+        """Lower each written state's online-writer start (``serving.store.ONLINE_KEY``) to the batch's earliest event.
+
+        Streamed writes are merged, like the API's, so ``scowl backfill``
+        (which overwrites tiles) must leave their time alone (SPEC §5.6).
+        Keeps the minimum, so a re-run batch changes nothing.
+
+        Args:
+            earliest: event type -> earliest on-time event time of the batch (ms).
+        """
+        import redis
+
+        from serving.store import ONLINE_KEY
+
+        args: list = []
+        for st in self.states:
+            times = [earliest[ev] for ev in st.writes if ev in earliest]
+            if times:
+                args += [st.definition_hash, min(times)]
+        if not args:
+            return
+        client = redis.Redis.from_url(self.url)
+        try:
+            client.eval(_KEEP_MIN_LUA, 1, ONLINE_KEY, *args)
+        finally:
+            client.close()
 
     def _merge(self, spark: SparkSession, events: DataFrame, batch_id: int) -> tuple[int, int]:
         """Merge the partial aggregates of ``events`` into the store; return ``(applied, skipped)`` keys."""
