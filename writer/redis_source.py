@@ -67,7 +67,12 @@ def entry_text(fields: dict) -> str:
 
 
 class RedisRange(InputPartition):
-    """Entries with ids in ``(start, end]`` (strings ``<ms>-<n>``)."""
+    """One batch's partition: the entries with ids in ``(start, end]`` (strings ``<ms>-<n>``).
+
+    Args:
+        start: id of the last entry of the previous batch (``"0-0"`` for none).
+        end: id of the batch's last entry.
+    """
 
     def __init__(self, start: str, end: str):
         super().__init__((start, end))
@@ -182,10 +187,17 @@ class RedisStreamDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """The format name: ``spark.readStream.format("scowl-redis-stream")``."""
         return "scowl-redis-stream"
 
     def schema(self) -> str:
+        """DDL of the rows: ``_entry`` (entry id), ``_seq`` (long order key), ``_raw`` (event JSON)."""
         return "_entry string, _seq long, _raw string"
 
     def streamReader(self, schema) -> RedisStreamReader:
+        """Return the stream reader over this source's options (``schema`` is :meth:`schema`'s).
+
+        Raises:
+            ValueError: a missing ``url``/``stream`` option or a negative ``maxRecordsPerBatch``.
+        """
         return RedisStreamReader(self.options)
