@@ -24,10 +24,17 @@ def replay(
     from writer.features import StagedFeatureError
     from writer.replay import ReplayError, run_replay
     from writer.session import get_spark
-    from writer.sources import SourceError
+    from writer.sources import SourceError, expand_paths
 
     plan = _compile(directory)
     wanted = [t.strip() for t in types.split(",") if t.strip()] if types else None
+    unknown = [t for t in wanted or [] if t not in plan.events]
+    if unknown:  # before Spark starts
+        raise UserError(f"unknown event type(s) {', '.join(unknown)}; the topology has {', '.join(sorted(plan.events))}")
+    try:
+        expand_paths(events)
+    except SourceError as e:
+        raise UserError(str(e)) from None
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=False) as prog:
         tasks: dict[str, int] = {}
