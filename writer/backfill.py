@@ -67,11 +67,11 @@ from pyspark.sql import functions as F
 from compiler.algebra.windows import levels_s
 from compiler.plan import Plan, StateSpec
 from compiler.typesystem import format_time
-from writer.features import needed_features, with_features
+from writer.pointintime import staged_stage_count
 from writer.sink import write_partition
 from writer.sources import read_events, valid
 from writer.status import read_coverage, read_online_starts, record_coverage, state_features
-from writer.tiles import state_rows, writes_of_state
+from writer.tiles import feature_frames, state_rows, writes_of_state
 
 Progress = Callable[[str, int, int], None]
 
@@ -308,102 +308,6 @@ def _overlap_message(plan: Plan, ws: int, we: int, conflicts: list[tuple[StateSp
 
 
 # ------------------------------------------------------------------- stages
-def dependency_stages(plan: Plan, needs: dict[str, Iterable[str]]) -> list[list[tuple[str, str]]]:
-    """Group the aggregates that ``needs`` depend on into dependency stages (SPEC §2.4, §5.6).
-
-    Stage 1 holds aggregates whose read keys, ``after`` time and writers'
-    keys, values and filters depend on no aggregate; stage ``k`` those that
-    depend on stage ``k - 1`` at most.
-
-    Args:
-        plan: the plan.
-        needs: event type -> feature names (any kind) that state writes use.
-
-    Returns:
-        ``[[(event, aggregate feature), ..] per stage]``, each stage sorted.
-        Aggregates in a cross-event cycle are put in stage 1 (computing them
-        raises ``writer.features.StagedFeatureError``).
-    """
-    def aggs(ev: str, names: Iterable[str]) -> list[tuple[str, str]]:
-        ep = plan.events[ev]
-        return [(ev, n) for n in needed_features(ep, list(names)) if ep.feature(n).kind == "aggregate"]
-
-    depth: dict[tuple[str, str], int] = {}
-    active: set[tuple[str, str]] = set()
-
-    def d(node: tuple[str, str]) -> int:
-        if node in depth:
-            return depth[node]
-        if node in active:
-            return 0
-        active.add(node)
-        spec = plan.events[node[0]].feature(node[1]).aggregate
-        deps = aggs(node[0], list(spec.read_keys) + ([spec.after] if spec.after else []))
-        for x, w in plan.states[spec.definition_hash].writes.items():
-            deps += aggs(x, sorted(w.deps()))
-        active.discard(node)
-        depth[node] = 1 + max((d(x) for x in deps), default=0)
-        return depth[node]
-
-    for ev, names in needs.items():
-        for node in aggs(ev, names):
-            d(node)
-    stages: list[list[tuple[str, str]]] = [[] for _ in range(max(depth.values(), default=0))]
-    for node, k in depth.items():
-        stages[k - 1].append(node)
-    return [sorted(s) for s in stages]
-
-
-def _feature_frames(events: DataFrame, history: DataFrame, plan: Plan, states: Sequence[StateSpec],
-                    history_start_ms: int | None, progress: Progress) -> tuple[dict[str, DataFrame], int]:
-    """Compute, once per writer event type, every feature the states' writes need; persisted.
-
-    As ``writer.tiles.feature_frames``, with the dependency stages computed
-    one after the other and reported (``stage <k>``, ``features``).
-
-    Returns:
-        ``({event type: DataFrame with _time_ms, _seq, f_<feature>}, number of stages)``.
-
-    Raises:
-        writer.features.StagedFeatureError: a cross-event cycle of aggregates.
-    """
-    from writer.pointintime import PointInTime, lookback_ms
-
-    needs: dict[str, set[str]] = {}
-    for st in states:
-        for ev, w in st.writes.items():
-            needs.setdefault(ev, set()).update(w.deps())
-    stages = dependency_stages(plan, needs)
-    staged_events = {ev for ev, names in needs.items()
-                     if any(plan.events[ev].feature(n).kind == "aggregate"
-                            for n in needed_features(plan.events[ev], names))}
-    staged: PointInTime | None = None
-    if staged_events:
-        hist = history
-        lookbacks = [lookback_ms(plan, ev, sorted(needs[ev])) for ev in sorted(staged_events)]
-        if history_start_ms is not None and None not in lookbacks:
-            hist = hist.where(F.col("_time_ms") >= F.lit(history_start_ms - max(lookbacks)))
-        staged = PointInTime(hist, plan)
-        staged.prepare({ev: sorted(needs[ev]) for ev in staged_events})
-        for k, group in enumerate(stages, start=1):
-            progress(f"stage {k}", 0, len(group))
-            for i, (ev, name) in enumerate(group, start=1):
-                staged.values(ev, name)
-                progress(f"stage {k}", i, len(group))
-    out: dict[str, DataFrame] = {}
-    progress("features", 0, len(needs))
-    for i, (ev, names) in enumerate(sorted(needs.items()), start=1):
-        df = events.where(F.col("_type") == F.lit(ev)).select("_time_ms", "_seq", "_raw")
-        df = with_features(df, plan.events[ev], sorted(names), staged=staged).drop("_raw")
-        df = df.persist(StorageLevel.MEMORY_AND_DISK)
-        df.count()
-        out[ev] = df
-        progress("features", i, len(needs))
-    if staged is not None:
-        staged.release()
-    return out, len(stages) if staged_events else 0
-
-
 # --------------------------------------------------------------------- runs
 @dataclass
 class _Input:
@@ -469,8 +373,9 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
     try:
         # writes that depend on aggregates read the events before the window from the input
         history = inp.events.where(F.col("_time_ms") < F.lit(read_end))
-        frames, report.stages = _feature_frames(events, history, plan, states,
-                                                None if win.decay_end else ws, progress)
+        frames = feature_frames(events, plan, states, history=history,
+                                history_start_ms=None if win.decay_end else ws, progress=progress, persist=True)
+        report.stages = staged_stage_count(plan, states)
     finally:
         spark.conf.set("spark.sql.codegen.wholeStage", previous)
     report.seconds["features"] = time.perf_counter() - t0

@@ -103,7 +103,7 @@ from compiler.typesystem import SPARK_TYPES
 from writer.features import StagedFeatureError, needed_features, with_features
 from writer.pitreads import TILED_FUNCTIONS, decayed_values, ranked_join, tiled_values
 
-__all__ = ["PointInTime", "lookback_ms", "point_in_time", "hll_estimate_column"]
+__all__ = ["PointInTime", "dependency_stages", "staged_stage_count", "lookback_ms", "point_in_time", "hll_estimate_column"]
 
 #: Fixed iteration counts of the HyperLogLog series (Python stops at convergence,
 #: which takes < 30 steps for ``HLL_P`` = 12; further steps leave the sums unchanged).
@@ -163,6 +163,68 @@ def lookback_ms(plan: Plan, event: str, names: Iterable[str]) -> int | None:
             active.discard(key)
 
     return _max_opt([one(event, n) for n in names])
+
+
+def dependency_stages(plan: Plan, needs: dict[str, Iterable[str]]) -> list[list[tuple[str, str]]]:
+    """Group the aggregates that ``needs`` depend on into dependency stages (SPEC §2.4, §5.6).
+
+    Stage 1 holds aggregates whose read keys, ``after`` time and writers'
+    keys, values and filters depend on no aggregate; stage ``k`` those that
+    depend on stage ``k - 1`` at most.
+
+    Args:
+        plan: the plan.
+        needs: event type -> feature names (any kind) that state writes use.
+
+    Returns:
+        ``[[(event, aggregate feature), ..] per stage]``, each stage sorted.
+        Aggregates in a cross-event cycle are put in stage 1 (computing them
+        raises ``writer.features.StagedFeatureError``).
+    """
+    def aggs(ev: str, names: Iterable[str]) -> list[tuple[str, str]]:
+        ep = plan.events[ev]
+        return [(ev, n) for n in needed_features(ep, list(names)) if ep.feature(n).kind == "aggregate"]
+
+    depth: dict[tuple[str, str], int] = {}
+    active: set[tuple[str, str]] = set()
+
+    def d(node: tuple[str, str]) -> int:
+        if node in depth:
+            return depth[node]
+        if node in active:
+            return 0
+        active.add(node)
+        spec = plan.events[node[0]].feature(node[1]).aggregate
+        deps = aggs(node[0], list(spec.read_keys) + ([spec.after] if spec.after else []))
+        for x, w in plan.states[spec.definition_hash].writes.items():
+            deps += aggs(x, sorted(w.deps()))
+        active.discard(node)
+        depth[node] = 1 + max((d(x) for x in deps), default=0)
+        return depth[node]
+
+    for ev, names in needs.items():
+        for node in aggs(ev, names):
+            d(node)
+    stages: list[list[tuple[str, str]]] = [[] for _ in range(max(depth.values(), default=0))]
+    for node, k in depth.items():
+        stages[k - 1].append(node)
+    return [sorted(s) for s in stages]
+
+
+def staged_stage_count(plan: Plan, states) -> int:
+    """Number of dependency stages the writes of ``states`` need (0: no write depends on an aggregate).
+
+    Args:
+        plan: the plan.
+        states: ``compiler.plan.StateSpec`` objects to be written.
+
+    Source: SPEC §5.6 (dependency stages).
+    """
+    needs: dict[str, set[str]] = {}
+    for st in states:
+        for ev, w in st.writes.items():
+            needs.setdefault(ev, set()).update(w.deps())
+    return len(dependency_stages(plan, needs))
 
 
 def _max_opt(xs: list[int | None]) -> int | None:

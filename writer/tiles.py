@@ -65,7 +65,7 @@ def encode_tuple_column(cols: Sequence[Column], types: Sequence[str]) -> Column:
 
 
 def feature_frames(raw: DataFrame, plan: Plan, states: Sequence[StateSpec], history: DataFrame | None = None,
-                   history_start_ms: int | None = None) -> dict[str, DataFrame]:
+                   history_start_ms: int | None = None, progress=None, persist: bool = False) -> dict[str, DataFrame]:
     """Compute, once per writer event type, every feature its state writes need.
 
     A write whose key, value or filter depends on an aggregate (a dependency
@@ -86,6 +86,11 @@ def feature_frames(raw: DataFrame, plan: Plan, states: Sequence[StateSpec], hist
         history_start_ms: the earliest event time in ``raw`` that matters
             (epoch ms); ``history`` is then cut to events at or after it
             minus the lookback. ``None``: all of ``history`` is used.
+        progress: optional callback ``(phase, done, total)``: phases
+            ``stage <k>`` (the aggregates of dependency stage ``k``, computed
+            one stage after the other) and ``features`` (one step per event type).
+        persist: persist (``MEMORY_AND_DISK``) and compute every frame, not
+            only those with aggregate features.
 
     Returns:
         ``{event type: DataFrame}`` with ``_time_ms``, ``_seq`` and ``f_<feature>``
@@ -103,7 +108,9 @@ def feature_frames(raw: DataFrame, plan: Plan, states: Sequence[StateSpec], hist
     from pyspark import StorageLevel
 
     from writer.features import needed_features
-    from writer.pointintime import PointInTime, lookback_ms
+    from writer.pointintime import PointInTime, dependency_stages, lookback_ms
+
+    report = progress or (lambda phase, done, total: None)
 
     needs: dict[str, set[str]] = {}
     for st in states:
@@ -122,14 +129,22 @@ def feature_frames(raw: DataFrame, plan: Plan, states: Sequence[StateSpec], hist
             hist = hist.where(F.col("_time_ms") >= F.lit(history_start_ms - max(lookbacks)))
         staged = PointInTime(hist, plan)
         staged.prepare({ev: sorted(needs[ev]) for ev in staged_events})
+        # the aggregates writes need, one dependency stage after the other
+        for k, group in enumerate(dependency_stages(plan, needs), start=1):
+            report(f"stage {k}", 0, len(group))
+            for i, (ev, name) in enumerate(group, start=1):
+                staged.values(ev, name)
+                report(f"stage {k}", i, len(group))
     out = {}
-    for ev, names in sorted(needs.items()):
+    report("features", 0, len(needs))
+    for i, (ev, names) in enumerate(sorted(needs.items()), start=1):
         df = raw.where(F.col("_type") == F.lit(ev)).select("_time_ms", "_seq", "_raw")
         df = with_features(df, plan.events[ev], sorted(names), staged=staged)
         out[ev] = df.drop("_raw")
-        if ev in staged_events:
+        if persist or ev in staged_events:
             out[ev] = out[ev].persist(StorageLevel.MEMORY_AND_DISK)
             out[ev].count()
+        report("features", i, len(needs))
     if staged is not None:
         staged.release()
     return out
