@@ -206,14 +206,27 @@ def test_stream_then_api_equals_api_only(reference, plan, redis_url):
         assert not diffs, f"live event {i} ({reference.live[i]}): {diffs}"
 
 
-def test_same_batch_twice_applies_once(spark, plan, redis_url, reference, tmp_path):
+SMALL = """
+event login
+user := $.user as string
+ip := $.ip as string?
+amount := $.amount as float?
+n_ip := Count(by ip last 10 minutes)
+avg_ip := Average(amount by ip last 1 hour)
+seq_user := Sequence(ip by user last 1 hour)
+"""
+
+
+def test_same_batch_twice_applies_once(spark, redis_url, reference, tmp_path):
+    small = compile_sources({"t.scowl": SMALL}).plan
     ck = tmp_path / "ck"
-    proc = BatchProcessor(plan, redis_url, ck, open_checkpoint(ck, "test"), 86_400_000, tmp_path / "dl")
+    proc = BatchProcessor(small, redis_url, ck, open_checkpoint(ck, "test"), 86_400_000, tmp_path / "dl")
     df = spark.createDataFrame([(line,) for line in reference.lines[0]], "_raw string")
     raw = raw_events(df, F.monotonically_increasing_id())
     first = proc.process(raw, 0)
     once = dump(redis_url)
     assert first.applied > 0 and first.skipped == 0 and not first.rerun
+    assert any(isinstance(v, list) for v in once.values()) and any(b".c" in f for v in once.values() if isinstance(v, dict) for f in v)
     again = proc.process(raw, 0)  # a re-run of batch 0 after a crash
     assert (again.applied, again.skipped, again.rerun) == (0, first.applied, True)
     assert dump(redis_url) == once
