@@ -176,13 +176,12 @@ def main(argv: list[str] | None = None) -> None:
 
     import redis
     from rich.console import Console
-    from rich.table import Table
 
     from compiler import compile_dir
     from scowl.embedded import EmbeddedStore
     from writer.session import get_spark
 
-    console = Console()
+    console = Console(width=max(120, Console().width))
     with console.status("writing the timelines (cached)"):
         timelines = selected(args)
     with tempfile.TemporaryDirectory() as home:
@@ -203,30 +202,36 @@ def main(argv: list[str] | None = None) -> None:
                 with console.status(f"{tl.name}: scowl backfill"):
                     report, s_scowl = scowl_backfill(spark, plan, str(tl.path), url)
                 mem = redis.Redis.from_url(url).info("memory")["used_memory_human"]
-                note = f", {len(skipped)} states skipped" if skipped else ""
-                rows.append((tl.name, f"floor: Spark groupBy(key, tile).agg(), noop sink ({len(plan.states) - len(skipped)} states{note})",
-                             n_floor, s_floor, None))
-                base = n_floor / s_floor
-                rows.append((tl.name, f"scowl backfill -> Redis ({sum(report.rows.values()):,} tile rows, {mem})",
-                             report.events, s_scowl, base))
-                phases.append((tl.name, report.events, report.seconds, s_scowl))
+                rows.append((tl.name, n_floor, s_floor, len(plan.states) - len(skipped), report.events, s_scowl,
+                             sum(report.rows.values()), mem))
+                phases.append((tl.name, report.seconds, s_scowl))
             spark.stop()
         finally:
             if store is not None:
                 store.__exit__(None, None, None)
+    print_tables(console, rows, phases)
 
-    table = Table(title="backfill: events/s on one Spark session (local[*]), read + parse + aggregate")
-    for col in ("timeline", "run", "events", "seconds", "events/s", "vs floor"):
-        table.add_column(col, justify="left" if col in ("timeline", "run") else "right")
-    for name, what, n, s, base in rows:
-        table.add_row(name, what, f"{n:,}", f"{s:.1f}", f"{n / s:,.0f}", "1.00x" if base is None else f"{n / s / base:.2f}x")
+
+def print_tables(console, rows, phases) -> None:
+    """Print the result table and scowl's phases."""
+    from rich.table import Table
+
+    table = Table(title="backfill: read JSONL, parse, aggregate per state (one Spark session)",
+                  caption="floor: groupBy(key, tile).agg(count, sum, min, max) per state, noop sink; "
+                          "scowl: writer.backfill.run_backfill into Redis (module docstring)")
+    for col in ("timeline", "events", "floor states", "floor s", "floor ev/s", "scowl s", "scowl ev/s",
+                "scowl/floor", "tile rows", "Redis mem"):
+        table.add_column(col, justify="left" if col == "timeline" else "right")
+    for name, n_floor, s_floor, n_states, n, s, tile_rows, mem in rows:
+        table.add_row(name, f"{n:,}", str(n_states), f"{s_floor:.1f}", f"{n_floor / s_floor:,.0f}", f"{s:.1f}",
+                      f"{n / s:,.0f}", f"{(n / s) / (n_floor / s_floor):.2f}x", f"{tile_rows:,}", mem)
     console.print(table)
     detail = Table(title="scowl backfill phases (seconds, BackfillReport.seconds)")
-    for col in ("timeline", "events", "read", "features", "tiles -> Redis", "other", "total"):
+    for col in ("timeline", "read", "features", "tiles -> Redis", "other", "total"):
         detail.add_column(col, justify="left" if col == "timeline" else "right")
-    for name, n, sec, total in phases:
+    for name, sec, total in phases:
         other = total - sum(sec.values())
-        detail.add_row(name, f"{n:,}", f"{sec.get('read', 0):.1f}", f"{sec.get('features', 0):.1f}",
+        detail.add_row(name, f"{sec.get('read', 0):.1f}", f"{sec.get('features', 0):.1f}",
                        f"{sec.get('tiles', 0):.1f}", f"{other:.1f}", f"{total:.1f}")
     console.print(detail)
 
