@@ -27,9 +27,9 @@ from compiler.algebra.script import event_script
 #: earliest event time (epoch ms, decimal text) the online path wrote into that state.
 ONLINE_KEY = "sc:online"
 
-# Lower each field of KEYS[1] to the given ms (keep the minimum). ARGV: field, ms, field, ms, ...
-# Epoch ms (< 2^53) compare exactly as Lua numbers.
-_ONLINE_MIN_LUA = """
+#: Lua: lower each field of KEYS[1] to the given ms (keep the minimum). ARGV: field, ms, field, ms, ...
+#: Epoch ms (< 2^53) compare exactly as Lua numbers. Used by serving and ``writer.stream``.
+ONLINE_MIN_LUA = """
 for i = 1, #ARGV, 2 do
   local cur = redis.call('HGET', KEYS[1], ARGV[i])
   if not cur or tonumber(ARGV[i + 1]) < tonumber(cur) then
@@ -58,7 +58,7 @@ class Store:
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, decode_responses=False
         )
         self.script = self.client.register_script(event_script())
-        self.online_script = self.client.register_script(_ONLINE_MIN_LUA)
+        self.online_script = self.client.register_script(ONLINE_MIN_LUA)
 
     async def run(self, keys: Sequence[str], argv: Sequence[Any]) -> list:
         """Run ``event.lua`` once.

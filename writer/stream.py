@@ -71,19 +71,6 @@ from writer.tiles import feature_frames, merge_rows, writes_of_state
 #: Batch records older than this many batches are deleted (their totals live on in later records).
 KEEP_RECORDS = 100
 
-# Lower each field of KEYS[1] to the given ms (keep the minimum), as serving.store
-# does for the online-writer start times. ARGV: field, ms, field, ms, ...
-_KEEP_MIN_LUA = """
-for i = 1, #ARGV, 2 do
-  local cur = redis.call('HGET', KEYS[1], ARGV[i])
-  if not cur or tonumber(ARGV[i + 1]) < tonumber(cur) then
-    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
-  end
-end
-return 1
-"""
-
-
 class StreamError(ValueError):
     """The stream cannot run: bad source, checkpoint of another source, unsupported plan."""
 
@@ -431,7 +418,7 @@ class BatchProcessor:
         """
         import redis
 
-        from serving.store import ONLINE_KEY
+        from serving.store import ONLINE_KEY, ONLINE_MIN_LUA
 
         args: list = []
         for st in self.states:
@@ -442,7 +429,7 @@ class BatchProcessor:
             return
         client = redis.Redis.from_url(self.url)
         try:
-            client.eval(_KEEP_MIN_LUA, 1, ONLINE_KEY, *args)
+            client.eval(ONLINE_MIN_LUA, 1, ONLINE_KEY, *args)
         finally:
             client.close()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import orjson
 from fastapi.testclient import TestClient
@@ -29,4 +30,29 @@ def post_all(plan, url, events):
             r = c.post("/batch", content=orjson.dumps(events[i : i + 500]), headers={"content-type": "application/json"})
             assert r.status_code == 200, r.text
             out.extend(x["features"] for x in r.json())
+    return out
+
+
+def login_purchase_events(n: int, seed: int, start_ms: int, n_users: int = 12, n_ips: int = 6,
+                          digits: int | None = None) -> list[dict]:
+    """``n`` seeded ``login``/``purchase`` events from ``start_ms`` on, in time order.
+
+    Same-ms ties, steps from 0 to 400 s, a unicode/separator user key, null
+    ips and amounts (rounded to ``digits`` when given), int64 totals.
+    """
+    rng = random.Random(seed)
+    users = [f"u{i}" for i in range(n_users)] + ["ü-ñ|{x}"]
+    ips = [f"10.0.0.{i}" for i in range(n_ips)] + [None]
+    t = start_ms
+    out = []
+    for _ in range(n):
+        t += rng.choice([0, 0, 1, 250, 1000, 30_000, 120_000, 400_000])
+        if rng.random() < 0.8:
+            ev = {"_type": "login", "_time": t, "user": rng.choice(users), "ip": rng.choice(ips)}
+            amount = rng.uniform(0, 100)
+            ev["amount"] = rng.choice([None, amount if digits is None else round(amount, digits)])
+            ev["items"] = rng.randint(-3, 9)
+            out.append(ev)
+        else:
+            out.append({"_type": "purchase", "_time": t, "user": rng.choice(users), "total": rng.randint(1, 10**12)})
     return out

@@ -9,14 +9,13 @@ backfill must leave the store unchanged.
 
 from __future__ import annotations
 
-import random
 
 import orjson
 import pytest
 import redis
 
 from compiler import compile_sources
-from tests.e2e.helpers import close, post_all
+from tests.e2e.helpers import close, login_purchase_events, post_all
 from writer.backfill import run_backfill
 
 TOPOLOGY = """
@@ -65,20 +64,7 @@ SPLIT_MS = START_MS + 86_400_000 + 17 * 3_600_000 + 123_456  # not on a tile bou
 
 
 def make_events(n: int = 3500, seed: int = 7) -> list[dict]:
-    rng = random.Random(seed)
-    users = [f"u{i}" for i in range(12)] + ["ü-ñ|{x}"]
-    ips = [f"10.0.0.{i}" for i in range(6)] + [None]
-    t = START_MS
-    out = []
-    for _ in range(n):
-        t += rng.choice([0, 0, 1, 250, 1000, 30_000, 120_000, 400_000])
-        if rng.random() < 0.8:
-            ev = {"_type": "login", "_time": t, "user": rng.choice(users), "ip": rng.choice(ips),
-                  "amount": rng.choice([None, rng.uniform(0, 100)]), "items": rng.randint(-3, 9)}
-        else:
-            ev = {"_type": "purchase", "_time": t, "user": rng.choice(users), "total": rng.randint(1, 10**12)}
-        out.append(ev)
-    return out
+    return login_purchase_events(n, seed, START_MS)
 
 
 def dump(url):

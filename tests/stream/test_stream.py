@@ -25,7 +25,6 @@ JVM); several minutes on 2 busy cores.
 from __future__ import annotations
 
 import os
-import random
 import re
 import signal
 import subprocess
@@ -44,7 +43,8 @@ from fastapi.testclient import TestClient
 from compiler import compile_sources
 from serving.app import create_app
 from serving.settings import Settings
-from tests.e2e.helpers import close, post_all
+from tests.e2e.helpers import close, login_purchase_events, post_all
+from tests.e2e.store_dump import db_url
 from writer.stream import BatchProcessor, StreamError, open_checkpoint, raw_events, run_stream
 
 TOPOLOGY = """
@@ -86,24 +86,7 @@ INVALID = ["not json at all", '{"_type": "nope", "_time": 5}']
 
 def make_events(n: int, seed: int, start_ms: int) -> list[dict]:
     """``n`` login/purchase events from ``start_ms`` on, in time order, with ties and a unicode key."""
-    rng = random.Random(seed)
-    users = [f"u{i}" for i in range(8)] + ["ü-ñ|{x}"]
-    ips = [f"10.0.0.{i}" for i in range(5)] + [None]
-    t = start_ms
-    out = []
-    for _ in range(n):
-        t += rng.choice([0, 0, 1, 250, 1000, 30_000, 120_000, 400_000])
-        if rng.random() < 0.8:
-            out.append({"_type": "login", "_time": t, "user": rng.choice(users), "ip": rng.choice(ips),
-                        "amount": rng.choice([None, round(rng.uniform(0, 100), 3)]), "items": rng.randint(-3, 9)})
-        else:
-            out.append({"_type": "purchase", "_time": t, "user": rng.choice(users), "total": rng.randint(1, 10**12)})
-    return out
-
-
-def db_url(url: str, db: int) -> str:
-    """The same server's database ``db``."""
-    return re.sub(r"/\d+$", "", url) + f"/{db}"
+    return login_purchase_events(n, seed, start_ms, n_users=8, n_ips=5, digits=3)
 
 
 def dump(url: str) -> dict:
