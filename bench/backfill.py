@@ -12,9 +12,11 @@ timeline of ``--events`` events with Zipf-distributed keys with
    expressions (``compiler.codegen.spark``), caches that, and then, per
    aggregate state, runs one ``groupBy(key, tile).agg(count, sum, min, max)``
    of its first value at the state's resolution, written to the ``noop``
-   sink, four states at a time (as scowl runs them);
-2. ``scowl``: ``writer.backfill.run_backfill`` into an empty store (the
-   embedded valkey, or ``SCOWL_REDIS_URL``, flushed first): read, validate,
+   sink, ``writer.backfill.CONCURRENT_JOBS`` states at a time (as scowl
+   runs them);
+2. ``scowl``: ``writer.backfill.run_backfill`` into an empty store (a
+   private embedded valkey, or the server at ``SCOWL_BENCH_REDIS_URL``,
+   which is FLUSHED first: use a scratch one): read, validate,
    number the events (``_seq``), input coercion with error semantics,
    per state the partials at every stored tile size (1 s ... 1 day) encoded
    as the online path stores them, ``CountUnique``/``Latest``/write-log/
@@ -45,10 +47,13 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.timeline import add_selection_args, selected  # noqa: E402
 
 NUMERIC = ("int", "float", "time", "duration", "bool")
 
@@ -67,23 +72,19 @@ def _floor_events(spark, plan, path: str):
     from compiler.codegen.spark import compile_column, spark_ddl
     from writer.features import needed_features
 
+    def simple(ev: str, n: str) -> bool:  # computable by the floor: a top-level input or a scalar
+        f = plan.events[ev].feature(n)
+        return f.kind == "scalar" or (f.kind == "input" and len(f.input.path) == 1 and isinstance(f.input.path[0], str))
+
     needs: dict[str, set[str]] = {}
     skipped = []
     for st in plan.states.values():
-        wanted = {}
-        for ev, w in st.writes.items():
-            names = needed_features(plan.events[ev], list(w.deps()))
-            feats = [plan.events[ev].feature(n) for n in names]
-            if any(f.kind == "aggregate" or (f.kind == "input" and (len(f.input.path) != 1 or
-                                                                    not isinstance(f.input.path[0], str)))
-                   for f in feats):
-                break
-            wanted[ev] = names
-        else:
+        wanted = {ev: needed_features(plan.events[ev], list(w.deps())) for ev, w in st.writes.items()}
+        if all(simple(ev, n) for ev, names in wanted.items() for n in names):
             for ev, names in wanted.items():
                 needs.setdefault(ev, set()).update(names)
-            continue
-        skipped.append(st.definition_hash)
+        else:
+            skipped.append(st.definition_hash)
     fields = sorted({f.input.path[0] for ev, names in needs.items() for n in names
                      for f in [plan.events[ev].feature(n)] if f.kind == "input"} | {"_type", "_time"})
     schema = StructType([StructField(n, StringType()) for n in fields])
@@ -116,6 +117,7 @@ def floor_backfill(spark, plan, path: str) -> tuple[int, float, list[str]]:
     from pyspark.sql import functions as F
 
     from compiler.codegen.spark import compile_column
+    from writer.backfill import CONCURRENT_JOBS
 
     t0 = time.perf_counter()
     events, cols, skipped = _floor_events(spark, plan, path)
@@ -146,7 +148,7 @@ def floor_backfill(spark, plan, path: str) -> tuple[int, float, list[str]]:
         df.groupBy("k", tile).agg(*aggs).write.format("noop").mode("overwrite").save()
 
     states = [st for h, st in sorted(plan.states.items()) if h not in skipped]
-    with ThreadPoolExecutor(max_workers=4) as pool:
+    with ThreadPoolExecutor(max_workers=CONCURRENT_JOBS) as pool:
         list(pool.map(one, states))
     events.unpersist()
     return n, time.perf_counter() - t0, skipped
@@ -166,8 +168,6 @@ def scowl_backfill(spark, plan, path: str, url: str):
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    from bench.timeline import add_selection_args, selected
-
     add_selection_args(ap)
     ap.add_argument("--master", help="Spark master (default: SCOWL_SPARK_MASTER or local[*])")
     args = ap.parse_args(argv)
@@ -184,31 +184,26 @@ def main(argv: list[str] | None = None) -> None:
     console = Console(width=max(132, Console().width))
     with console.status("writing the timelines (cached)"):
         timelines = selected(args)
-    with tempfile.TemporaryDirectory() as home:
-        store = None
-        url = os.environ.get("SCOWL_REDIS_URL")
+    rows, phases = [], []
+    with ExitStack() as stack:
+        url = os.environ.get("SCOWL_BENCH_REDIS_URL")
         if not url:
-            store = EmbeddedStore(home, persist=False).__enter__()
-            url = store.url
-        try:
-            with console.status("starting Spark"):
-                spark = get_spark(args.master, app_name="scowl-bench-backfill")
-                spark.range(100_000).selectExpr("sum(id)").collect()  # warm-up
-            rows, phases = [], []
-            for tl in timelines:
-                plan = compile_dir(tl.topology).plan
-                with console.status(f"{tl.name}: floor (Spark groupBy().agg())"):
-                    n_floor, s_floor, skipped = floor_backfill(spark, plan, str(tl.path))
-                with console.status(f"{tl.name}: scowl backfill"):
-                    report, s_scowl = scowl_backfill(spark, plan, str(tl.path), url)
-                mem = redis.Redis.from_url(url).info("memory")["used_memory_human"]
-                rows.append((tl.name, n_floor, s_floor, len(plan.states) - len(skipped), report.events, s_scowl,
-                             sum(report.rows.values()), mem))
-                phases.append((tl.name, report.seconds, s_scowl))
-            spark.stop()
-        finally:
-            if store is not None:
-                store.__exit__(None, None, None)
+            url = stack.enter_context(EmbeddedStore(stack.enter_context(tempfile.TemporaryDirectory()),
+                                                    persist=False)).url
+        with console.status("starting Spark"):
+            spark = get_spark(args.master, app_name="scowl-bench-backfill")
+            stack.callback(spark.stop)
+            spark.range(100_000).selectExpr("sum(id)").collect()  # warm-up
+        for tl in timelines:
+            plan = compile_dir(tl.topology).plan
+            with console.status(f"{tl.name}: floor (Spark groupBy().agg())"):
+                n_floor, s_floor, skipped = floor_backfill(spark, plan, str(tl.path))
+            with console.status(f"{tl.name}: scowl backfill"):
+                report, s_scowl = scowl_backfill(spark, plan, str(tl.path), url)
+            mem = redis.Redis.from_url(url).info("memory")["used_memory_human"]
+            rows.append((tl.name, n_floor, s_floor, len(plan.states) - len(skipped), report.events, s_scowl,
+                         sum(report.rows.values()), mem))
+            phases.append((tl.name, report.seconds, s_scowl))
     print_tables(console, rows, phases)
 
 

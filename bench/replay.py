@@ -65,6 +65,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.timeline import FLIGHTS_TOPOLOGY, TOPOLOGY, add_selection_args, selected  # noqa: E402
+
 
 def _range(key: str, window_ms: int) -> str:
     """A window over ``key``'s events of the last ``window_ms`` ms (the current one's millisecond included)."""
@@ -164,8 +166,8 @@ FROM x ORDER BY seq""",
     },
 )
 
-#: Hand-written SQL per benchmark topology directory name.
-SQL = {"topology": PAYMENTS, "flights": FLIGHTS}
+#: Hand-written SQL per benchmark topology.
+SQL = {TOPOLOGY: PAYMENTS, FLIGHTS_TOPOLOGY: FLIGHTS}
 
 
 def _duckdb():
@@ -181,7 +183,7 @@ def _duckdb():
 def duckdb_replay(path: Path, topology: Path, out_dir: Path) -> tuple[int, float, dict[str, int]]:
     """Run the floor (module docstring); return ``(events, seconds, rows written per event type)``."""
     duckdb = _duckdb()
-    columns, selects = SQL[topology.name]
+    columns, selects = SQL[Path(topology).resolve()]
     cols = {"_type": "VARCHAR", "_time": "VARCHAR", **columns}
     spec = "{" + ", ".join(f"'{k}': '{v}'" for k, v in cols.items()) + "}"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -215,8 +217,6 @@ def scowl_replay(spark, plan, path: Path, out_dir: Path):
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    from bench.timeline import add_selection_args, selected
-
     add_selection_args(ap)
     ap.add_argument("--master", help="Spark master (default: SCOWL_SPARK_MASTER or local[*])")
     args = ap.parse_args(argv)
