@@ -187,6 +187,16 @@ class Feature:
             when the event itself writes the aggregate's state, the features
             that write needs).
         span: where it is defined.
+        inline_of: for an *inline aggregate* (an aggregate written inside a
+            scalar feature's expression, SPEC §2.4): the name of the scalar
+            feature that contains it. Such a feature is unnamed in the
+            source; its ``name`` is ``"<parent>#<k>"`` (``k`` = 1, 2, ... in
+            source order), which no user name can take. It is evaluated like
+            any aggregate feature on every engine but is not an output: API
+            responses and replay columns leave it out, and ``scowl plan``
+            lists it under its parent. ``None`` for every named feature.
+        text: for an inline aggregate, its source text as written
+            (whitespace collapsed), e.g. ``"Sum(amount by a last 30 days)"``.
     """
 
     name: str
@@ -197,6 +207,13 @@ class Feature:
     aggregate: "AggregateSpec | None" = None
     deps: tuple[str, ...] = ()
     span: Span | None = None
+    inline_of: str | None = None
+    text: str | None = None
+
+    @property
+    def is_output(self) -> bool:
+        """Whether the feature is an output (API response, replay column): not an inline aggregate."""
+        return self.inline_of is None
 
 
 @dataclass(frozen=True)
@@ -296,6 +313,16 @@ class EventPlan:
     name: str
     features: tuple[Feature, ...]
     writes: tuple[str, ...] = ()
+
+    @property
+    def outputs(self) -> tuple[Feature, ...]:
+        """The named features (inputs included), in dependency order: what the API and
+        replay return for this event. Inline aggregates (:attr:`Feature.inline_of`) are left out."""
+        return tuple(f for f in self.features if f.inline_of is None)
+
+    def inline(self, parent: str) -> tuple[Feature, ...]:
+        """The inline aggregates of feature ``parent``, in source order (empty if none)."""
+        return tuple(f for f in self.features if f.inline_of == parent)
 
     def feature(self, name: str) -> Feature:
         """Return the feature called ``name``; raises ``KeyError``."""
