@@ -144,7 +144,7 @@ def _compile(sources: dict[str, str], pre: list[Diagnostic]) -> CompileResult:
             f, d = parse_file(name, text)
             files.append(f)
             diags.extend(d)
-        checked = check(files)
+        checked = check(files, sources)
         diags.extend(checked.diagnostics)
         if not diags:
             plan = build_plan(checked)

@@ -11,6 +11,15 @@ Steps:
 
 1. *collect* -- sections (reopenable across files; each file starts outside
    any section), feature names (``[a-z_][a-z0-9_]*``, unique per event).
+   An aggregate written inside a scalar feature's expression (SPEC §2.4,
+   e.g. ``d := Sum(x by k last 30 days) - Sum(x by k last 2 days)``) is
+   *lifted* here into an unnamed aggregate feature ``<parent>#<k>`` of the
+   same event (:attr:`FeatureInfo.inline_of`), and the expression refers to
+   it by that name. From then on it is an aggregate like any other, so an
+   identical named or inline aggregate gets the same definition hash and
+   shares its state (:mod:`compiler.planner`). Aggregates in clauses
+   (``where``, ``by`` keys, ``after``, ``last``, ``limit``) and as values
+   stay illegal (E0223).
 2. *type* -- :meth:`Checker.type_of` resolves a feature's type lazily and
    once, following references across events (an aggregate's type may depend
    on the types of its values in the writer events). A cycle that crosses
@@ -35,7 +44,7 @@ import difflib
 import heapq
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -116,6 +125,10 @@ class FeatureInfo:
         type: result type (``error`` if it could not be typed).
         input, expr, agg: per kind.
         deps: same-event features it needs, sorted.
+        inline_of: for an aggregate lifted out of a scalar expression (SPEC
+            §2.4), the name of the feature that contains it; else ``None``.
+        text: for such an aggregate, its source text (comments dropped,
+            whitespace collapsed), or ``None``.
     """
 
     event: str
@@ -130,6 +143,8 @@ class FeatureInfo:
     expr: Expr | None = None
     agg: AggInfo | None = None
     deps: tuple[str, ...] = ()
+    inline_of: str | None = None
+    text: str | None = None
 
 
 @dataclass
@@ -150,11 +165,13 @@ class CheckedTopology:
     diagnostics: list[Diagnostic]
 
 
-def check(files: list[n.SourceFile]) -> CheckedTopology:
+def check(files: list[n.SourceFile], sources: dict[str, str] | None = None) -> CheckedTopology:
     """Check a parsed topology.
 
     Args:
         files: parsed files in topology order (sorted path order).
+        sources: file name -> source text, used only for the text of inline
+            aggregates (:attr:`FeatureInfo.text`); without it that text is ``None``.
 
     Returns:
         A :class:`CheckedTopology`; its ``diagnostics`` are empty iff the
@@ -162,7 +179,7 @@ def check(files: list[n.SourceFile]) -> CheckedTopology:
 
     Source: SPEC §2.1-§2.5.
     """
-    return Checker(files).run()
+    return Checker(files, sources).run()
 
 
 def parse_time_ms(text: str) -> int | None:
@@ -307,8 +324,12 @@ def _has_names(node: Any) -> bool:
 class Checker:
     """Runs the checking steps over one topology; see the module docstring."""
 
-    def __init__(self, files: list[n.SourceFile]):
+    def __init__(self, files: list[n.SourceFile], sources: dict[str, str] | None = None):
         self.files = files
+        self.sources = sources or {}
+        #: the clause being checked (``where``, ``by``, ``value``, ...) while an
+        #: aggregate's clauses are typed; an aggregate call there is E0223.
+        self._clause: str | None = None
         self.diags: list[Diagnostic] = []
         self.events: dict[str, EventInfo] = {}
         self._types: dict[tuple[str, str], str] = {}
@@ -399,8 +420,70 @@ class Checker:
                         kind = "aggregate"
                     else:
                         kind = "scalar"
+                        st = self._lift_inline(ev, st)
                     ev.features[st.name] = FeatureInfo(current, st.name, len(ev.features), kind, st, st.span,
                                                        st.name_span)
+
+    def _lift_inline(self, ev: EventInfo, decl: n.FeatureDecl) -> n.FeatureDecl:
+        """Lift the aggregates inside scalar feature ``decl`` into unnamed features (SPEC §2.4).
+
+        Each aggregate call (outermost only: an aggregate inside another's
+        clauses stays put and is reported as E0223 when that clause is checked)
+        becomes a feature ``<decl.name>#<k>`` (``k`` = 1, 2, ... in source
+        order) of kind ``aggregate`` registered in ``ev`` before the parent,
+        and is replaced in the expression by a reference to it.
+
+        Returns:
+            ``decl`` with its right-hand side rewritten (``decl`` itself when it
+            holds no aggregate).
+        """
+        lifted: list[tuple[str, n.Call]] = []
+
+        def walk(node: Any) -> Any:
+            if isinstance(node, n.Call):
+                if canonical_function(node.name) in AGGREGATES:
+                    name = f"{decl.name}#{len(lifted) + 1}"
+                    lifted.append((name, node))
+                    return n.Name(name, node.span)
+                args = tuple(walk(a) for a in node.args)
+                return node if args == node.args else replace(node, args=args)
+            if isinstance(node, n.Unary):
+                return replace(node, operand=walk(node.operand))
+            if isinstance(node, n.IsNull):
+                return replace(node, operand=walk(node.operand))
+            if isinstance(node, n.Binary):
+                return replace(node, left=walk(node.left), right=walk(node.right))
+            if isinstance(node, n.ListLit):
+                return replace(node, items=tuple(walk(i) for i in node.items))
+            if isinstance(node, n.Access):
+                return replace(node, obj=walk(node.obj),
+                               index=None if node.index is None else walk(node.index))
+            return node
+
+        rhs = walk(decl.rhs)
+        if not lifted:
+            return decl
+        for name, call in lifted:
+            sub = n.FeatureDecl(name, call.span, call, call.span)
+            ev.features[name] = FeatureInfo(ev.name, name, len(ev.features), "aggregate", sub, call.span,
+                                            call.span, inline_of=decl.name, text=self._source_text(call.span))
+        return replace(decl, rhs=rhs)
+
+    def _source_text(self, span: Span) -> str | None:
+        """The source text under ``span``, comments dropped and whitespace collapsed (or ``None``)."""
+        text = self.sources.get(span.file)
+        if text is None:
+            return None
+        lines = text.split("\n")[span.line - 1: span.end_line]
+        if not lines:
+            return None
+        if len(lines) == 1:
+            lines[0] = lines[0][span.col - 1: span.end_col - 1]
+        else:
+            lines[0] = lines[0][span.col - 1:]
+            lines[-1] = lines[-1][: span.end_col - 1]
+        out = " ".join(re.sub(r"--.*", "", ln) for ln in lines)
+        return " ".join(out.split()) or None
 
     # --------------------------------------------------------------- types
     def type_of(self, event: str, name: str) -> str:
@@ -658,8 +741,7 @@ class Checker:
             self.error("E0303", node.name_span, f"unknown function '{node.name}'", hint)
             return Expr("call", ERROR, op=node.name)
         if canon in AGGREGATES:
-            self.error("E0218", node.span, f"aggregate {canon} must be the whole definition of a feature",
-                       f"define it as its own feature, e.g. `n := {canon}(...)`, and use `n` here")
+            self._aggregate_in_clause(node, canon, self._clause or "clause")
             return Expr("call", ERROR, op=canon)
         fn = SCALAR_FUNCTIONS[canon]
         if node.scope is not None or node.clauses:
@@ -697,6 +779,55 @@ class Checker:
         return Expr("call", t, op=canon, args=tuple(args))
 
     # ----------------------------------------------------------- aggregates
+    _CLAUSE_HINTS = {
+        "where": "`where` is applied when the event is written; define the aggregate as a feature of the "
+                 "writer event, e.g. `n := {f}(...)`, and write `where n > 0`",
+        "by": "a `by` key is a feature name; define the key as a feature, e.g. `k := {f}(...)`, "
+              "and write `by k`",
+        "after": "`after` takes the name of a time feature; define it, e.g. `t := {f}(...)`, "
+                 "and write `after t`",
+        "last": "a window is a constant duration, e.g. `last 7 days`",
+        "limit": "a limit is an integer constant, e.g. `limit 10`",
+        "value": "aggregate values are feature names; define it as a feature, e.g. `n := {f}(...)`, "
+                 "and aggregate `n`",
+    }
+
+    def _aggregate_in_clause(self, node: n.Call, canon: str, clause: str) -> None:
+        """Report E0223: aggregate ``canon`` (call ``node``) stands in ``clause``."""
+        where = "an aggregate's value" if clause == "value" else f"`{clause}`"
+        hint = self._CLAUSE_HINTS.get(clause, "define it as its own feature and refer to it by name")
+        self.error("E0223", node.span, f"aggregate {canon} cannot be used in {where}",
+                   hint.format(f=canon))
+
+    def _first_aggregate(self, node: Any) -> n.Call | None:
+        """The first aggregate call inside an expression node, or ``None``."""
+        stack = [node]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, n.Call) and canonical_function(x.name) in AGGREGATES:
+                return x
+            if isinstance(x, (tuple, list)):
+                stack.extend(reversed(x))
+            elif hasattr(x, "__dataclass_fields__") and not isinstance(x, (n.Literal, Span)):
+                stack.extend(getattr(x, f) for f in reversed(list(x.__dataclass_fields__)) if f != "span")
+        return None
+
+    def _clause_aggregate(self, node: Any, clause: str) -> bool:
+        """Report E0223 for the first aggregate inside ``node`` (a ``clause`` operand); whether one was found."""
+        call = self._first_aggregate(node)
+        if call is None:
+            return False
+        self._aggregate_in_clause(call, canonical_function(call.name), clause)
+        return True
+
+    def _clause_expr(self, node: n.ExprNode, event: str, clause: str, context: str = "") -> Expr:
+        """Type an aggregate's clause operand; an aggregate call inside it is E0223."""
+        saved, self._clause = self._clause, clause
+        try:
+            return self.expr(node, event, context)
+        finally:
+            self._clause = saved
+
     def _writers(self, f: FeatureInfo) -> tuple[list[str], bool]:
         """Existing scope events of aggregate ``f`` and whether it is common."""
         call: n.Call = f.decl.rhs
@@ -773,7 +904,9 @@ class Checker:
         value_types: list[str] = []
         for a in call.args:
             if not isinstance(a, n.Name):
-                self.expr(a, R)
+                if self._clause_aggregate(a, "value"):
+                    continue
+                self._clause_expr(a, R, "value")
                 self.error("E0211", a.span, "aggregate values must be feature names",
                            "define the expression as a feature, e.g. `v := <expression>`, and aggregate `v`")
                 continue
@@ -811,7 +944,9 @@ class Checker:
         by = clauses.get("by")
         for k in by.keys if isinstance(by, n.ByClause) else ():
             if not isinstance(k.read, n.Name):
-                self.expr(k.read, R)
+                if self._clause_aggregate(k.read, "by"):
+                    continue
+                self._clause_expr(k.read, R, "by")
                 self.error("E0214", k.read.span, "a `by` key must be a feature name",
                            "define the key as a feature, e.g. `k := <expression>`, and write `by k`")
                 continue
@@ -857,7 +992,7 @@ class Checker:
         if isinstance(wc, n.WhereClause):
             for w in writers:
                 ctx = "" if w == R else f" (where clause, writer event '{w}')"
-                e = self.expr(wc.cond, w, ctx)
+                e = self._clause_expr(wc.cond, w, "where", ctx)
                 if e.type not in ("bool", NULL, ERROR):
                     self.error("E0217", wc.cond.span, f"`where` needs a bool condition, got {e.type}",
                                "compare to get a bool, e.g. `where x > 0`")
@@ -870,7 +1005,9 @@ class Checker:
             if fn.approximate:
                 self.error("E0204", ac.span, f"`after` is not allowed on {canon}",
                            "Decayed* and HyperLogLog keep no per-event history to cut at a time")
-            if not isinstance(ac.expr, n.Name):
+            if self._clause_aggregate(ac.expr, "after"):
+                pass
+            elif not isinstance(ac.expr, n.Name):
                 self.error("E0203", ac.expr.span, "`after` takes the name of a time feature, not an expression",
                            "define it as a feature, e.g. `t := <expression>`, and write `after t`")
             elif ac.expr.name not in feats_r:
@@ -888,14 +1025,15 @@ class Checker:
         # last
         window_s = DEFAULT_WINDOW_S
         lc = clauses.get("last")
-        if isinstance(lc, n.LastClause):
+        if isinstance(lc, n.LastClause) and not self._clause_aggregate(lc.expr, "last"):
             window_s = self._window(lc, R)
 
         # limit
         limit = fn.default_limit
         mc = clauses.get("limit")
         if isinstance(mc, n.LimitClause):
-            limit = self._limit(mc, R, limit)
+            if not self._clause_aggregate(mc.expr, "limit"):
+                limit = self._limit(mc, R, limit)
             if fn.approximate:
                 self.error("E0222", mc.span, f"`limit` is not allowed on {canon}",
                            "Decayed* and HyperLogLog keep O(1) state, not the latest n writes")

@@ -120,8 +120,6 @@ CODES: tuple[Code, ...] = (
          _with("name := $.name as string")),
     Code("E0217", "where-not-bool", "A `where` condition must be boolean.", "n := Count(where k)",
          _with("k := $.k as int")),
-    Code("E0218", "aggregate-in-expression", "An aggregate must be a feature's whole definition.",
-         "n := Count() + 1"),
     Code("E0219", "clause-on-scalar-function", "Scope and clauses are only for aggregates.",
          "n := Len(s by k)", _with("s := $.s as string", "k := $.k as string")),
     Code("E0220", "value-type-mismatch-across-writers", "Scope events give a value or key different types.",
@@ -130,6 +128,10 @@ CODES: tuple[Code, ...] = (
          "n := Count(by recent)", _with("x := $.x as int", "recent := Sequence(x)")),
     Code("E0222", "limit-on-approximate", "`limit` is not allowed on Decayed* or HyperLogLog (O(1) state).",
          "n := DecayedCount(limit 5)"),
+    Code("E0223", "aggregate-in-clause",
+         "An aggregate cannot stand in `where`, a `by` key, `after`, `last`, `limit` or as a value "
+         "(anywhere else in an expression it can).",
+         "n := Count(by k where Count(by k) > 1)", _with("k := $.k as string")),
     # ---- E03xx: names
     Code("E0301", "unknown-feature", "No feature of that name in the event.", "x := y + 1"),
     Code("E0302", "unknown-event", "No event of that name in the topology.", "n := Count<nosuch>()"),
@@ -153,6 +155,12 @@ CODES: tuple[Code, ...] = (
     # ---- E9xxx: the compiler itself
     Code("E9999", "internal-error", "A bug in the compiler; please report it.", "", ""),
 )
+
+#: Codes no longer emitted; never reused. E0218 (``aggregate-in-expression``)
+#: was retired when aggregates became legal inside expressions (SPEC §2.4).
+RETIRED: dict[str, str] = {
+    "E0218": "aggregate-in-expression: an aggregate had to be a feature's whole definition",
+}
 
 _BY_CODE = {c.code: c for c in CODES}
 _BY_NAME = {c.name: c for c in CODES}

@@ -431,8 +431,9 @@ def _section_aggregates() -> str:
                          [after time_feature] [last duration] [limit n] [exclusive])
 
 Clauses are optional and go in this order (E0201 otherwise; twice is E0202).
-An aggregate is a feature's whole definition (E0218); scalar functions take
-no scope or clauses (E0219).
+An aggregate may stand anywhere in a scalar expression (see *Aggregates
+inside expressions* below), but not in a clause of another aggregate or as
+its value (E0223); scalar functions take no scope or clauses (E0219).
 
 * **Scope.** No `<…>`: the writers are the events of the current type (a
   *common* aggregate). `<e1, e2>`: events of those types write it (E0302 for
@@ -450,6 +451,55 @@ no scope or clauses (E0219).
 arrival), `First`/`FirstTime` the earliest. Decayed aggregates weigh a write
 at time `s`, read at `t`, by `exp(-(t - s) / W)` over all history (O(1)
 state, no hard window).
+
+{_section_inline()}"""
+
+
+_INLINE_EXAMPLE = """event payment
+a := $.a as string
+b := $.b as string
+amount := $.amount as float
+month_money := Sum(amount by a, b last 30 days)
+past_money := Sum(amount by a, b last 30 days) - Sum(amount by a, b last 48 hours)
+avg_decayed := DecayedSum(amount by a) / DecayedCount(by a)
+is_new := Count(by a exclusive) = 0
+
+event login
+acct := $.acct as string
+days_since := Days(EventTime() - LatestTime<update_device>(by acct))
+
+event update_device
+acct := $.acct as string
+"""
+
+
+def _section_inline() -> str:
+    """The *Aggregates inside expressions* subsection, from the compiled example (SPEC §2.4)."""
+    res = _compile_ok(_INLINE_EXAMPLE)
+    rows = []
+    for ev_name in sorted(res.plan.events):
+        ep = res.plan.events[ev_name]
+        for f in ep.features:
+            if f.kind != "aggregate":
+                continue
+            a = f.aggregate
+            where = f"inside `{f.inline_of}`: `{f.text}`" if f.inline_of else f"named feature `{f.name}`"
+            rows.append([f"`{ev_name}`", where, f"`{f.type}`", f"`{a.definition_hash}`"])
+    return f"""### Aggregates inside expressions
+
+An aggregate may stand anywhere a scalar expression may, as in Sumatra's own
+examples. Each one is an unnamed aggregate feature of the event: same state,
+window and resolution as if written as a named feature, computed on every
+engine (serving, backfill, replay, stream, status) and listed by `scowl plan`
+under the feature that contains it, which stays a `scalar`. Identical
+aggregates share one state (same definition hash), whether inline or named.
+They are not returned by the API or replay: only named features are.
+
+{_block(_INLINE_EXAMPLE.strip(), "scowl")}
+{_table(["Event", "Aggregate", "Type", "State (definition hash)"], rows)}
+An aggregate cannot stand in `where`, a `by` key, `after`, `last`, `limit`
+or as another aggregate's value (E0223): define it as a feature and name it
+there (an aggregate over an aggregate's feature is fine).
 """
 
 

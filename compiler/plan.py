@@ -352,31 +352,23 @@ class Plan:
         ...}], "writes": [hash, ...]}}, "states": {hash: {...}}}``; aggregate
         features also carry ``function``, ``scopes``, ``window_s``,
         ``resolution_s``, ``limit``, ``definition_hash`` and the rest of
-        :class:`AggregateSpec`.
+        :class:`AggregateSpec`. A scalar feature that contains aggregates
+        (SPEC §2.4) keeps ``"kind": "scalar"`` and lists them, each a full
+        aggregate entry with ``"inline_of"`` and ``"text"``, under
+        ``"inline_aggregates"``; they are not entries of ``features``.
         """
         events: dict[str, Any] = {}
         for ev in sorted(self.events):
             ep = self.events[ev]
             feats = []
+            inline: dict[str, list[dict[str, Any]]] = {}
             for f in ep.features:
-                d: dict[str, Any] = {"name": f.name, "type": f.type, "kind": f.kind}
-                if f.input is not None:
-                    d["input"] = {
-                        "path": list(f.input.path),
-                        "optional": f.input.optional,
-                        "default": f.input.default,
-                        "has_default": f.input.has_default,
-                    }
-                if f.expr is not None:
-                    d["expr"] = f.expr.to_json()
-                if f.aggregate is not None:
-                    a = asdict(f.aggregate)
-                    for k in ("scopes", "read_keys", "value_names"):
-                        a[k] = list(a[k])
-                    d.update(a)
-                d["deps"] = list(f.deps)
-                if f.span is not None:
-                    d["span"] = str(f.span)
+                d = _feature_json(f)
+                if f.inline_of is not None:
+                    inline.setdefault(f.inline_of, []).append(d)
+                    continue
+                if f.name in inline:
+                    d["inline_aggregates"] = inline[f.name]
                 feats.append(d)
             events[ev] = {"features": feats, "writes": list(ep.writes)}
         states: dict[str, Any] = {}
@@ -430,30 +422,63 @@ class Plan:
                 },
             )
         events: dict[str, EventPlan] = {}
-        agg_fields = AggregateSpec.__dataclass_fields__
         for ev, e in doc["events"].items():
             feats = []
             for d in e["features"]:
-                inp = None
-                if "input" in d:
-                    i = d["input"]
-                    inp = InputSpec(tuple(i["path"]), i["optional"], i["default"], i["has_default"])
-                agg = None
-                if d["kind"] == "aggregate":
-                    kw = {k: d[k] for k in agg_fields}
-                    for k in ("scopes", "read_keys", "value_names"):
-                        kw[k] = tuple(kw[k])
-                    agg = AggregateSpec(**kw)
-                feats.append(
-                    Feature(
-                        name=d["name"],
-                        type=d["type"],
-                        kind=d["kind"],
-                        input=inp,
-                        expr=Expr.from_json(d["expr"]) if "expr" in d else None,
-                        aggregate=agg,
-                        deps=tuple(d.get("deps", ())),
-                    )
-                )
+                # an inline aggregate comes right before the feature that contains it:
+                # its own needs are needs of that feature, so the order stays valid
+                feats.extend(_feature_from_json(x) for x in d.get("inline_aggregates", ()))
+                feats.append(_feature_from_json(d))
             events[ev] = EventPlan(name=ev, features=tuple(feats), writes=tuple(e.get("writes", ())))
         return Plan(events=events, states=states)
+
+
+def _feature_json(f: Feature) -> dict[str, Any]:
+    """One feature's ``scowl plan --json`` entry, without inline aggregates (see :meth:`Plan.to_json`)."""
+    d: dict[str, Any] = {"name": f.name, "type": f.type, "kind": f.kind}
+    if f.input is not None:
+        d["input"] = {
+            "path": list(f.input.path),
+            "optional": f.input.optional,
+            "default": f.input.default,
+            "has_default": f.input.has_default,
+        }
+    if f.expr is not None:
+        d["expr"] = f.expr.to_json()
+    if f.aggregate is not None:
+        a = asdict(f.aggregate)
+        for k in ("scopes", "read_keys", "value_names"):
+            a[k] = list(a[k])
+        d.update(a)
+    if f.inline_of is not None:
+        d["inline_of"] = f.inline_of
+        d["text"] = f.text
+    d["deps"] = list(f.deps)
+    if f.span is not None:
+        d["span"] = str(f.span)
+    return d
+
+
+def _feature_from_json(d: dict[str, Any]) -> Feature:
+    """Inverse of :func:`_feature_json` (the span is not restored)."""
+    inp = None
+    if "input" in d:
+        i = d["input"]
+        inp = InputSpec(tuple(i["path"]), i["optional"], i["default"], i["has_default"])
+    agg = None
+    if d["kind"] == "aggregate":
+        kw = {k: d[k] for k in AggregateSpec.__dataclass_fields__}
+        for k in ("scopes", "read_keys", "value_names"):
+            kw[k] = tuple(kw[k])
+        agg = AggregateSpec(**kw)
+    return Feature(
+        name=d["name"],
+        type=d["type"],
+        kind=d["kind"],
+        input=inp,
+        expr=Expr.from_json(d["expr"]) if "expr" in d else None,
+        aggregate=agg,
+        deps=tuple(d.get("deps", ())),
+        inline_of=d.get("inline_of"),
+        text=d.get("text"),
+    )

@@ -204,7 +204,8 @@ class Planner:
                         value_names=a.values, window_s=a.window_s, resolution_s=r, limit=a.limit,
                         exclusive=a.exclusive, after=a.after, definition_hash=h,
                     )
-                    feats.append(Feature(name, f.type, "aggregate", aggregate=spec, deps=f.deps, span=f.span))
+                    feats.append(Feature(name, f.type, "aggregate", aggregate=spec, deps=f.deps, span=f.span,
+                                         inline_of=f.inline_of, text=f.text))
                     if h not in states:
                         states[h] = StateSpec(
                             definition_hash=h, function=a.function, window_s=a.window_s, resolution_s=r,

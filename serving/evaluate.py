@@ -169,6 +169,10 @@ class EventProgram:
         self.event: EventPlan = plan.events[event]
         self.name = event
         self.features: tuple[Feature, ...] = self.event.features
+        #: the features a response returns: the named ones (inline aggregates are computed, not returned)
+        self.outputs: tuple[Feature, ...] = self.event.outputs
+        #: inline aggregate name -> the feature that contains it (SPEC §2.4)
+        self.inline_parent: dict[str, str] = {f.name: f.inline_of for f in self.features if f.inline_of}
         self.scalars: dict[str, Callable[[Any, int], Any]] = {
             f.name: compile_expr(f.expr) for f in self.features if f.kind == "scalar" and f.expr is not None
         }
@@ -519,7 +523,9 @@ class Evaluator:
         if self.event_stream and prog.first_write_round:
             append = (self.event_stream, orjson.dumps({**body, "_time": t_ms, "_id": response_id}).decode())
         values, errors = await prog.evaluate(body, t_ms, self.run, event_id, self.id_ttl_ms, self.online, append)
-        feats = {f.name: to_json_value(values[f.name], f.type) for f in prog.features}
+        feats = {f.name: to_json_value(values[f.name], f.type) for f in prog.outputs}
+        if errors and prog.inline_parent:
+            errors = _errors_of_outputs(errors, prog.inline_parent)
         out: dict[str, Any] = {
             "event_id": response_id,
             "event_time": format_time(t_ms),
@@ -529,3 +535,13 @@ class Evaluator:
             out["errors"] = errors
         return out
 
+
+
+def _errors_of_outputs(errors: dict[str, Any], inline_parent: dict[str, str]) -> dict[str, Any]:
+    """Errors keyed by output features: an inline aggregate's error is reported on the
+    feature that contains it (unless that feature has its own). SPEC §2.4, §3.5."""
+    out = {k: v for k, v in errors.items() if k not in inline_parent}
+    for k, v in errors.items():
+        if k in inline_parent:
+            out.setdefault(inline_parent[k], v)
+    return out

@@ -183,7 +183,7 @@ class Reference:
                 env[f.name] = self._aggregate(f, etype, t_ms, env)
         self._record(etype, t_ms, len(self.history), env)
         self.history.append((etype, t_ms, env))
-        return {f.name: to_json_value(env[f.name], f.type) for f in ep.features}, errors
+        return {f.name: to_json_value(env[f.name], f.type) for f in ep.outputs}, errors
 
 
 def _eligible(w: Write) -> bool:

@@ -50,7 +50,7 @@ def test_non_utf8_file(tmp_path: Path) -> None:
 
 
 def test_internal_error_becomes_diagnostic(monkeypatch: pytest.MonkeyPatch) -> None:
-    def boom(_files):
+    def boom(_files, _sources=None):
         raise RuntimeError("kaput")
 
     monkeypatch.setattr(compiler.check, "check", boom)
