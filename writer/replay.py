@@ -16,12 +16,19 @@ input order, columns
 * ``_time`` (string): the event time, ``YYYY-MM-DDTHH:MM:SS.mmmZ`` as the
   API's ``event_time``;
 * ``_id`` (string): the event's ``_id``, when any event of that type has one;
-* one column per feature, in plan order, encoded as the API encodes it
-  (SPEC §3.1, §3.5): ``time`` values as ISO-8601 strings, durations as float
-  seconds, ints as longs, structs as Parquet structs keyed by the value
-  names, arrays as lists. A tuple (an item of a multi-value ``Set``) is a
-  struct with fields ``_1``, ``_2``, ... (Parquet lists hold one type; the
-  API's JSON array lists the same items in the same order).
+* one column per named feature (``EventPlan.outputs``: inline aggregates,
+  SPEC §2.4, are computed for the features that contain them but are not
+  columns), in plan order, encoded as the API encodes it (SPEC §3.1, §3.5):
+  ``time`` values as ISO-8601 strings, durations as float seconds, ints as
+  longs, structs as Parquet structs keyed by the value names, arrays as
+  lists. A tuple (an item of a multi-value ``Set``; Parquet lists hold one
+  type) is a struct whose fields are named after the ``Set``'s value
+  features, as a struct result is (SPEC §5.8): ``pairs := Set(user, amount)``
+  gives ``list<struct<user, amount>>``, in the order of the API's JSON array.
+  The names are found by :func:`tuple_names`, through references and
+  indexing (``p := pairs``, ``p0 := pairs[0]``: the only expressions the
+  checker lets a tuple through); a ``Set`` that names one feature twice
+  (``Set(user, user)``) keeps the positional fields ``_1``, ``_2``, ....
 
 Invalid records (not a JSON object with a known ``_type`` and a parseable
 ``_time``) are counted and set aside, as in backfill; they keep their
@@ -40,14 +47,14 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from compiler.plan import Plan
+from compiler.plan import EventPlan, Plan
 from compiler.typesystem import format_time_column, parse_type
 from writer.pointintime import PointInTime
 from writer.sources import read_events, valid
 
 Progress = Callable[[str, int, int], None]
 
-__all__ = ["ReplayError", "ReplayReport", "output_column", "run_replay"]
+__all__ = ["ReplayError", "ReplayReport", "output_column", "run_replay", "tuple_names"]
 
 
 class ReplayError(ValueError):
@@ -73,36 +80,84 @@ class ReplayReport:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def output_column(col: Column, type_name: str) -> Column:
+def output_column(col: Column, type_name: str, names: Sequence[str] | None = None) -> Column:
     """Encode a feature column of run-time representation as the replay writes it.
 
     Run-time representation: ``compiler.codegen.spark.spark_ddl`` (time as
-    epoch-ms long). Output: ``time`` -> ISO-8601 string (null outside years
-    0000-9999, as the API), everything else unchanged, recursively inside
-    structs, tuples and arrays.
+    epoch-ms long, a tuple as a struct ``_1, _2, ...``). Output: ``time`` ->
+    ISO-8601 string (null outside years 0000-9999, as the API), a tuple ->
+    a struct with fields ``names`` (positional ``_1, _2, ...`` when ``names``
+    is ``None``, or does not fit: wrong length or a repeated name),
+    everything else unchanged, recursively inside structs, tuples and arrays.
 
     Args:
         col: the column.
         type_name: its plan type (``compiler.typesystem.parse_type``).
+        names: field names for the tuple(s) in ``type_name`` (a tuple holds
+            scalars only, so one list names them all), e.g. a multi-value
+            ``Set``'s value feature names (:func:`tuple_names`).
 
     Returns:
         The encoded column.
 
-    Source: SPEC §3.1, §3.5 (the API's JSON encoding).
+    Source: SPEC §3.1, §3.5 (the API's JSON encoding), §5.8 (tuples).
     """
     kind, param = parse_type(type_name)
     if kind == "scalar":
         return format_time_column(col.cast("long")) if param == "time" else col
-    if not _has_time(type_name):
+    rename = names is not None and "tuple" in type_name
+    if not rename and not _has_time(type_name):
         return col
     if kind == "array":
-        return F.transform(col, lambda x: output_column(x, param))
+        return F.transform(col, lambda x: output_column(x, param, names))
     if kind == "tuple":
-        fields = [(f"_{i + 1}", t) for i, t in enumerate(param)]
+        fit = names is not None and len(names) == len(param) and len(set(names)) == len(names)
+        fields = [(f"_{i + 1}", names[i] if fit else f"_{i + 1}", t) for i, t in enumerate(param)]
     else:
-        fields = param
-    out = F.struct(*[output_column(col.getField(n), t).alias(n) for n, t in fields])
+        fields = [(n, n, t) for n, t in param]
+    out = F.struct(*[output_column(col.getField(src), t).alias(dst) for src, dst, t in fields])
     return F.when(col.isNotNull(), out)
+
+
+def tuple_names(ep: EventPlan, name: str) -> tuple[str, ...] | None:
+    """The field names replay gives the tuples of feature ``name``'s type.
+
+    A tuple is an item of a multi-value ``Set`` (SPEC §2.4: values are
+    scalars, so only ``Set`` makes tuples); it is named after the ``Set``'s
+    value features (:attr:`compiler.plan.AggregateSpec.value_names`). A
+    scalar feature that is a reference to such a feature, or an item of one
+    (``x := pairs``, ``x := pairs[0]``, ``x := Set(a, b by k)[-1]``,
+    through any chain of references and indexing), gets the same names.
+
+    Args:
+        ep: the event plan.
+        name: a feature of ``ep``.
+
+    Returns:
+        The value feature names, or ``None`` (no tuple in the type, or one
+        built otherwise: the caller keeps ``_1, _2, ...``).
+
+    Raises:
+        KeyError: ``name`` is not a feature of ``ep``.
+
+    Source: SPEC §5.8.
+    """
+    f = ep.feature(name)
+    if "tuple" not in f.type:
+        return None
+    seen: set[str] = set()
+    while f.name not in seen:
+        seen.add(f.name)
+        if f.kind == "aggregate" and f.aggregate is not None:
+            spec = f.aggregate
+            return tuple(spec.value_names) if spec.function == "Set" and len(spec.value_names) > 1 else None
+        e = f.expr
+        while e is not None and e.kind == "op" and e.op == "index" and parse_type(e.args[0].type)[0] == "array":
+            e = e.args[0]
+        if f.kind != "scalar" or e is None or e.kind != "ref" or e.name is None:
+            return None
+        f = ep.feature(e.name)
+    return None
 
 
 def _has_time(type_name: str) -> bool:
@@ -178,7 +233,7 @@ def run_replay(
     report_progress("read", 1, 1)
 
     pit = PointInTime(events, plan)
-    pit.prepare({ev: [f.name for f in plan.events[ev].features] for ev in wanted})
+    pit.prepare({ev: [f.name for f in plan.events[ev].outputs] for ev in wanted})
     report_progress("replay", 0, len(wanted))
     try:
         for i, ev in enumerate(wanted, start=1):
@@ -193,9 +248,14 @@ def run_replay(
 
 
 def _write_event(pit: PointInTime, events: DataFrame, plan: Plan, ev: str, target: Path) -> int:
-    """Write the dataset of one event type; return its row count."""
+    """Write the dataset of one event type; return its row count.
+
+    Columns: ``_seq``, ``_time``, ``_id`` (if any event has one) and one per
+    named feature (``ep.outputs``); inline aggregates are computed (the
+    frame adds every dependency) but not written.
+    """
     ep = plan.events[ev]
-    frame = pit.frame(ev, [f.name for f in ep.features])
+    frame = pit.frame(ev, [f.name for f in ep.outputs])
     ids = events.where(F.col("_type") == F.lit(ev)).select(
         "_seq", F.get_json_object("_raw", "$._id").alias("_id"))
     has_id = ids.where(F.col("_id").isNotNull()).limit(1).count() > 0
@@ -203,7 +263,8 @@ def _write_event(pit: PointInTime, events: DataFrame, plan: Plan, ev: str, targe
     if has_id:
         frame = frame.join(ids, "_seq", "left")
         cols.append(F.col("_id"))
-    cols += [output_column(F.col(f"f_{f.name}"), f.type).alias(f.name) for f in ep.features]
+    cols += [output_column(F.col(f"f_{f.name}"), f.type, tuple_names(ep, f.name)).alias(f.name)
+             for f in ep.outputs]
     df = frame.select(*cols).orderBy("_seq")
     if target.exists():
         shutil.rmtree(target)

@@ -1,8 +1,10 @@
 """``scowl replay`` (SPEC §5.8, §6): layout, encodings, ``--types``, errors, values equal to the API.
 
 One small topology with every output encoding (time, duration, struct with a
-time, array of structs, a tuple item of a multi-value ``Set``, bool, int
-beyond 2^53), events with and without ``_id``, an invalid record and a blank
+time, array of structs, a tuple item of a multi-value ``Set`` -- a struct
+named after the value features, also through a reference and an index --,
+bool, int beyond 2^53), an aggregate inside an expression (computed, not a
+column), events with and without ``_id``, an invalid record and a blank
 line, through the real command (a subprocess: new Spark session, embedded
 store not needed). Values are compared with ``POST /batch`` on a fresh store.
 """
@@ -35,6 +37,9 @@ prev := Latest(at, amount by user exclusive)
 since := EventTime() - prev.at
 recent := Sequence(at, flag by user limit 2)
 pairs := Set(user, big last 1 day)
+same_pairs := pairs
+last_pair := pairs[-1]
+drift := Sum(amount by user last 1 day) - Sum(amount by user last 1 hour)
 first_at := FirstTime(by user)
 mx := Max(big)
 
@@ -80,7 +85,14 @@ def test_replay_command_layout_encodings_and_values(spark, tmp_path, redis_url):
 
     pay = pq.read_table(tmp_path / "out" / "pay")
     assert pay.column_names == ["_seq", "_time", "_id", "user", "amount", "at", "flag", "big", "n", "total", "prev",
-                                "since", "recent", "pairs", "first_at", "mx"]
+                                "since", "recent", "pairs", "same_pairs", "last_pair", "drift", "first_at", "mx"]
+    # a tuple is a struct named after the Set's value features (SPEC §5.8), through refs and indexing too
+    for col in ("pairs", "same_pairs"):
+        item = pay.schema.field(col).type.value_type
+        assert [item.field(i).name for i in range(item.num_fields)] == ["user", "big"]
+        assert str(item.field(0).type) == "string" and str(item.field(1).type) == "int64"
+    last = pay.schema.field("last_pair").type
+    assert [last.field(i).name for i in range(last.num_fields)] == ["user", "big"]
     probe = pq.read_table(tmp_path / "out" / "probe")
     assert probe.column_names == ["_seq", "_time", "user", "n_pay"]  # no _id given for probes
     rows = {r["_seq"]: ("pay", r) for r in pay.to_pylist()} | {r["_seq"]: ("probe", r) for r in probe.to_pylist()}
@@ -96,10 +108,14 @@ def test_replay_command_layout_encodings_and_values(spark, tmp_path, redis_url):
         assert ev == e["_type"]
         assert got.get("_id") == e.get("_id")
         assert got["_time"] == format_time(e["_time"])  # the API's event_time
-        for k, v in want.items():
-            g = got[k]
-            if k == "pairs":  # tuples: an array in JSON, a struct _1, _2 in Parquet
-                g = [[x["_1"], x["_2"]] for x in g]
+        outputs = [f.name for f in plan.events[ev].outputs]  # the inline Sums of drift are no columns
+        assert set(got) - {"_seq", "_time", "_id"} == set(outputs)
+        for k in outputs:
+            v, g = want[k], got[k]
+            if k in ("pairs", "same_pairs"):  # tuples: an array in JSON, a struct (user, big) in Parquet
+                g = [[x["user"], x["big"]] for x in g]
+            if k == "last_pair":
+                g = [g["user"], g["big"]]
             assert close(g, v) or (isinstance(v, list) and all(close(a, b) for a, b in zip(g, v)) and len(g) == len(v)), \
                 (seq, k, g, v)
     first = rows[0][1]
