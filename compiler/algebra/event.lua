@@ -95,6 +95,59 @@ local function less(a, b, kind)
   return bytes_less(a, b)
 end
 
+-- Decayed sums dt/dv/dw of `key` merged with a partial (v, c) weighed at time
+-- ms_text (epoch ms as text): both weighed to the later time with decay
+-- constant w ms (ops.DecayedOp.update for c = 1, ops.DecayedOp.merge).
+local function decay_merge(key, ms_text, v, c, w)
+  local ms = tonumber(ms_text)
+  local cur = redis.call('HMGET', key, 'dt', 'dv', 'dw')
+  local dt, dv, dw
+  if not cur[1] then
+    dt, dv, dw = ms_text, v, c
+  else
+    local t0, sv, sw = tonumber(cur[1]), tonumber(cur[2]), tonumber(cur[3])
+    if ms >= t0 then
+      local f = math.exp(-(ms - t0) / w)
+      dt, dv, dw = ms_text, sv * f + v, sw * f + c
+    else
+      local f = math.exp(-(t0 - ms) / w)
+      dt, dv, dw = cur[1], sv + v * f, sw + c * f
+    end
+  end
+  redis.call('HSET', key, 'dt', dt, 'dv', string.format('%.17g', dv), 'dw', string.format('%.17g', dw))
+end
+
+-- Fold the HyperLogLog registers ";slot:rho;.." of text into regs (slot ->
+-- max rho), appending new slots to order (first-seen order).
+local function max_registers(regs, order, text)
+  for s, r in string.gmatch(text, ';(%d+):(%d+)') do
+    r = tonumber(r)
+    if regs[s] == nil then
+      order[#order + 1] = s
+      regs[s] = r
+    elseif r > regs[s] then
+      regs[s] = r
+    end
+  end
+end
+
+-- The arrival rank a new write-log member at ms (text) gets: one more than
+-- the key's latest member at ms, else 0 (ops.log_member).
+local function next_rank(key, ms)
+  local top = redis.call('ZREVRANGEBYSCORE', key, ms, ms, 'LIMIT', 0, 1)
+  if top[1] then return tonumber(string.sub(top[1], 1, 8)) + 1 end
+  return 0
+end
+
+-- Add a write-log member, drop members before cutoff_ms, keep the n latest,
+-- and PEXPIRE ttl_ms (all but rank as the op's text arguments).
+local function log_add(key, ms, rank, json, n, cutoff_ms, ttl_ms)
+  redis.call('ZADD', key, ms, string.format('%08d', rank) .. ms .. ':' .. json)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. cutoff_ms)
+  redis.call('ZREMRANGEBYRANK', key, 0, -(tonumber(n) + 1))
+  redis.call('PEXPIRE', key, ttl_ms)
+end
+
 local out = {}
 local skip = false
 local zbase = {}
@@ -223,35 +276,12 @@ while i <= n do
     end
     i = i + 5
   elseif op == 'DE' then
-    if not skip then
-      local ms, v, w = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
-      local cur = redis.call('HMGET', key, 'dt', 'dv', 'dw')
-      local dt, dv, dw
-      if not cur[1] then
-        dt, dv, dw = ARGV[i + 2], v, 1
-      else
-        local t0, sv, sw = tonumber(cur[1]), tonumber(cur[2]), tonumber(cur[3])
-        if ms >= t0 then
-          local f = math.exp(-(ms - t0) / w)
-          dt, dv, dw = ARGV[i + 2], sv * f + v, sw * f + 1
-        else
-          local f = math.exp(-(t0 - ms) / w)
-          dt, dv, dw = cur[1], sv + v * f, sw + f
-        end
-      end
-      redis.call('HSET', key, 'dt', dt, 'dv', string.format('%.17g', dv), 'dw', string.format('%.17g', dw))
-    end
+    if not skip then decay_merge(key, ARGV[i + 2], tonumber(ARGV[i + 3]), 1, tonumber(ARGV[i + 4])) end
     i = i + 5
   elseif op == 'ZW' then
     if not skip then
       local ms = ARGV[i + 2]
-      local top = redis.call('ZREVRANGEBYSCORE', key, ms, ms, 'LIMIT', 0, 1)
-      local rank = 0
-      if top[1] then rank = tonumber(string.sub(top[1], 1, 8)) + 1 end
-      redis.call('ZADD', key, ms, string.format('%08d', rank) .. ms .. ':' .. ARGV[i + 3])
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. ARGV[i + 5])
-      redis.call('ZREMRANGEBYRANK', key, 0, -(tonumber(ARGV[i + 4]) + 1))
-      redis.call('PEXPIRE', key, ARGV[i + 6])
+      log_add(key, ms, next_rank(key, ms), ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6])
     end
     i = i + 7
   elseif op == 'ZR' then
@@ -305,22 +335,7 @@ while i <= n do
     i = i + 5
   elseif op == 'DM' then
     if not skip then
-      local ms, v, c, w = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
-      local cur = redis.call('HMGET', key, 'dt', 'dv', 'dw')
-      local dt, dv, dw
-      if not cur[1] then
-        dt, dv, dw = ARGV[i + 2], v, c
-      else
-        local t0, sv, sw = tonumber(cur[1]), tonumber(cur[2]), tonumber(cur[3])
-        if ms >= t0 then
-          local f = math.exp(-(ms - t0) / w)
-          dt, dv, dw = ARGV[i + 2], sv * f + v, sw * f + c
-        else
-          local f = math.exp(-(t0 - ms) / w)
-          dt, dv, dw = cur[1], sv + v * f, sw + c * f
-        end
-      end
-      redis.call('HSET', key, 'dt', dt, 'dv', string.format('%.17g', dv), 'dw', string.format('%.17g', dw))
+      decay_merge(key, ARGV[i + 2], tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]))
     end
     i = i + 6
   elseif op == 'HMS' then
@@ -328,24 +343,8 @@ while i <= n do
       local f = ARGV[i + 2]
       local cur = redis.call('HGET', key, f) or ''
       local regs, order = {}, {}
-      for s, r in string.gmatch(cur, ';(%d+):(%d+)') do
-        r = tonumber(r)
-        if regs[s] == nil then
-          order[#order + 1] = s
-          regs[s] = r
-        elseif r > regs[s] then
-          regs[s] = r
-        end
-      end
-      for s, r in string.gmatch(ARGV[i + 3], ';(%d+):(%d+)') do
-        r = tonumber(r)
-        if regs[s] == nil then
-          order[#order + 1] = s
-          regs[s] = r
-        elseif r > regs[s] then
-          regs[s] = r
-        end
-      end
+      max_registers(regs, order, cur)
+      max_registers(regs, order, ARGV[i + 3])
       local parts = {}
       for j, s in ipairs(order) do parts[j] = ';' .. s .. ':' .. string.format('%d', regs[s]) end
       redis.call('HSET', key, f, table.concat(parts))
@@ -357,16 +356,10 @@ while i <= n do
       local ck = ARGV[i + 1] .. ':' .. ms
       local base = zbase[ck]
       if base == nil then
-        local top = redis.call('ZREVRANGEBYSCORE', key, ms, ms, 'LIMIT', 0, 1)
-        base = 0
-        if top[1] then base = tonumber(string.sub(top[1], 1, 8)) + 1 end
+        base = next_rank(key, ms)
         zbase[ck] = base
       end
-      local rank = base + tonumber(ARGV[i + 3])
-      redis.call('ZADD', key, ms, string.format('%08d', rank) .. ms .. ':' .. ARGV[i + 4])
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. ARGV[i + 6])
-      redis.call('ZREMRANGEBYRANK', key, 0, -(tonumber(ARGV[i + 5]) + 1))
-      redis.call('PEXPIRE', key, ARGV[i + 7])
+      log_add(key, ms, base + tonumber(ARGV[i + 3]), ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7])
     end
     i = i + 8
   elseif op == 'XA' then
