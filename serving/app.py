@@ -1,7 +1,9 @@
 """The FastAPI application (SPEC §4): ``create_app(plan, settings)``.
 
 The lifespan connects the store, registers the event script and builds one
-:class:`serving.evaluate.EventProgram` per event type.
+:class:`serving.evaluate.EventProgram` per event type. Every error, the
+framework's own 404/405/422 and unexpected 500s included, is answered as
+``{"error": {"code", "message"}}`` (:func:`serving.errors.install_error_handlers`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from compiler.plan import Plan
-from serving.errors import ApiError, api_error_handler
+from serving.errors import install_error_handlers
 from serving.evaluate import Evaluator, OnlineStarts
 from serving.routes import events, meta
 from serving.settings import Settings
@@ -58,7 +60,7 @@ def create_app(plan: Plan, settings: Settings | None = None, redis_url: str | No
     app.state.plan = plan
     app.state.settings = settings
     app.state.api_keys = settings.key_set()
-    app.add_exception_handler(ApiError, api_error_handler)
+    install_error_handlers(app)
     app.include_router(events.router)
     app.include_router(meta.router)
     return app

@@ -1,10 +1,10 @@
-"""FastAPI dependencies: the evaluator, the store and the API-key check."""
+"""FastAPI dependencies: the evaluator, the store, the API-key check and the query flags."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Header, Query, Request
 
 from serving.errors import ApiError
 from serving.evaluate import Evaluator
@@ -32,6 +32,65 @@ def check_api_key(request: Request, x_api_key: Annotated[str | None, Header()] =
         raise ApiError(401, "unauthorized", "missing or wrong x-api-key header")
 
 
+#: Flag values read as true / false, compared after ``strip().lower()``. The
+#: empty string is a bare (``?features``) or empty (``?features=``) flag.
+TRUE_VALUES = frozenset({"", "true", "1", "yes", "on"})
+FALSE_VALUES = frozenset({"false", "0", "no", "off"})
+
+
+def parse_flag(name: str, value: str | None) -> bool | None:
+    """Read a boolean query flag in every form Sumatra's clients send (SPEC §4).
+
+    Args:
+        name: the flag's name (for the error message).
+        value: its raw value: ``None`` when the flag is absent, ``""`` when it
+            is bare (``?exports``) or empty (``?exports=``). With the flag
+            repeated, the last value counts.
+
+    Returns:
+        ``None`` when absent; ``True`` for bare, empty, ``true``, ``1``,
+        ``yes``, ``on``; ``False`` for ``false``, ``0``, ``no``, ``off``
+        (case-insensitive, surrounding blanks ignored).
+
+    Raises:
+        ApiError: 400 ``invalid-flag`` for any other value.
+    """
+    if value is None:
+        return None
+    v = value.strip().lower()
+    if v in TRUE_VALUES:
+        return True
+    if v in FALSE_VALUES:
+        return False
+    raise ApiError(
+        400, "invalid-flag",
+        f"query flag {name}={value!r} is not a boolean: use it bare (?{name}) or give true/false, 1/0 or yes/no",
+    )
+
+
+_FLAG_DOC = "Boolean flag: bare or empty means true; also true/false, 1/0, yes/no, on/off (any case)."
+
+
+def features_flag(features: Annotated[str | None, Query(description=_FLAG_DOC)] = None) -> bool | None:
+    """The ``features`` query flag of ``POST /event`` / ``/batch``, parsed by :func:`parse_flag`.
+
+    Raises:
+        ApiError: 400 ``invalid-flag``.
+    """
+    return parse_flag("features", features)
+
+
+def exports_flag(exports: Annotated[str | None, Query(description=_FLAG_DOC)] = None) -> bool | None:
+    """The ``exports`` query flag of ``POST /event`` / ``/batch``, parsed by :func:`parse_flag`.
+
+    Raises:
+        ApiError: 400 ``invalid-flag``.
+    """
+    return parse_flag("exports", exports)
+
+
 EvaluatorDep = Annotated[Evaluator, Depends(get_evaluator)]
 StoreDep = Annotated[Store, Depends(get_store)]
 ApiKey = Depends(check_api_key)
+FeaturesFlag = Annotated[bool | None, Depends(features_flag)]
+ExportsFlag = Annotated[bool | None, Depends(exports_flag)]

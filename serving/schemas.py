@@ -20,10 +20,17 @@ class EventResponse(BaseModel):
     errors: dict[str, str] | None = None
 
 
-class ErrorBody(BaseModel):
-    """A 4xx/5xx error: ``{"error": {"code", "message"}}``."""
+class ErrorDetail(BaseModel):
+    """The inside of an error body: a machine-readable ``code`` and a ``message`` for a person."""
 
-    error: dict[str, Any]
+    code: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx/5xx answer: ``{"error": {"code", "message"}}`` and nothing else (SPEC §4)."""
+
+    error: ErrorDetail
 
 
 class Health(BaseModel):

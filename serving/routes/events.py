@@ -1,4 +1,13 @@
-"""``POST /event`` and ``POST /batch`` (SPEC §4): thin handlers over the evaluator."""
+"""``POST /event`` and ``POST /batch`` (SPEC §4): thin handlers over the evaluator.
+
+Query flags ``features`` and ``exports`` take every form Sumatra's clients
+send (the ``sumatra-sdk`` posts ``/event?exports`` and ``/batch?exports``):
+bare (``?exports``) or empty (``?exports=``) means true, and so do ``true``,
+``1``, ``yes``, ``on``; ``false``, ``0``, ``no``, ``off`` mean false (any
+case). Another value is a 400 ``invalid-flag``, answered before the body is
+read, so nothing is written. See :func:`serving.deps.parse_flag` and
+:func:`_select` for what the flags select.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +17,7 @@ import orjson
 from fastapi import APIRouter, Request
 from serving.responses import json_response
 
-from serving.deps import ApiKey, EvaluatorDep
+from serving.deps import ApiKey, EvaluatorDep, ExportsFlag, FeaturesFlag
 from serving.errors import ApiError
 from serving.evaluate import BadEvent
 from serving.metrics import EVENT_LATENCY, EVENTS, STORE_ERRORS
@@ -17,11 +26,14 @@ from serving.store import StoreUnavailable
 
 router = APIRouter(tags=["events"], dependencies=[ApiKey])
 
-_ERRORS = {400: {"model": ErrorBody}, 401: {"model": ErrorBody}, 413: {"model": ErrorBody}, 503: {"model": ErrorBody}}
+_ERRORS = {status: {"model": ErrorBody} for status in (400, 401, 413, 422, 500, 503)}
 
 
 async def read_json(request: Request):
-    """Read and parse the request body.
+    """Read and parse the request body (any content type: the SDK's batch call sends none).
+
+    Returns:
+        The parsed JSON value.
 
     Raises:
         ApiError: 413 ``body-too-large``, 400 ``malformed-json``.
@@ -40,8 +52,20 @@ async def read_json(request: Request):
 
 
 def _select(resp: dict, features: bool | None, exports: bool | None) -> dict:
-    # With no exported subset defined yet, either flag returns all features
-    # (SPEC §4); both false drops them.
+    """Apply the query flags to one event's response (SPEC §4).
+
+    Args:
+        resp: the evaluator's response (``event_id``, ``event_time``,
+            ``features``, maybe ``errors``).
+        features: the parsed ``features`` flag (``None``: absent).
+        exports: the parsed ``exports`` flag (``None``: absent).
+
+    Returns:
+        ``resp`` unchanged unless both flags are explicitly false, then a copy
+        without ``features``. With no exported subset defined in Scowl,
+        either flag returns all features, and an absent flag counts as true
+        (both are the default).
+    """
     if features is False and exports is False:
         resp = dict(resp)
         resp.pop("features", None)
@@ -51,8 +75,18 @@ def _select(resp: dict, features: bool | None, exports: bool | None) -> dict:
 async def _process(evaluator, body, parsed, index: int | None = None) -> dict:
     """Evaluate one validated event, counting it in the metrics.
 
+    Args:
+        evaluator: the app's evaluator.
+        body: the event's JSON object.
+        parsed: ``evaluator.parse(body)``.
+        index: the event's position in a batch (``None`` for ``/event``).
+
+    Returns:
+        The event's response dict.
+
     Raises:
-        ApiError: 503 ``store-unavailable`` (with ``processed`` = ``index`` in a batch).
+        ApiError: 503 ``store-unavailable``; in a batch the message says which
+            event failed (events before it were processed and written).
     """
     start = time.perf_counter()
     try:
@@ -61,15 +95,30 @@ async def _process(evaluator, body, parsed, index: int | None = None) -> dict:
         STORE_ERRORS.inc()
         if index is None:
             raise ApiError(503, "store-unavailable", str(e)) from None
-        raise ApiError(503, "store-unavailable", f"event {index}: {e}", processed=index) from None
+        raise ApiError(
+            503, "store-unavailable",
+            f"event {index}: {e} (events before index {index} were processed; it and later ones were not)",
+        ) from None
     EVENTS.labels(parsed[0].name).inc()
     EVENT_LATENCY.observe(time.perf_counter() - start)
     return resp
 
 
 @router.post("/event", response_model=EventResponse, responses=_ERRORS)
-async def post_event(request: Request, evaluator: EvaluatorDep, features: bool | None = None, exports: bool | None = None):
-    """Evaluate one event's features and record its contribution."""
+async def post_event(request: Request, evaluator: EvaluatorDep, features: FeaturesFlag, exports: ExportsFlag):
+    """Evaluate one event's features and record its contribution (SPEC §4).
+
+    Body: one JSON object with ``_type`` and optional ``_time`` / ``_id``.
+
+    Returns:
+        ``{"event_id", "event_time", "features", "errors"?}`` (``features``
+        left out only with both flags false, see :func:`_select`).
+
+    Raises:
+        ApiError: 400 (``invalid-flag``, ``malformed-json``, ``missing-type``,
+            ``unknown-type``, ``bad-time``, ``not-an-object`` ...), 401
+            ``unauthorized``, 413 ``body-too-large``, 503 ``store-unavailable``.
+    """
     body = await read_json(request)
     try:
         parsed = evaluator.parse(body)
@@ -80,8 +129,17 @@ async def post_event(request: Request, evaluator: EvaluatorDep, features: bool |
 
 
 @router.post("/batch", response_model=list[EventResponse], responses=_ERRORS)
-async def post_batch(request: Request, evaluator: EvaluatorDep, features: bool | None = None, exports: bool | None = None):
-    """Evaluate a JSON array of events in order; all are validated before any is written."""
+async def post_batch(request: Request, evaluator: EvaluatorDep, features: FeaturesFlag, exports: ExportsFlag):
+    """Evaluate a JSON array of events in order; all are validated before any is written (SPEC §4).
+
+    Returns:
+        The list of responses of :func:`post_event`, in input order.
+
+    Raises:
+        ApiError: as :func:`post_event` (an invalid event's message starts
+            ``event <index>:``), plus 400 ``not-an-array`` and 413
+            ``batch-too-large``.
+    """
     body = await read_json(request)
     if not isinstance(body, list):
         raise ApiError(400, "not-an-array", "/batch takes a JSON array of events")
@@ -92,7 +150,7 @@ async def post_batch(request: Request, evaluator: EvaluatorDep, features: bool |
         try:
             parsed.append(evaluator.parse(ev))
         except BadEvent as e:
-            raise ApiError(400, e.code, f"event {i}: {e.message}", index=i) from None
+            raise ApiError(400, e.code, f"event {i}: {e.message}") from None
     out = []
     for i, (ev, p) in enumerate(zip(body, parsed)):
         resp = await _process(evaluator, ev, p, index=i)

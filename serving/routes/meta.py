@@ -7,9 +7,10 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from serving.deps import StoreDep
+from serving.errors import ApiError
 from serving.metrics import REGISTRY
 from serving.responses import json_response
-from serving.schemas import Health
+from serving.schemas import ErrorBody, Health
 
 router = APIRouter(tags=["meta"])
 
@@ -20,12 +21,19 @@ async def health():
     return json_response({"status": "ok"})
 
 
-@router.get("/ready", response_model=Health, responses={503: {"model": Health}})
+@router.get("/ready", response_model=Health, responses={503: {"model": ErrorBody}})
 async def ready(store: StoreDep):
-    """Readiness: the store answers ``PING`` (503 otherwise)."""
+    """Readiness: the store answers ``PING`` (SPEC §4).
+
+    Returns:
+        ``{"status": "ready"}``.
+
+    Raises:
+        ApiError: 503 ``store-unavailable`` (the one error body, SPEC §4).
+    """
     if await store.ping():
         return json_response({"status": "ready"})
-    return json_response({"status": "store-unavailable"}, status_code=503)
+    raise ApiError(503, "store-unavailable", "the store does not answer PING")
 
 
 @router.get("/topology")
