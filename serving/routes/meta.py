@@ -43,18 +43,27 @@ async def topology(request: Request):
     events = {}
     for name, ev in sorted(plan.events.items()):
         feats = []
-        for f in ev.features:
-            d = {"name": f.name, "type": f.type, "kind": f.kind}
-            if f.aggregate is not None:
-                a = f.aggregate
-                d.update(
-                    function=a.function, scopes=list(a.scopes), window_s=a.window_s,
-                    resolution_s=a.resolution_s, limit=a.limit, exclusive=a.exclusive,
-                    definition_hash=a.definition_hash,
-                )
+        for f in ev.outputs:
+            d = _feature_entry(f)
+            inline = ev.inline(f.name)
+            if inline:
+                d["inline_aggregates"] = [{**_feature_entry(x), "text": x.text} for x in inline]
             feats.append(d)
         events[name] = {"features": feats, "query_event": not ev.writes}
     return json_response({"events": events})
+
+
+def _feature_entry(f) -> dict:
+    """One feature of ``GET /topology``: name, type, kind and, for aggregates, window and state."""
+    d = {"name": f.name, "type": f.type, "kind": f.kind}
+    if f.aggregate is not None:
+        a = f.aggregate
+        d.update(
+            function=a.function, scopes=list(a.scopes), window_s=a.window_s,
+            resolution_s=a.resolution_s, limit=a.limit, exclusive=a.exclusive,
+            definition_hash=a.definition_hash,
+        )
+    return d
 
 
 @router.get("/metrics")
