@@ -232,7 +232,7 @@ to `T`, one of {", ".join(f"`{t}`" for t in INPUT_TYPES)}. `as T?` makes the inp
 {_table(["Definition", "Type", "Path", "Optional", "Default", "Meaning"], rows)}
 ### Coercion
 
-How each raw JSON value is read as each input type (SPEC §2.2; computed by
+How each raw JSON value is read as each input type (the coercion table of Sumatra; computed by
 `compiler.typesystem.coerce`, the function the serving evaluator uses, with
 Spark held to the same results). An error makes the feature null and is
 reported for that feature; `5.6` as `int` is the exception: it gives `5`

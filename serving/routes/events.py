@@ -106,7 +106,7 @@ async def _process(evaluator, body, parsed, index: int | None = None) -> dict:
 
 @router.post("/event", response_model=EventResponse, responses=_ERRORS)
 async def post_event(request: Request, evaluator: EvaluatorDep, features: FeaturesFlag, exports: ExportsFlag):
-    """Evaluate one event's features and record its contribution (SPEC §4).
+    """Evaluate one event's features and record its contribution (docs/semantics.md §8).
 
     Body: one JSON object with ``_type`` and optional ``_time`` / ``_id``.
 
@@ -130,7 +130,7 @@ async def post_event(request: Request, evaluator: EvaluatorDep, features: Featur
 
 @router.post("/batch", response_model=list[EventResponse], responses=_ERRORS)
 async def post_batch(request: Request, evaluator: EvaluatorDep, features: FeaturesFlag, exports: ExportsFlag):
-    """Evaluate a JSON array of events in order; all are validated before any is written (SPEC §4).
+    """Evaluate a JSON array of events in order; all are validated before any is written (docs/semantics.md §8).
 
     Returns:
         The list of responses of :func:`post_event`, in input order.

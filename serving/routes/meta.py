@@ -23,7 +23,7 @@ async def health():
 
 @router.get("/ready", response_model=Health, responses={503: {"model": ErrorBody}})
 async def ready(store: StoreDep):
-    """Readiness: the store answers ``PING`` (SPEC §4).
+    """Readiness: the store answers ``PING`` (docs/semantics.md §8).
 
     Returns:
         ``{"status": "ready"}``.
