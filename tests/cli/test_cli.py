@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +54,9 @@ def test_plan_json_fields():
 
 
 def test_not_a_directory_is_user_error(tmp_path):
-    r = scowl("check", str(tmp_path / "missing"))
+    """One plain line on stderr, never wrapped however long the path and however narrow the terminal."""
+    missing = tmp_path / ("long-directory-name-" * 6) / "missing"
+    r = scowl("check", str(missing), env={**os.environ, "COLUMNS": "40"})
     assert r.returncode == 1
-    assert "not a directory" in r.stderr and "Traceback" not in r.stderr
+    assert r.stderr == f"error: {missing}: not a directory\n"
+    assert r.stdout == ""

@@ -1,7 +1,7 @@
 """``scowl stream`` (SPEC §5.7, §6): live events -> tiles in the store, exactly once per micro-batch.
 
-Registered on ``scowl.cli.app`` by importing this module at the end of
-``scowl/cli.py``. The job itself is ``writer.stream.run_stream``.
+The job itself is ``writer.stream.run_stream``; this module parses the
+command line and prints one line per micro-batch.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from scowl.cli import UserError, _compile, app, console, open_store, scowl_home
+from scowl.common import UserError, compile_topology, console, open_store, redact_url, scowl_home
 
 #: Test-only fault injection, ``<batch id>:<keys>:<path>`` (``writer.sink.merge_partition``).
 FAULT_ENV = "SCOWL_STREAM_FAULT"
@@ -65,40 +65,46 @@ def _default_checkpoint(source: str) -> Path:
     return scowl_home() / "checkpoints" / slug
 
 
-@app.command()
 def stream(
-    directory: Path = typer.Argument(..., help="Topology directory."),
-    source: str = typer.Option(..., "--source", help="dir:PATH (new JSONL files) or redis:STREAM (a Redis Stream)."),
-    checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint directory; restart with the same one to resume "
+    directory: Path = typer.Argument(..., metavar="DIR", help="Topology directory (its *.scowl files)."),
+    source: str = typer.Option(..., "--source", metavar="SOURCE",
+                               help="dir:PATH (new JSONL files) or redis:STREAM (a Redis Stream)."),
+    checkpoint: Optional[Path] = typer.Option(None, metavar="PATH",
+                                              help="Checkpoint directory; restart with the same one to resume "
                                               "exactly once (default: SCOWL_HOME/checkpoints/<source>)."),
-    allowed_lateness: Optional[str] = typer.Option(None, "--allowed-lateness",
+    allowed_lateness: Optional[str] = typer.Option(None, "--allowed-lateness", metavar="DURATION",
                                                    help="Watermark lag, e.g. '2 hours' (default: the longest window)."),
-    dead_letter: Optional[Path] = typer.Option(None, "--dead-letter",
+    dead_letter: Optional[Path] = typer.Option(None, "--dead-letter", metavar="PATH",
                                                help="Where late and invalid events go (default: CHECKPOINT/dead-letter)."),
     available_now: bool = typer.Option(False, "--available-now", "--once",
                                        help="Process what the source holds now, then exit."),
-    trigger: Optional[float] = typer.Option(None, "--trigger", help="Seconds between micro-batches (default: back to back)."),
-    max_files_per_trigger: Optional[int] = typer.Option(None, "--max-files-per-trigger", min=1,
+    trigger: Optional[float] = typer.Option(None, "--trigger", metavar="SECONDS",
+                                            help="Seconds between micro-batches (default: back to back)."),
+    max_files_per_trigger: Optional[int] = typer.Option(None, "--max-files-per-trigger", min=1, metavar="N",
                                                         help="dir: files per micro-batch (default: all new files)."),
-    max_events_per_batch: Optional[int] = typer.Option(None, "--max-events-per-batch", min=1,
+    max_events_per_batch: Optional[int] = typer.Option(None, "--max-events-per-batch", min=1, metavar="N",
                                                        help="redis: entries per micro-batch (default: all new entries)."),
-    source_url: Optional[str] = typer.Option(None, "--source-url",
+    source_url: Optional[str] = typer.Option(None, "--source-url", metavar="URL",
                                              help="Redis URL of a redis: source (default: the store)."),
-    master: Optional[str] = typer.Option(None, help="Spark master (default SCOWL_SPARK_MASTER or local[*])."),
+    master: Optional[str] = typer.Option(None, metavar="URL",
+                                         help="Spark master (default SCOWL_SPARK_MASTER or local[*])."),
 ) -> None:
-    """Stream live events into the store's tiles with Spark Structured Streaming (SPEC §5.7).
+    """Stream live events into the store's tiles (Spark).
 
+    Spark Structured Streaming from a directory of JSONL files or a Redis
+    Stream (SPEC §5.7).
     Each micro-batch's partial aggregates are merged into Redis exactly once
     per key, even when the job is killed and restarted with the same
     checkpoint. Events older than the watermark (the largest event time seen
     minus the allowed lateness) and invalid records are counted and written
-    to the dead-letter directory. Runs until interrupted (Ctrl-C) unless
-    --available-now.
+    to the dead-letter directory. Windows and late events are explained in
+    docs/semantics.md. Runs until stopped (Ctrl-C, kill) unless
+    --available-now; a batch cut short is redone on restart.
     """
     from compiler.typesystem import format_time
     from writer.stream import StreamError, check_streamable, parse_source, run_stream
 
-    plan = _compile(directory)
+    plan = compile_topology(directory)
     lateness_ms = parse_duration_ms(allowed_lateness) if allowed_lateness is not None else None
     try:
         check_streamable(plan)
@@ -118,7 +124,7 @@ def stream(
     from writer.session import get_spark
 
     with open_store() as url:
-        console.print(f"stream {source} -> store {url} (checkpoint {ck.absolute()})")
+        console.print(f"stream {source} -> store {redact_url(url)} (checkpoint {ck.absolute()})")
         spark = get_spark(master, app_name="scowl-stream")
         try:
             report = run_stream(spark, plan, url, source, ck, source_url=source_url, allowed_lateness_ms=lateness_ms,

@@ -1,0 +1,152 @@
+"""``scowl plan DIR [--json]`` (SPEC §6): the compiled plan, as a listing or as JSON.
+
+The listing does not depend on the terminal's width (nothing is truncated,
+nothing is wrapped by scowl) and reads the same through a pipe. Per event,
+one line per named feature: name, type, kind; an aggregate adds its state
+(definition hash, SPEC §5.4) and, on a second line, its definition in the
+language's own words with the window and resolution (SPEC §2.4, §3.2):
+
+    event departure: 7 inputs, 4 scalars, 20 aggregates
+      origin         string  input
+      departures_1h  int     aggregate  state 30b863a1c2d3e4f5
+        Count(by origin), window 1h, resolution 1s
+
+An aggregate written inside a scalar feature (an *inline aggregate*, SPEC
+§2.4) is listed beneath that feature, indented, under its source text.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from compiler.plan import EventPlan, Expr, Feature, Plan
+from scowl.common import compile_topology, console, format_duration_s
+
+#: Widest name and type column before a longer value just pushes its own line.
+MAX_NAME_WIDTH = 28
+MAX_TYPE_WIDTH = 10
+
+
+def plan(
+    directory: Path = typer.Argument(..., metavar="DIR", help="Topology directory (its *.scowl files)."),
+    json: bool = typer.Option(False, "--json", help="Print the plan as JSON (SPEC §6) instead of the listing."),
+) -> None:
+    """Print the compiled plan: features, kinds, aggregates.
+
+    Per event, its features with their type and kind.
+    Each aggregate shows its definition (function, scopes, values, by keys,
+    as write keys, after, limit, exclusive), window, resolution and state
+    (the definition hash that namespaces its data in the store). Aggregates
+    written inside a scalar feature are listed beneath it.
+    """
+    p = compile_topology(directory)
+    if json:
+        sys.stdout.write(p.dumps().decode() + "\n")
+        return
+    for line in plan_lines(p):
+        console.print(line, highlight=False)
+
+
+def plan_lines(p: Plan) -> list[str]:
+    """Return the listing of ``scowl plan`` (module docstring), one string per line.
+
+    Args:
+        p: the compiled plan.
+
+    Returns:
+        The lines, events in name order, a blank line between events.
+    """
+    out: list[str] = []
+    for name in sorted(p.events):
+        if out:
+            out.append("")
+        out.extend(event_lines(p, p.events[name]))
+    return out
+
+
+def event_lines(p: Plan, ev: EventPlan) -> list[str]:
+    """Return the lines of one event of the listing (module docstring).
+
+    Args:
+        p: the plan (for the states' write keys).
+        ev: the event.
+
+    Returns:
+        A header line, then per named feature one line (two for an
+        aggregate), each followed by the lines of its inline aggregates.
+    """
+    named = ev.outputs
+    kinds = [f.kind for f in named]
+    counts = ", ".join(f"{kinds.count(k)} {k}{'s' if kinds.count(k) != 1 else ''}"
+                       for k in ("input", "scalar", "aggregate") if k in kinds)
+    lines = [f"event {ev.name}: {counts or 'no features'}"]
+    name_w = min(MAX_NAME_WIDTH, max((len(f.name) for f in named), default=0))
+    type_w = min(MAX_TYPE_WIDTH, max((len(f.type) for f in named), default=0))
+    for f in named:
+        lines.extend(_feature_lines(p, ev, f, f.name, "  ", name_w, type_w))
+        for inner in ev.inline(f.name):
+            label = inner.text or inner.name
+            lines.extend(_feature_lines(p, ev, inner, label, "    ", len(label), len(inner.type)))
+    return lines
+
+
+def _feature_lines(p: Plan, ev: EventPlan, f: Feature, label: str, indent: str, name_w: int, type_w: int) -> list[str]:
+    """One line for ``f`` (``label``, type, kind[, state]); an aggregate adds its definition line."""
+    head = f"{indent}{label:<{name_w}}  {f.type:<{type_w}}  {f.kind}"
+    a = f.aggregate
+    if a is None:
+        return [head.rstrip()]
+    return [f"{head}  state {a.definition_hash}",
+            f"{indent}  {aggregate_call(p, ev, f)}, window {format_duration_s(a.window_s)}, "
+            f"resolution {format_duration_s(a.resolution_s)}"]
+
+
+def aggregate_call(p: Plan, ev: EventPlan, f: Feature) -> str:
+    """Return an aggregate feature's definition in the language's syntax, without ``last`` (SPEC §2.4).
+
+    ``Function<scopes>(values by key as write_key, … where … after t limit n exclusive)``:
+    the scope only for a cross-event aggregate; ``as`` where the writers'
+    key differs from the reading event's (several writers with different
+    keys: ``as a|b``); a filter as the feature it tests when it is one,
+    else ``where ...``.
+
+    Args:
+        p: the plan (for the state's writes).
+        ev: the reading event.
+        f: an aggregate feature of ``ev``.
+
+    Returns:
+        E.g. ``"Latest<weather_obs>(visib by origin as airport)"``.
+    """
+    a = f.aggregate
+    assert a is not None
+    state = p.states.get(a.definition_hash)
+    writes = list(state.writes.values()) if state is not None else []
+    scope = "" if tuple(a.scopes) == (ev.name,) else f"<{', '.join(a.scopes)}>"
+    clauses: list[str] = []
+    if a.value_names:
+        clauses.append(", ".join(a.value_names))
+    if a.read_keys:
+        keys = []
+        for i, k in enumerate(a.read_keys):
+            written = sorted({w.keys[i] for w in writes if i < len(w.keys)})
+            keys.append(k if written in ([], [k]) else f"{k} as {'|'.join(written)}")
+        clauses.append("by " + ", ".join(keys))
+    filters = {w.where for w in writes if w.where is not None}
+    if filters:
+        clauses.append("where " + (_filter_text(filters.pop()) if len(filters) == 1 else "..."))
+    if a.after:
+        clauses.append(f"after {a.after}")
+    if a.limit is not None:
+        clauses.append(f"limit {a.limit}")
+    if a.exclusive:
+        clauses.append("exclusive")
+    return f"{a.function}{scope}({' '.join(clauses)})"
+
+
+def _filter_text(where: Expr) -> str:
+    """A ``where`` filter as text: the feature name when it tests one feature, else ``...``."""
+    return where.name if where.kind == "ref" and where.name else "..."

@@ -1,0 +1,189 @@
+"""What every ``scowl`` command shares (SPEC §6): output, errors, exit codes, the topology, the store.
+
+The command modules (``scowl.commands.*``) import this module; the app
+(``scowl.cli``) imports the command modules. This module imports neither,
+so there is no import cycle inside ``scowl``.
+
+Output is written so that it reads the same in an 80-column terminal and
+through a pipe: :data:`console` never hard-wraps a line of text (a long path
+or message stays one line; the terminal wraps it), and error messages go to
+stderr as plain text (:func:`print_error`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
+
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from compiler.plan import Plan
+
+#: Exit code of a successful run (SPEC §6).
+EXIT_OK = 0
+#: Exit code of a user error: a diagnostic or a message, never a traceback (SPEC §6).
+EXIT_USER_ERROR = 1
+#: Exit code of a usage error (bad options or arguments; click's own code, SPEC §6).
+EXIT_USAGE_ERROR = 2
+
+#: Standard output of every command. ``soft_wrap``: text is never broken into
+#: lines by rich (tables and progress bars still fit the width); ``markup``
+#: off: a ``[`` in a path or message is printed as it is.
+console = Console(soft_wrap=True, markup=False)
+
+
+class UserError(Exception):
+    """A user-facing failure: printed by :func:`print_error`, exit code :data:`EXIT_USER_ERROR`."""
+
+
+def print_error(message: str) -> None:
+    """Write ``error: <message>`` to stderr as one plain line (no wrapping, no markup, no colour).
+
+    Args:
+        message: the text; a multi-line message is written as it is.
+    """
+    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.flush()
+
+
+def compile_topology(directory: Path) -> "Plan":
+    """Compile the topology in ``directory`` (its ``*.scowl`` files, SPEC §2.1).
+
+    Diagnostics are written to stderr exactly as the compiler renders them.
+
+    Args:
+        directory: the topology directory.
+
+    Returns:
+        The compiled plan.
+
+    Raises:
+        UserError: ``directory`` is not a directory.
+        typer.Exit: the topology has errors (exit code 1; diagnostics already printed).
+    """
+    import typer
+
+    from compiler import compile_dir
+
+    if not directory.is_dir():
+        raise UserError(f"{directory}: not a directory")
+    result = compile_dir(directory)
+    if result.plan is None:
+        sys.stderr.write(result.render().rstrip("\n") + "\n")
+        raise typer.Exit(EXIT_USER_ERROR)
+    return result.plan
+
+
+def scowl_home() -> Path:
+    """Return ``SCOWL_HOME``, the directory of the embedded store's state (default ``./.scowl``, SPEC §6)."""
+    return Path(os.environ.get("SCOWL_HOME", ".scowl"))
+
+
+@contextmanager
+def open_store(home: Path | None = None) -> Iterator[str]:
+    """Yield a store URL: ``SCOWL_REDIS_URL``, else the embedded server of ``home`` (SPEC §5.9, §6).
+
+    The embedded server (``scowl.embedded.EmbeddedStore``, persisted under
+    ``home/store``) is reused if one is already running there; if this call
+    started it, it is saved and stopped when the block exits, however it
+    exits (an exception, or a stop signal turned into one by
+    ``scowl.signals.signals_stop``).
+
+    Args:
+        home: ``SCOWL_HOME`` (default :func:`scowl_home`).
+
+    Yields:
+        ``redis://...`` URL of the store.
+
+    Raises:
+        UserError: the embedded server could not be found or started.
+    """
+    url = os.environ.get("SCOWL_REDIS_URL")
+    if url:
+        yield url
+        return
+    from scowl.embedded import EmbeddedStore, EmbeddedStoreError
+
+    store = EmbeddedStore(home or scowl_home())
+    try:
+        try:
+            url = store.start()
+        except EmbeddedStoreError as e:
+            raise UserError(str(e)) from None
+        yield url
+    finally:
+        store.stop()
+
+
+def redact_url(url: str) -> str:
+    """Return ``url`` with its password replaced by ``***``, for printing (a store URL may carry one).
+
+    >>> redact_url("redis://:s3cret@db:6379/0"), redact_url("redis://u:pw@db/1"), redact_url("redis://127.0.0.1:7/0")
+    ('redis://:***@db:6379/0', 'redis://u:***@db/1', 'redis://127.0.0.1:7/0')
+    """
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def parse_iso_ms(text: str) -> int:
+    """Parse an ISO-8601 date/time (naive = UTC, SPEC §3.1) into epoch milliseconds.
+
+    Raises:
+        UserError: not a valid ISO-8601 time.
+    """
+    from compiler.typesystem import parse_time
+
+    try:
+        return parse_time(text)
+    except ValueError:
+        raise UserError(f"not an ISO-8601 time: {text!r}") from None
+
+
+#: Units of :func:`format_duration_s`, largest first: (suffix, seconds).
+DURATION_UNITS = (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1))
+
+
+def format_duration_s(seconds: int) -> str:
+    """Format a whole number of seconds compactly, as windows and resolutions are shown (SPEC §2.4, §3.2).
+
+    The largest unit that divides the duration exactly is used when the
+    count stays below 100 (``90s``, ``10m``, ``36h``, ``30d``), or when that
+    unit is days (``400d``); otherwise the duration is spelled out unit by
+    unit, largest first (``1d1s``, ``2m30s``).
+
+    Args:
+        seconds: the duration in seconds (an int; negative gets a leading ``-``).
+
+    Returns:
+        The text, e.g. ``"30d"``.
+
+    >>> [format_duration_s(s) for s in (0, 1, 90, 150, 600, 3600, 5400, 86400, 2592000, 86401, 129600, 3661)]
+    ['0s', '1s', '90s', '2m30s', '10m', '1h', '90m', '1d', '30d', '1d1s', '36h', '1h1m1s']
+    >>> format_duration_s(400 * 86400), format_duration_s(-60)
+    ('400d', '-1m')
+    """
+    if seconds < 0:
+        return "-" + format_duration_s(-seconds)
+    if seconds == 0:
+        return "0s"
+    for suffix, size in DURATION_UNITS:
+        if seconds % size == 0:
+            if seconds // size < 100 or suffix == "d":
+                return f"{seconds // size}{suffix}"
+            break
+    parts = []
+    for suffix, size in DURATION_UNITS:
+        if seconds >= size:
+            parts.append(f"{seconds // size}{suffix}")
+            seconds %= size
+    return "".join(parts)

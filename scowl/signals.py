@@ -1,0 +1,127 @@
+"""Stop signals (SIGINT, SIGTERM, SIGHUP) end every ``scowl`` command cleanly.
+
+``kill <pid>``, Ctrl-C and a closed terminal must not leave the embedded
+store (``scowl.embedded``) running without its owner (SPEC §5.9). While
+:func:`signals_stop` is active, the first stop signal raises :class:`Stopped`
+in the main thread; it unwinds the command like any exception, so the
+``finally`` blocks run (``scowl.common.open_store`` saves and stops the
+store), and ``scowl.cli.main`` exits with ``128 + signal number`` (130 for
+SIGINT, 143 for SIGTERM, 129 for SIGHUP), as a shell reports a process
+ended by that signal. Later stop signals are ignored so that the clean-up
+itself is not cut short (``kill -9`` still ends everything; the embedded
+server then dies with its parent, see ``scowl.embedded``).
+
+``scowl serve`` lets uvicorn handle the signal first (:class:`GracefulServer`):
+it stops accepting connections, finishes the requests in flight, and only
+then is :class:`Stopped` raised.
+
+Spark jobs (backfill, replay, stream) install pyspark's own SIGINT handler,
+which cancels the running jobs and raises ``KeyboardInterrupt``: Ctrl-C
+there still runs the same clean-up, and exits 1 (click's "Aborted!").
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+#: The signals that stop a command.
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(BaseException):
+    """A stop signal arrived: unwinds the command (a ``BaseException``, so ``except Exception`` lets it pass).
+
+    Args:
+        signum: the signal number.
+
+    Attributes:
+        signum: the signal number.
+        exit_code: ``128 + signum``, the process's exit code.
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+    @property
+    def name(self) -> str:
+        """The signal's name, e.g. ``"SIGTERM"``."""
+        return signal.Signals(self.signum).name
+
+
+@contextmanager
+def signals_stop() -> Iterator[None]:
+    """Within the block, the first stop signal (:data:`STOP_SIGNALS`) raises :class:`Stopped` in the main thread.
+
+    Later stop signals are ignored until the block exits; the previous
+    handlers are restored on exit. Outside the main thread (where Python
+    cannot install handlers) the block runs unchanged.
+
+    Yields:
+        Nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stopping = False
+
+    def handler(signum: int, frame) -> None:
+        nonlocal stopping
+        if stopping:
+            return
+        stopping = True
+        raise Stopped(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, h in previous.items():
+            signal.signal(sig, h)
+
+
+def graceful_server_class():
+    """Return :class:`GracefulServer`, a ``uvicorn.Server`` (imported lazily: uvicorn is only needed by serve)."""
+    import uvicorn
+
+    class GracefulServer(uvicorn.Server):
+        """A ``uvicorn.Server`` that shuts down gracefully on every stop signal, SIGHUP included.
+
+        On SIGINT, SIGTERM or SIGHUP it stops accepting connections and
+        finishes the requests in flight (uvicorn's graceful shutdown; a
+        second SIGINT forces it); after :meth:`run` returns, the first
+        signal it caught is in :attr:`stop_signal` and is raised again, so
+        the handlers of :func:`signals_stop` turn it into :class:`Stopped`.
+
+        Attributes:
+            stop_signal: the first stop signal caught, or ``None``.
+        """
+
+        stop_signal: int | None = None
+
+        def handle_exit(self, sig: int, frame) -> None:
+            """Record the first stop signal and start uvicorn's graceful shutdown."""
+            if self.stop_signal is None:
+                self.stop_signal = sig
+            super().handle_exit(sig, frame)
+
+        @contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            """While serving, every stop signal starts the graceful shutdown; the first is raised again after it."""
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in STOP_SIGNALS}
+            try:
+                yield
+            finally:
+                for sig, h in previous.items():
+                    signal.signal(sig, h)
+            if self.stop_signal is not None:
+                signal.raise_signal(self.stop_signal)
+
+    return GracefulServer
