@@ -17,7 +17,10 @@ then is :class:`Stopped` raised.
 
 Spark jobs (backfill, replay, stream) install pyspark's own SIGINT handler,
 which cancels the running jobs and raises ``KeyboardInterrupt``: Ctrl-C
-there still runs the same clean-up, and exits 1 (click's "Aborted!").
+there runs the same clean-up and exits 130 (typer's code for it). ``scowl
+stream`` without ``--available-now`` runs until stopped, so there SIGTERM and
+SIGHUP end it like Ctrl-C (:func:`signals_interrupt`): the query stops, the
+summary is printed, exit 0.
 """
 
 from __future__ import annotations
@@ -77,6 +80,40 @@ def signals_stop() -> Iterator[None]:
         raise Stopped(signum)
 
     previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, h in previous.items():
+            signal.signal(sig, h)
+
+
+@contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """Within the block, the first SIGTERM or SIGHUP raises ``KeyboardInterrupt``, as Ctrl-C does.
+
+    For a job whose normal end is an interruption (``scowl stream`` without
+    ``--available-now``): ``writer.stream.run_stream`` stops its query on
+    ``KeyboardInterrupt`` and returns its report, whichever signal stopped
+    it. SIGINT keeps its handler (pyspark's: cancel the jobs, raise
+    ``KeyboardInterrupt``). Later signals are ignored until the block exits.
+    Outside the main thread the block runs unchanged.
+
+    Yields:
+        Nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stopping = False
+
+    def handler(signum: int, frame) -> None:
+        nonlocal stopping
+        if stopping:
+            return
+        stopping = True
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:

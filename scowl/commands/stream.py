@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import re
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from scowl.common import UserError, compile_topology, console, open_store, redact_url, scowl_home
+from scowl.signals import signals_interrupt
 
 #: Test-only fault injection, ``<batch id>:<keys>:<path>`` (``writer.sink.merge_partition``).
 FAULT_ENV = "SCOWL_STREAM_FAULT"
@@ -98,8 +100,9 @@ def stream(
     checkpoint. Events older than the watermark (the largest event time seen
     minus the allowed lateness) and invalid records are counted and written
     to the dead-letter directory. Windows and late events are explained in
-    docs/semantics.md. Runs until stopped (Ctrl-C, kill) unless
-    --available-now; a batch cut short is redone on restart.
+    docs/semantics.md. Runs until stopped (Ctrl-C, kill, a closed terminal:
+    the summary is printed and a batch cut short is redone on restart)
+    unless --available-now.
     """
     from compiler.typesystem import format_time
     from writer.stream import StreamError, check_streamable, parse_source, run_stream
@@ -126,11 +129,15 @@ def stream(
     with open_store() as url:
         console.print(f"stream {source} -> store {redact_url(url)} (checkpoint {ck.absolute()})")
         spark = get_spark(master, app_name="scowl-stream")
+        # until stopped: SIGTERM/SIGHUP end it like Ctrl-C (query stopped, summary printed, exit 0)
+        until_stopped = nullcontext() if available_now else signals_interrupt()
         try:
-            report = run_stream(spark, plan, url, source, ck, source_url=source_url, allowed_lateness_ms=lateness_ms,
-                                dead_letter=dead_letter, available_now=available_now, trigger_s=trigger,
-                                max_files_per_trigger=max_files_per_trigger, max_events_per_batch=max_events_per_batch,
-                                fault=_fault(), on_batch=on_batch)
+            with until_stopped:
+                report = run_stream(spark, plan, url, source, ck, source_url=source_url,
+                                    allowed_lateness_ms=lateness_ms,
+                                    dead_letter=dead_letter, available_now=available_now, trigger_s=trigger,
+                                    max_files_per_trigger=max_files_per_trigger,
+                                    max_events_per_batch=max_events_per_batch, fault=_fault(), on_batch=on_batch)
         except StreamError as e:
             raise UserError(str(e)) from None
     t = report.totals

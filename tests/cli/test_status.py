@@ -6,7 +6,7 @@ import os
 
 import orjson
 
-from compiler import compile_sources
+from compiler import compile_dir, compile_sources
 from tests.cli.test_cli import scowl
 from writer.backfill import run_backfill
 from writer.status import merge_intervals, store_status
@@ -51,8 +51,15 @@ def test_status_after_two_disjoint_backfills(spark, redis_url, tmp_path):
     (topo / "t.scowl").write_text(TOPOLOGY)
     r = scowl("status", str(topo), env={**os.environ, "SCOWL_REDIS_URL": redis_url, "COLUMNS": "200"})
     assert r.returncode == 0, r.stderr
-    assert "2024-01-02T00:00:00.000Z .. 2024-01-03T00:00:00.000Z" in r.stdout  # the gap
-    assert "login.n_user" in r.stdout and "Sequence limit 2" in r.stdout
+    lines = r.stdout.splitlines()
+    i = lines.index("login.seq_user")
+    assert lines[i + 1].startswith("  Sequence limit 2, window 30d, resolution 1m, state ")
+    assert lines[i + 2:i + 6] == ["  backfilled 2024-01-01T00:00:00.000Z .. 2024-01-02T00:00:00.000Z",
+                                  "  backfilled 2024-01-03T00:00:00.000Z .. 2024-01-04T00:00:00.000Z",
+                                  "  gap 2024-01-02T00:00:00.000Z .. 2024-01-03T00:00:00.000Z",
+                                  "  online: never"]
+    assert lines[i + 6].endswith(" bytes") and lines[i + 6].startswith("  3 keys, ")
+    assert "login.n_user" in lines
 
 
 def test_status_with_unreachable_store_is_a_user_error(tmp_path):
@@ -61,3 +68,36 @@ def test_status_with_unreachable_store_is_a_user_error(tmp_path):
     r = scowl("status", str(tmp_path), env={**os.environ, "SCOWL_REDIS_URL": "redis://127.0.0.1:1/0"})
     assert r.returncode == 1
     assert "Traceback" not in r.stderr and "store unavailable" in r.stderr
+
+
+def test_status_names_inline_aggregates_by_their_feature_and_text(redis_url, tmp_path):
+    """An aggregate inside a scalar feature (SPEC §2.4) is listed as ``event.parent: <its text>``; the listing is
+    one block per state that never depends on the terminal's width."""
+    (tmp_path / "t.scowl").write_text("event pay\nuser := $.user as string\namount := $.amount as int\n"
+                                      "past_money := Sum(amount by user last 30 days) - Sum(amount by user last 2 days)\n"
+                                      "n := Count(by user last 90 seconds)\n")
+    plan = compile_dir(tmp_path).plan
+    h = {a.text or a.name: a.aggregate.definition_hash for a in plan.events["pay"].features if a.aggregate}
+    r = scowl("status", str(tmp_path), env={**os.environ, "SCOWL_REDIS_URL": redis_url, "COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        f"store {redis_url}: 3 aggregate states",
+        "",
+        "pay.n",
+        f"  Count, window 90s, resolution 1s, state {h['n']}",
+        "  backfilled: never",
+        "  online: never",
+        "  0 keys, 0 bytes",
+        "",
+        "pay.past_money: Sum(amount by user last 2 days)",
+        f"  Sum, window 2d, resolution 1m, state {h['Sum(amount by user last 2 days)']}",
+        "  backfilled: never",
+        "  online: never",
+        "  0 keys, 0 bytes",
+        "",
+        "pay.past_money: Sum(amount by user last 30 days)",
+        f"  Sum, window 30d, resolution 1m, state {h['Sum(amount by user last 30 days)']}",
+        "  backfilled: never",
+        "  online: never",
+        "  0 keys, 0 bytes",
+    ]
