@@ -28,7 +28,6 @@ import httpx
 import orjson
 import redis
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 HISTORY_START = datetime(2013, 1, 1, tzinfo=timezone.utc)
@@ -40,8 +39,8 @@ SAMPLE_FEATURES = (
     "carrier", "flight", "route", "dep_delay", "departures_1h", "delayed_3h", "dests_10m", "dests_approx_1d",
     "busy_decayed_1h",
     "avg_delay_route_7d", "max_delay_carrier_1d", "cancellations_carrier_1d", "miles_tail_30d",
-    "prev_flight", "recent_dests", "first_dep_today", "mins_since_prev", "visib", "min_visib_6h", "max_wind_6h", "arrivals_at_dest_1d",
-    "late_arrivals_carrier_1d",
+    "prev_flight", "recent_dests", "first_dep_today", "mins_since_prev", "delay_vs_week", "visib", "min_visib_6h",
+    "max_wind_6h", "arrivals_at_dest_1d", "late_arrivals_carrier_1d",
 )
 
 
