@@ -279,7 +279,7 @@ def _print_samples(console: Console, live: list[dict], responses: list[dict]) ->
         step = max(1, len(deps) // 4)
         picks = [deps[k] for k in range(step // 2, len(deps), step)][:4]
     table = Table(title="sample departure features (December, served online)", title_justify="left")
-    table.add_column("feature")
+    table.add_column("feature", no_wrap=True)
     out = []
     for i in picks:
         out.append(responses[i])
