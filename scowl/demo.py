@@ -193,8 +193,8 @@ def clear_plan_state(url: str, plan) -> int:
 
     That is the state keys ``sc:{<entity key>}:<definition hash>`` (one
     ``SCAN``), the backfill coverage records ``sc:cov:<definition hash>``
-    and the states' fields of the online-start hash ``sc:online``
-    (``compiler.algebra.storekeys``), so a second demo run starts from the
+    and the states' fields of the online-start hash ``sc:online`` (the
+    names ``writer.status`` reads them by), so a second demo run starts from the
     same store as the first, while other topologies' data in the same store
     stay.
 
@@ -209,7 +209,7 @@ def clear_plan_state(url: str, plan) -> int:
         redis.RedisError: the store failed.
     """
     from compiler.algebra.keys import PREFIX
-    from compiler.algebra.storekeys import ONLINE_KEY, cov_key
+    from writer.status import ONLINE_KEY, cov_key  # the bookkeeping key names scowl status reads
 
     hashes = set(plan.states)
     if not hashes:
