@@ -45,4 +45,9 @@ def serve(
             raise UserError(str(e)) from None
         console.print(f"serving {directory} on http://{host}:{port} (store {redact_url(url)})")
         server = graceful_server_class()(uvicorn.Config(api, host=host, port=port, log_level="warning"))
-        server.run()  # a port in use: uvicorn logs it and exits 1 (the store is still stopped)
+        try:
+            server.run()
+        except SystemExit as e:  # uvicorn could not start (it logged why, e.g. the address is in use)
+            if e.code not in (0, None):
+                raise UserError(f"the API could not start on {host}:{port} (see the message above)") from None
+            raise

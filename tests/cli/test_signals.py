@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -241,3 +242,23 @@ def test_stream_until_stopped_ends_like_ctrl_c_on_sigterm(tmp_path):
         assert redis.Redis.from_url(again.start()).dbsize() == stored
     finally:
         again.stop()
+
+
+def test_serve_on_a_busy_port_is_a_user_error_and_stops_the_store(tmp_path):
+    """The port is taken: uvicorn says why, serve adds one error line and exits 1; its valkey-server is gone."""
+    topo = tmp_path / "topo"
+    topo.mkdir()
+    (topo / "t.scowl").write_text(TOPOLOGY)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        cmd = Command(tmp_path, "serve", str(topo), "--port", str(port))
+        with cmd:
+            assert cmd.proc.wait(timeout=60) == 1
+            err = cmd.err.read_text()
+            assert "address already in use" in err
+            assert err.endswith(f"error: the API could not start on 127.0.0.1:{port} (see the message above)\n")
+            assert group(cmd.proc.pid) == []
+            assert not (cmd.home / "store" / "port").exists()  # the server it started was stopped
+            assert (cmd.home / "store" / "dump.rdb").exists()  # ... and saved
