@@ -5,8 +5,9 @@
 event costs one network round trip in the common case.
 
 ``Store.record_online`` keeps the *online-writer start times* in the hash
-:data:`ONLINE_KEY`: per aggregate state (field: definition hash), the earliest
-event time (epoch ms) the online path has written into it. ``scowl backfill``
+:data:`ONLINE_KEY` (named in ``compiler.algebra.storekeys``): per aggregate
+state (field: definition hash), the earliest event time (epoch ms) the
+online path has written into it. ``scowl backfill``
 refuses a run window that would overwrite that time (SPEC §5.6) and ``scowl
 status`` shows it (§6).
 """
@@ -20,24 +21,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from compiler.algebra.script import event_script
-
-
-#: Hash of online-writer start times: field = definition hash, value = the
-#: earliest event time (epoch ms, decimal text) the online path wrote into that state.
-ONLINE_KEY = "sc:online"
-
-#: Lua: lower each field of KEYS[1] to the given ms (keep the minimum). ARGV: field, ms, field, ms, ...
-#: Epoch ms (< 2^53) compare exactly as Lua numbers. Used by serving and ``writer.stream``.
-ONLINE_MIN_LUA = """
-for i = 1, #ARGV, 2 do
-  local cur = redis.call('HGET', KEYS[1], ARGV[i])
-  if not cur or tonumber(ARGV[i + 1]) < tonumber(cur) then
-    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
-  end
-end
-return 1
-"""
+from compiler.algebra.script import event_script, online_min_script
+from compiler.algebra.storekeys import ONLINE_KEY
 
 
 class StoreUnavailable(RuntimeError):
@@ -58,7 +43,7 @@ class Store:
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, decode_responses=False
         )
         self.script = self.client.register_script(event_script())
-        self.online_script = self.client.register_script(ONLINE_MIN_LUA)
+        self.online_script = self.client.register_script(online_min_script())
 
     async def run(self, keys: Sequence[str], argv: Sequence[Any]) -> list:
         """Run ``event.lua`` once.

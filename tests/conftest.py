@@ -10,7 +10,62 @@ rely on in production too.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+TESTS = Path(__file__).resolve().parent
+
+#: The slow tier (marker ``slow``; the inner loop is ``pytest -m "not slow"``):
+#: every test in these directories (new ones there too) -- end-to-end runs of
+#: backfill, replay and stream with Spark jobs of tens of seconds and CLI
+#: subprocesses that start their own JVM ...
+SLOW_DIRS = ("e2e", "stream")
+#: ... every test of these modules (Spark jobs beyond a few seconds, ``scowl``
+#: subprocesses, the 10,000-case compiler fuzz) ...
+SLOW_MODULES = (
+    "cli/test_cli.py",
+    "cli/test_replay.py",
+    "cli/test_status.py",
+    "compiler/test_check_command.py",
+    "compiler/test_compiler_fuzz.py",
+    "conformance/test_random_arithmetic.py",
+    "writer/test_pitreads.py",
+)
+#: ... and these single tests (``module::test`` without parameters): the
+#: conformance tables through Spark (10-30 s each), point-in-time replay
+#: against the online path (~50 s), subprocesses.
+SLOW_TESTS = (
+    "compiler/test_docs.py::test_module_entry_point_checks_the_committed_file",
+    "conformance/test_coercion.py::test_coercion_spark_matches",
+    "conformance/test_conformance.py::test_spark",
+    "test_demo_data.py::test_cli",
+    "writer/test_pointintime.py::test_point_in_time_equals_online",
+)
+#: Modules of :data:`SLOW_DIRS` that run in well under a second (no Spark, no subprocess): not slow.
+FAST_MODULES = (
+    "e2e/test_store_dump.py",
+    "stream/test_merge_ops.py",
+)
+
+
+def _is_slow(item: pytest.Item) -> bool:
+    """Whether ``item`` belongs to the slow tier (:data:`SLOW_DIRS` but :data:`FAST_MODULES`,
+    :data:`SLOW_MODULES`, :data:`SLOW_TESTS`)."""
+    try:
+        rel = item.path.resolve().relative_to(TESTS).as_posix()
+    except ValueError:
+        return False
+    name = f"{rel}::{getattr(item, 'originalname', item.name)}"
+    in_slow_dir = rel.split("/", 1)[0] in SLOW_DIRS and rel not in FAST_MODULES
+    return in_slow_dir or rel in SLOW_MODULES or name in SLOW_TESTS
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the slow tier ``slow`` (pyproject registers the marker); a test may also carry it itself."""
+    for item in items:
+        if _is_slow(item):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

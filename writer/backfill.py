@@ -29,7 +29,7 @@ added per state to ``sc:cov:<definition hash>`` (fields
 ``writer.status.record_coverage``). A run killed before that records nothing.
 
 Online overlap: the online path records per state the earliest event time
-it wrote (``sc:online``, ``serving.store.ONLINE_KEY``). A run that would
+it wrote (``sc:online``, ``compiler.algebra.storekeys.ONLINE_KEY``). A run that would
 overwrite state at or after that time is refused (:class:`OnlineOverlapError`)
 unless ``force``: for tile states, every tile up to the end rounded up to the
 state's coarsest tile size is rewritten; for write logs, ``CountUnique`` and

@@ -2,7 +2,7 @@
 
 Coverage comes from the intervals backfill records in ``sc:cov:<definition
 hash>`` (field ``<start_ms>-<end_ms>``, see ``writer.backfill``); the
-online-writer start time from ``sc:online`` (``serving.store.ONLINE_KEY``,
+online-writer start time from ``sc:online`` (``compiler.algebra.storekeys.ONLINE_KEY``,
 field: definition hash, value: the earliest event time in ms the online path
 wrote into the state); size from one ``SCAN`` over the state keys
 ``sc:{<entity key>}:<definition hash>`` (``compiler.algebra.keys``) with
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import redis
 
 from compiler.algebra.keys import PREFIX
+from compiler.algebra.storekeys import ONLINE_KEY, cov_key
 from compiler.plan import Plan
-from serving.store import ONLINE_KEY
 
 
 @dataclass
@@ -65,11 +65,6 @@ def merge_intervals(intervals: list[tuple[int, int]]) -> tuple[list[tuple[int, i
             covered.append((lo, hi))
     gaps = [(a[1], b[0]) for a, b in zip(covered, covered[1:])]
     return covered, gaps
-
-
-def cov_key(definition_hash: str) -> str:
-    """Return the name of the hash holding a state's backfilled intervals (``sc:cov:<hash>``)."""
-    return f"{PREFIX}cov:{definition_hash}"
 
 
 def read_coverage(client: redis.Redis, hashes: list[str]) -> dict[str, list[tuple[int, int]]]:

@@ -407,7 +407,7 @@ class BatchProcessor:
         return res
 
     def _record_written(self, earliest: dict[str, int]) -> None:
-        """Lower each written state's online-writer start (``serving.store.ONLINE_KEY``) to the batch's earliest event.
+        """Lower each written state's online-writer start (``storekeys.ONLINE_KEY``) to the batch's earliest event.
 
         Streamed writes are merged, like the API's, so ``scowl backfill``
         (which overwrites tiles) must leave their time alone (SPEC §5.6).
@@ -418,7 +418,8 @@ class BatchProcessor:
         """
         import redis
 
-        from serving.store import ONLINE_KEY, ONLINE_MIN_LUA
+        from compiler.algebra.script import online_min_script
+        from compiler.algebra.storekeys import ONLINE_KEY
 
         args: list = []
         for st in self.states:
@@ -429,7 +430,7 @@ class BatchProcessor:
             return
         client = redis.Redis.from_url(self.url)
         try:
-            client.eval(ONLINE_MIN_LUA, 1, ONLINE_KEY, *args)
+            client.eval(online_min_script(), 1, ONLINE_KEY, *args)
         finally:
             client.close()
 

@@ -1,8 +1,9 @@
-"""Access to the ``event.lua`` script source (SPEC §5.2).
+"""Access to the Lua script sources beside this module (SPEC §5.2, §5.6).
 
-The script is part of the storage layout (it applies the algebra's updates
-inside Redis), so it lives beside ``ops.py``; serving and the writer both
-register it from here.
+The scripts are part of the storage layout (they apply the algebra's
+updates and the bookkeeping of :mod:`compiler.algebra.storekeys` inside
+Redis), so they live beside ``ops.py``; serving and the writer both register
+them from here.
 """
 
 from __future__ import annotations
@@ -15,3 +16,15 @@ from importlib.resources import files
 def event_script() -> str:
     """Return the Lua source of ``event.lua`` (its header documents KEYS/ARGV)."""
     return files("compiler.algebra").joinpath("event.lua").read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=1)
+def online_min_script() -> str:
+    """Return the Lua source of ``online_min.lua``: lower fields of ``sc:online`` to given times.
+
+    KEYS[1] is the hash (:data:`compiler.algebra.storekeys.ONLINE_KEY`),
+    ARGV is ``field, ms, field, ms, ...``; each field becomes
+    ``min(current, ms)`` (epoch ms), so re-running it changes nothing. Its
+    header documents the same.
+    """
+    return files("compiler.algebra").joinpath("online_min.lua").read_text(encoding="utf-8")
