@@ -144,12 +144,17 @@ def read_online_starts(client: redis.Redis) -> dict[str, int]:
 
 
 def state_features(plan: Plan) -> dict[str, list[str]]:
-    """Return ``{definition hash: ["event.feature", ..]}``: the features that read each state, in plan order."""
+    """Return ``{definition hash: ["event.feature", ..]}``: the features that read each state, in plan order.
+
+    An inline aggregate (SPEC §2.4) is shown as the feature that contains it
+    and its source text: ``"event.parent: Sum(x by k last 1 day)"``.
+    """
     out: dict[str, list[str]] = {h: [] for h in plan.states}
     for ev in plan.events.values():
         for f in ev.features:
             if f.aggregate is not None and f.aggregate.definition_hash in out:
-                out[f.aggregate.definition_hash].append(f"{ev.name}.{f.name}")
+                name = f.name if f.inline_of is None else f"{f.inline_of}: {f.text or f.aggregate.function}"
+                out[f.aggregate.definition_hash].append(f"{ev.name}.{name}")
     return out
 
 
