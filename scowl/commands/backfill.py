@@ -34,7 +34,7 @@ def backfill(
     """Backfill historical events into the store's tiles (Spark).
 
     Computes each aggregate's tiles from JSONL or Parquet events with Spark
-    and writes them to the store (SPEC §5.6).
+    and writes them to the store.
     The run window [start, end) is widened down to a whole tile, and it says
     so; re-running a window overwrites, never adds. Each aggregate's window
     is exact at its resolution, as online (docs/semantics.md). The store is

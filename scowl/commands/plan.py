@@ -32,7 +32,7 @@ MAX_TYPE_WIDTH = 10
 
 def plan(
     directory: Path = typer.Argument(..., metavar="DIR", help="Topology directory (its *.scowl files)."),
-    json: bool = typer.Option(False, "--json", help="Print the plan as JSON (SPEC §6) instead of the listing."),
+    json: bool = typer.Option(False, "--json", help="Print the plan as JSON (shape: docs/semantics.md and README) instead of the listing."),
 ) -> None:
     """Print the compiled plan: features, kinds, aggregates.
 

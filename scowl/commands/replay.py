@@ -28,7 +28,7 @@ def replay(
     """Replay events into a point-in-time training set (Parquet).
 
     Writes, for every input event, the feature values it would have
-    received online (SPEC §3.3, §5.8): each event sees the events before it
+    received online: each event sees the events before it
     in arrival order (time, then position in the input), with windows exact
     at their resolution. One Parquet dataset per event type at OUTDIR/EVENT/
     with the columns _seq, _time, _id and one per feature, encoded as the API

@@ -22,7 +22,7 @@ def serve(
 ) -> None:
     """Run the event API (POST /event, /batch) over the store.
 
-    The API is SPEC §4 (wire-compatible with Sumatra's Event API).
+    The API is wire-compatible with Sumatra's Event API (docs/semantics.md §8).
     Each event's features are computed as it arrives, in arrival order, with
     windows exact at their resolution (docs/semantics.md). The store is
     SCOWL_REDIS_URL, else the embedded one under SCOWL_HOME (default

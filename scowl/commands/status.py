@@ -26,9 +26,9 @@ from scowl.common import UserError, compile_topology, console, format_duration_s
 def status(directory: Path = typer.Argument(..., metavar="DIR", help="Topology directory (its *.scowl files).")) -> None:
     """Show the store's coverage, gaps and size per aggregate.
 
-    Per aggregate state (SPEC §5.6): the backfilled intervals and the gaps between them, the earliest event
-    time the online path (serve, stream) wrote, and the number of keys and
-    bytes. The store is SCOWL_REDIS_URL, else the embedded one under
+    Per aggregate state: the backfilled intervals and the gaps between them,
+    the earliest event time the online path (serve, stream) wrote, and the
+    number of keys and bytes. The store is SCOWL_REDIS_URL, else the embedded one under
     SCOWL_HOME (default ./.scowl).
     """
     import redis

@@ -94,7 +94,7 @@ def stream(
     """Stream live events into the store's tiles (Spark).
 
     Spark Structured Streaming from a directory of JSONL files or a Redis
-    Stream (SPEC §5.7).
+    Stream.
     Each micro-batch's partial aggregates are merged into Redis exactly once
     per key, even when the job is killed and restarted with the same
     checkpoint. Events older than the watermark (the largest event time seen
