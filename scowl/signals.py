@@ -19,7 +19,7 @@ Spark jobs (backfill, replay, stream) install pyspark's own SIGINT handler,
 which cancels the running jobs and raises ``KeyboardInterrupt``: Ctrl-C
 there runs the same clean-up and exits 130 (typer's code for it). ``scowl
 stream`` without ``--available-now`` runs until stopped, so there SIGTERM and
-SIGHUP end it like Ctrl-C (:func:`signals_interrupt`): the query stops, the
+SIGHUP end it like Ctrl-C (:func:`signals_request_stop`): the query stops, the
 summary is printed, exit 0.
 """
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, ContextManager, Iterator
 
 #: The signals that stop a command.
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -57,15 +57,12 @@ class Stopped(BaseException):
 
 
 @contextmanager
-def signals_stop() -> Iterator[None]:
-    """Within the block, the first stop signal (:data:`STOP_SIGNALS`) raises :class:`Stopped` in the main thread.
+def _first_signal_raises(signals: tuple[int, ...], make: Callable[[int], BaseException]) -> Iterator[None]:
+    """Within the block, the first of ``signals`` raises ``make(signum)`` in the main thread.
 
-    Later stop signals are ignored until the block exits; the previous
-    handlers are restored on exit. Outside the main thread (where Python
-    cannot install handlers) the block runs unchanged.
-
-    Yields:
-        Nothing.
+    Later ones are ignored until the block exits; the previous handlers are
+    restored on exit. Outside the main thread (where Python cannot install
+    handlers) the block runs unchanged.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -77,9 +74,9 @@ def signals_stop() -> Iterator[None]:
         if stopping:
             return
         stopping = True
-        raise Stopped(signum)
+        raise make(signum)
 
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield
     finally:
@@ -87,35 +84,42 @@ def signals_stop() -> Iterator[None]:
             signal.signal(sig, h)
 
 
+def signals_stop() -> ContextManager[None]:
+    """Within the block, the first stop signal (:data:`STOP_SIGNALS`) raises :class:`Stopped` in the main thread.
+
+    Later stop signals are ignored until the block exits; the previous
+    handlers are restored on exit. Outside the main thread (where Python
+    cannot install handlers) the block runs unchanged.
+
+    Returns:
+        A context manager.
+    """
+    return _first_signal_raises(tuple(STOP_SIGNALS), Stopped)
+
+
 @contextmanager
-def signals_interrupt() -> Iterator[None]:
-    """Within the block, the first SIGTERM or SIGHUP raises ``KeyboardInterrupt``, as Ctrl-C does.
+def signals_request_stop(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -> Iterator[threading.Event]:
+    """Within the block, ``signals`` set the yielded event instead of raising.
 
     For a job whose normal end is an interruption (``scowl stream`` without
-    ``--available-now``): ``writer.stream.run_stream`` stops its query on
-    ``KeyboardInterrupt`` and returns its report, whichever signal stopped
-    it. SIGINT keeps its handler (pyspark's: cancel the jobs, raise
-    ``KeyboardInterrupt``). Later signals are ignored until the block exits.
-    Outside the main thread the block runs unchanged.
+    ``--available-now``): ``writer.stream.run_stream`` polls the event and
+    stops its query as on Ctrl-C. Raising from the handler instead would
+    interrupt whatever py4j call the main thread is in and can leave the
+    gateway unusable for stopping the query. SIGINT keeps its handler
+    (pyspark's: cancel the jobs, raise ``KeyboardInterrupt``). The previous
+    handlers are restored on exit. Outside the main thread the event is
+    never set by a signal.
 
     Yields:
-        Nothing.
+        A :class:`threading.Event`, set by the first of ``signals``.
     """
+    stop = threading.Event()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield stop
         return
-    stopping = False
-
-    def handler(signum: int, frame) -> None:
-        nonlocal stopping
-        if stopping:
-            return
-        stopping = True
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, lambda signum, frame: stop.set()) for sig in signals}
     try:
-        yield
+        yield stop
     finally:
         for sig, h in previous.items():
             signal.signal(sig, h)

@@ -482,6 +482,7 @@ def run_stream(
     max_events_per_batch: int | None = None,
     fault: tuple[int, int, str] | None = None,
     on_batch: Callable[[BatchResult], None] | None = None,
+    stop_requested: Callable[[], bool] | None = None,
 ) -> StreamReport:
     """Run the stream job until its source is drained (``available_now``) or it is interrupted.
 
@@ -504,6 +505,9 @@ def run_stream(
         max_events_per_batch: ``redis:`` entries per batch (default all new ones).
         fault: test-only fault injection (``writer.sink.merge_partition``).
         on_batch: called after each batch with its :class:`BatchResult`.
+        stop_requested: polled about once a second while the query runs; when
+            it returns true the query is stopped and the report returned, as
+            on ``KeyboardInterrupt`` (``scowl stream`` sets it on SIGTERM/SIGHUP).
 
     Returns:
         A :class:`StreamReport`.
@@ -554,7 +558,12 @@ def run_stream(
         writer = writer.trigger(processingTime=f"{float(trigger_s)} seconds")
     query = writer.start()
     try:
-        query.awaitTermination()
+        # poll, so that a stop request is seen without interrupting a py4j call (an exception
+        # raised inside one can leave the gateway connection unusable for query.stop())
+        while not query.awaitTermination(1):
+            if stop_requested is not None and stop_requested():
+                query.stop()
+                break
     except KeyboardInterrupt:
         query.stop()
     except Exception as e:

@@ -15,7 +15,7 @@ from typing import Optional
 import typer
 
 from scowl.common import UserError, compile_topology, console, open_store, redact_url, scowl_home
-from scowl.signals import signals_interrupt
+from scowl.signals import signals_request_stop
 
 #: Test-only fault injection, ``<batch id>:<keys>:<path>`` (``writer.sink.merge_partition``).
 FAULT_ENV = "SCOWL_STREAM_FAULT"
@@ -130,10 +130,11 @@ def stream(
         console.print(f"stream {source} -> store {redact_url(url)} (checkpoint {ck.absolute()})")
         spark = get_spark(master, app_name="scowl-stream")
         # until stopped: SIGTERM/SIGHUP end it like Ctrl-C (query stopped, summary printed, exit 0)
-        until_stopped = nullcontext() if available_now else signals_interrupt()
+        until_stopped = nullcontext() if available_now else signals_request_stop()
         try:
-            with until_stopped:
+            with until_stopped as stop:
                 report = run_stream(spark, plan, url, source, ck, source_url=source_url,
+                                    stop_requested=None if stop is None else stop.is_set,
                                     allowed_lateness_ms=lateness_ms,
                                     dead_letter=dead_letter, available_now=available_now, trigger_s=trigger,
                                     max_files_per_trigger=max_files_per_trigger,
