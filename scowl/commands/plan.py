@@ -110,8 +110,8 @@ def aggregate_call(p: Plan, ev: EventPlan, f: Feature) -> str:
     ``Function<scopes>(values by key as write_key, … where … after t limit n exclusive)``:
     the scope only for a cross-event aggregate; ``as`` where the writers'
     key differs from the reading event's (several writers with different
-    keys: ``as a|b``); a filter as the feature it tests when it is one,
-    else ``where ...``.
+    keys: ``as a|b``); a filter as Scowl text (``compiler.codegen.scowl``),
+    or ``where ...`` when the writers filter differently.
 
     Args:
         p: the plan (for the state's writes).
@@ -148,5 +148,11 @@ def aggregate_call(p: Plan, ev: EventPlan, f: Feature) -> str:
 
 
 def _filter_text(where: Expr) -> str:
-    """A ``where`` filter as text: the feature name when it tests one feature, else ``...``."""
-    return where.name if where.kind == "ref" and where.name else "..."
+    """A ``where`` filter as Scowl text (``...`` if it has no text, which the checker never produces)."""
+    from compiler.codegen import UnsupportedError
+    from compiler.codegen.scowl import to_scowl
+
+    try:
+        return to_scowl(where)
+    except UnsupportedError:
+        return "..."

@@ -72,7 +72,7 @@ def test_plan_listing_at_80_columns(tmp_path):
     long = "a_very_long_feature_name_that_is_not_cut"
     i = next(k for k, line in enumerate(lines) if line.startswith(f"  {long}"))
     assert lines[i:i + 2] == [f"  {long}  int     aggregate  state {hashes[long]}",
-                              "    Count(by user where ... limit 7 exclusive), window 1d1s, resolution 1s"]
+                              "    Count(by user where amount > 10 limit 7 exclusive), window 1d1s, resolution 1s"]
     # a scalar with aggregates inside keeps its kind; its aggregates follow it, indented, under their text
     i = lines.index("  past_money" + " " * 18 + "  int     scalar")  # names padded to 28 (longer ones push their line)
     assert lines[i + 1:i + 5] == [
