@@ -43,6 +43,7 @@ from compiler.algebra.ops import (
     tile_field,
     values_json,
 )
+from compiler.algebra.storekeys import id_key
 from compiler.algebra.windows import counted_range, levels_s, tile_index
 from compiler.codegen.python import EvalError, compile_expr
 from compiler.plan import AggregateSpec, EventPlan, Feature, Plan, StateSpec, WriteSpec
@@ -327,7 +328,7 @@ class EventProgram:
             argv: list[Any] = []
             decoders: list[Callable[[Any], None]] = []
             if event_id is not None and k == self.first_write_round and not skip_writes:
-                argv += ["ID", kidx("sc:id:{" + event_id.replace("}", "%7D") + "}"), id_ttl_ms]
+                argv += ["ID", kidx(id_key(event_id)), id_ttl_ms]
 
                 def _id_result(res: Any) -> None:
                     nonlocal skip_writes

@@ -20,10 +20,14 @@ key                        holds
 hash>``                    covered; field ``<start_ms>-<end_ms>`` (kept
                            merged), value: wall-clock ms of the latest run
                            (``writer.status.record_coverage``).
+``sc:id:{<event id>}``     :func:`id_key`: the idempotency marker of an event
+                           ``_id`` (SPEC §4), set by the event's own script
+                           call; while it lives (``SCOWL_ID_TTL_S``) a
+                           repeated ``_id`` is answered but not written.
 ========================== ===================================================
 
-Neither name can collide with a state key: those always have ``{`` right
-after the prefix.
+None of these names can collide with a state key: those always have ``{``
+right after the prefix.
 """
 
 from __future__ import annotations
@@ -52,3 +56,26 @@ def cov_key(definition_hash: str) -> str:
     'sc:cov:0123456789abcdef'
     """
     return f"{COVERAGE_PREFIX}{definition_hash}"
+
+
+#: Prefix of the idempotency markers of event ids (module table).
+ID_PREFIX = f"{PREFIX}id:"
+
+
+def id_key(event_id: str) -> str:
+    """Return the name of the idempotency marker of event id ``event_id`` (SPEC §4 ``_id``).
+
+    The id is the key's hash tag (its own slot in a cluster), with ``%`` and
+    ``}`` percent-encoded so that distinct ids never share a key and the tag
+    ends where the id does.
+
+    Args:
+        event_id: the event's ``_id`` as text.
+
+    Returns:
+        ``sc:id:{<encoded id>}``.
+
+    >>> id_key("t-3"), id_key("a}b"), id_key("a%7Db")
+    ('sc:id:{t-3}', 'sc:id:{a%7Db}', 'sc:id:{a%257Db}')
+    """
+    return ID_PREFIX + "{" + event_id.replace("%", "%25").replace("}", "%7D") + "}"

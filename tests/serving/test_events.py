@@ -70,6 +70,14 @@ def test_idempotent_id(redis_url):
     assert other["count_all"] == 2
 
 
+def test_ids_that_differ_only_by_escapes_are_distinct(redis_url):
+    """``a}`` and ``a%7D`` are two ids: each is written once (their markers must not share a key)."""
+    with client_for(LOGIN, redis_url) as c:
+        counts = [c.post("/event", json={**EVENTS[0], "_id": i}).json()["features"]["count_all"]
+                  for i in ("a}", "a%7D", "a}", "a%257D", "a%7D")]
+    assert counts == [1, 2, 2, 3, 3]
+
+
 WINDOW = """
 event e
 k := $.k as string
