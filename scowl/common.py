@@ -187,3 +187,23 @@ def format_duration_s(seconds: int) -> str:
             parts.append(f"{seconds // size}{suffix}")
             seconds %= size
     return "".join(parts)
+
+
+def start_spark(master: str | None = None, app_name: str = "scowl"):
+    """Start (or get) the Spark session with stop signals held back until it is up.
+
+    Args:
+        master: Spark master URL (default ``SCOWL_SPARK_MASTER`` or ``local[*]``).
+        app_name: the application name Spark shows.
+
+    Returns:
+        The ``pyspark.sql.SparkSession`` of ``writer.session.get_spark``.
+
+    A stop signal during start-up is delivered once the session exists
+    (``scowl.signals.stop_deferred``), so it never orphans Spark's JVM.
+    """
+    from scowl.signals import stop_deferred
+    from writer.session import get_spark
+
+    with stop_deferred():
+        return get_spark(master, app_name=app_name)

@@ -112,7 +112,7 @@ def run_demo(days: int = 7, console: Console | None = None, home: Path | None = 
     from serving.app import create_app
     from serving.settings import Settings
     from writer.backfill import run_backfill
-    from writer.session import get_spark
+    from scowl.common import start_spark
 
     console = console or Console()
     home = Path(home) if home is not None else scowl_home()
@@ -148,7 +148,7 @@ def run_demo(days: int = 7, console: Console | None = None, home: Path | None = 
         with job_progress(console) as prog:
             boot = prog.add_task("starting Spark (local[*])", total=1)
             t = time.perf_counter()
-            spark = get_spark()
+            spark = start_spark()
             prog.update(boot, completed=1)
             cb = backfill_progress(prog)
             t_bf = time.perf_counter()

@@ -25,6 +25,7 @@ summary is printed, exit 0.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from contextlib import contextmanager
@@ -56,6 +57,36 @@ class Stopped(BaseException):
         return signal.Signals(self.signum).name
 
 
+#: :func:`stop_deferred` nesting depth and the first stop signal that arrived meanwhile.
+_deferral: dict[str, int | None] = {"depth": 0, "pending": None}
+
+
+@contextmanager
+def stop_deferred() -> Iterator[None]:
+    """Within the block, a stop signal is held back and delivered again when the block ends.
+
+    For steps that must not be cut in half: starting Spark. A stop signal
+    that lands while pyspark launches its JVM makes Python exit before the
+    gateway connects, and the JVM then lives on, orphaned (seen with
+    ``kill`` one second into ``scowl backfill``). Held back, the signal is
+    re-sent to this process once the session is up; the command then
+    unwinds as usual, and the JVM exits with its driver. Nests; only the
+    outermost block re-sends.
+
+    Yields:
+        Nothing.
+    """
+    _deferral["depth"] += 1
+    try:
+        yield
+    finally:
+        _deferral["depth"] -= 1
+        pending = _deferral["pending"]
+        if _deferral["depth"] == 0 and pending is not None:
+            _deferral["pending"] = None
+            os.kill(os.getpid(), pending)
+
+
 @contextmanager
 def _first_signal_raises(signals: tuple[int, ...], make: Callable[[int], BaseException]) -> Iterator[None]:
     """Within the block, the first of ``signals`` raises ``make(signum)`` in the main thread.
@@ -72,6 +103,9 @@ def _first_signal_raises(signals: tuple[int, ...], make: Callable[[int], BaseExc
     def handler(signum: int, frame) -> None:
         nonlocal stopping
         if stopping:
+            return
+        if _deferral["depth"]:
+            _deferral["pending"] = _deferral["pending"] or signum
             return
         stopping = True
         raise make(signum)

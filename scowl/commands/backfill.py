@@ -11,7 +11,7 @@ from typing import List, Optional
 
 import typer
 
-from scowl.common import UserError, compile_topology, console, open_store, parse_iso_ms, scowl_home
+from scowl.common import UserError, compile_topology, console, open_store, parse_iso_ms, scowl_home, start_spark
 from scowl.progress import backfill_progress, job_progress
 
 
@@ -77,7 +77,6 @@ def run_backfill_with_progress(plan, events, url, start_ms, end_ms, master, auto
 
     from writer.backfill import BackfillError, check_window, run_auto_backfill, run_backfill
     from writer.features import StagedFeatureError
-    from writer.session import get_spark
     from writer.sources import SourceError
 
     if not auto and start_ms is not None and end_ms is not None:
@@ -90,7 +89,7 @@ def run_backfill_with_progress(plan, events, url, start_ms, end_ms, master, auto
     with job_progress(console) as prog:
         cb = backfill_progress(prog)
         spark_task = prog.add_task("starting Spark", total=1)
-        spark = get_spark(master)
+        spark = start_spark(master)
         prog.update(spark_task, completed=1)
         try:
             if auto:

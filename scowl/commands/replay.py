@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from scowl.common import UserError, compile_topology, console, scowl_home
+from scowl.common import UserError, compile_topology, console, scowl_home, start_spark
 from scowl.progress import job_progress, phase_progress
 
 #: Progress bar labels of the replay phases (``writer.replay``).
@@ -37,7 +37,6 @@ def replay(
     """
     from writer.features import StagedFeatureError
     from writer.replay import ReplayError, run_replay
-    from writer.session import get_spark
     from writer.sources import SourceError, expand_paths
 
     plan = compile_topology(directory)
@@ -52,7 +51,7 @@ def replay(
     with job_progress(console) as prog:
         cb = phase_progress(prog, REPLAY_PHASES)
         spark_task = prog.add_task("starting Spark", total=1)
-        spark = get_spark(master)
+        spark = start_spark(master)
         prog.update(spark_task, completed=1)
         try:
             report = run_replay(spark, plan, events, out, wanted, rejected_dir=scowl_home() / "rejected",

@@ -14,7 +14,9 @@ from typing import Optional
 
 import typer
 
-from scowl.common import UserError, compile_topology, console, open_store, redact_url, scowl_home
+from scowl.common import (
+    UserError, compile_topology, console, open_store, redact_url, scowl_home, start_spark,
+)
 from scowl.signals import signals_request_stop
 
 #: Test-only fault injection, ``<batch id>:<keys>:<path>`` (``writer.sink.merge_partition``).
@@ -124,11 +126,10 @@ def stream(
         console.print(f"batch {b.batch_id}{note}: {b.events} events, {b.late} late, {b.invalid} invalid, "
                       f"{b.applied} keys merged, {b.skipped} already merged; watermark {wm}; {b.seconds:.1f}s")
 
-    from writer.session import get_spark
 
     with open_store() as url:
         console.print(f"stream {source} -> store {redact_url(url)} (checkpoint {ck.absolute()})")
-        spark = get_spark(master, app_name="scowl-stream")
+        spark = start_spark(master, app_name="scowl-stream")
         # until stopped: SIGTERM/SIGHUP end it like Ctrl-C (query stopped, summary printed, exit 0)
         until_stopped = nullcontext() if available_now else signals_request_stop()
         try:

@@ -262,3 +262,27 @@ def test_serve_on_a_busy_port_is_a_user_error_and_stops_the_store(tmp_path):
             assert group(cmd.proc.pid) == []
             assert not (cmd.home / "store" / "port").exists()  # the server it started was stopped
             assert (cmd.home / "store" / "dump.rdb").exists()  # ... and saved
+
+
+def test_backfill_stopped_mid_job_stops_the_embedded_store(tmp_path):
+    """``scowl backfill`` (a Spark job, embedded store): SIGTERM while Spark starts exits 143 and leaves no
+    ``valkey-server`` and no process of the job. Spark's JVM included: the signal is held back until the
+    session is up (``scowl.signals.stop_deferred``); before, Python exited mid-launch and the JVM lived on."""
+    topo = tmp_path / "topo"
+    topo.mkdir()
+    (topo / "t.scowl").write_text(TOPOLOGY)
+    events = tmp_path / "events.jsonl"
+    events.write_text("".join(f'{{"_type": "pay", "_time": {1_700_000_000_000 + 997 * i}, "user": "u{i % 50}", '
+                              f'"amount": {i}}}\n' for i in range(20_000)))
+    cmd = Command(tmp_path, "backfill", str(topo), "--events", str(events), "--master", "local[1]")
+    with cmd:
+        valkey = cmd.valkey_pid()
+        # Spark is up once the driver has a java child; stop it while it works
+        wait_for(lambda: children(cmd.proc.pid, "java") or cmd.proc.poll() is not None, 120, "Spark's JVM")
+        assert cmd.proc.poll() is None, cmd.err.read_text()
+        time.sleep(1.0)  # pyspark is launching its JVM: a signal here used to orphan it
+        assert cmd.stop(signal.SIGTERM, timeout_s=120) == 128 + signal.SIGTERM, cmd.err.read_text()
+        assert "backfill wrote" not in cmd.out.read_text()
+        assert not running(valkey)
+        assert not (cmd.home / "store" / "port").exists()
+        wait_for(lambda: not group(cmd.proc.pid), 60, "Spark's JVM (and every other process of the job) to exit")
