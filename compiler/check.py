@@ -46,7 +46,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Iterator
 
 from compiler import nodes as n
 from compiler.diagnostics import Diagnostic, diag
@@ -799,18 +799,11 @@ class Checker:
         self.error("E0223", node.span, f"aggregate {canon} cannot be used in {where}",
                    hint.format(f=canon))
 
-    def _first_aggregate(self, node: Any) -> n.Call | None:
-        """The first aggregate call inside an expression node, or ``None``."""
-        stack = [node]
-        while stack:
-            x = stack.pop()
-            if isinstance(x, n.Call) and canonical_function(x.name) in AGGREGATES:
-                return x
-            if isinstance(x, (tuple, list)):
-                stack.extend(reversed(x))
-            elif hasattr(x, "__dataclass_fields__") and not isinstance(x, (n.Literal, Span)):
-                stack.extend(getattr(x, f) for f in reversed(list(x.__dataclass_fields__)) if f != "span")
-        return None
+    @staticmethod
+    def _first_aggregate(node: Any) -> n.Call | None:
+        """The first aggregate call inside an expression node (source order), or ``None``."""
+        return next((x for x in _walk(node) if isinstance(x, n.Call) and canonical_function(x.name) in AGGREGATES),
+                    None)
 
     def _clause_aggregate(self, node: Any, clause: str) -> bool:
         """Report E0223 for the first aggregate inside ``node`` (a ``clause`` operand); whether one was found."""
@@ -1199,22 +1192,27 @@ def stable_topo(graph: dict[Any, list[Any]]) -> list[Any]:
     return out
 
 
-def _names_in(node: Any) -> list[str]:
-    """Feature names referenced anywhere in an expression node (iterative; not scope names)."""
-    out: list[str] = []
+def _walk(node: Any) -> Iterator[Any]:
+    """Every syntax node inside an expression node, itself first, in source order (iterative).
+
+    A call yields its arguments and clauses, not its scope's event names.
+    """
     stack = [node]
     while stack:
         x = stack.pop()
-        if isinstance(x, n.Name):
-            out.append(x.name)
-        elif isinstance(x, (tuple, list)):
-            stack.extend(x)
-        elif isinstance(x, n.Call):
-            stack.extend(x.args)
-            stack.extend(x.clauses)
+        if isinstance(x, (tuple, list)):
+            stack.extend(reversed(x))
+            continue
+        yield x
+        if isinstance(x, n.Call):
+            stack.extend(reversed(x.args + x.clauses))
         elif hasattr(x, "__dataclass_fields__") and not isinstance(x, (n.Literal, Span)):
-            stack.extend(getattr(x, f) for f in x.__dataclass_fields__ if f != "span")
-    return out
+            stack.extend(getattr(x, f) for f in reversed(list(x.__dataclass_fields__)) if f != "span")
+
+
+def _names_in(node: Any) -> list[str]:
+    """Feature names referenced anywhere in an expression node (not scope names)."""
+    return [x.name for x in _walk(node) if isinstance(x, n.Name)]
 
 
 def _cycles(feats: dict[str, FeatureInfo]) -> list[list[str]]:

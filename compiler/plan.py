@@ -210,11 +210,6 @@ class Feature:
     inline_of: str | None = None
     text: str | None = None
 
-    @property
-    def is_output(self) -> bool:
-        """Whether the feature is an output (API response, replay column): not an inline aggregate."""
-        return self.inline_of is None
-
 
 @dataclass(frozen=True)
 class WriteSpec:

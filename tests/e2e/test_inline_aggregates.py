@@ -33,9 +33,9 @@ import pyarrow.parquet as pq
 import pytest
 import redis
 
-from compiler import compile_sources
 from tests.e2e.helpers import close, login_purchase_events, post_all
 from tests.reference import reference_values
+from tests.serving.helpers import compile_text
 from writer.backfill import run_backfill
 from writer.replay import run_replay
 from writer.status import state_features, store_status
@@ -114,15 +114,9 @@ SPLIT_MS = START_MS + 86_400_000 + 13 * 3_600_000 + 4_321  # not on a tile bound
 INLINE_NAMES = [line.split(" := ")[0] for line in INLINE.splitlines()]
 
 
-def _plan(text: str):
-    result = compile_sources({"t.scowl": text})
-    assert result.plan is not None, result.render()
-    return result.plan
-
-
 @pytest.fixture(scope="module")
 def plan():
-    return _plan(INPUTS + INLINE + STAGED + PURCHASE)
+    return compile_text(INPUTS + INLINE + STAGED + PURCHASE)
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +153,7 @@ def test_plan_lists_inline_aggregates_under_scalar_features(plan):
     assert ep.inline("past_money")[0].aggregate.definition_hash == month
     a, b = ep.inline("twice")
     assert a.aggregate.definition_hash == b.aggregate.definition_hash
-    named = _plan(INPUTS + NAMED + STAGED + PURCHASE)
+    named = compile_text(INPUTS + NAMED + STAGED + PURCHASE)
     assert set(plan.states) == set(named.states)
     # JSON: the parent stays a scalar and lists them; a round trip keeps the order valid
     doc = plan.to_json()["events"]["login"]["features"]
@@ -173,7 +167,7 @@ def test_plan_lists_inline_aggregates_under_scalar_features(plan):
 
 
 def test_online_equals_reference_and_named_features(plan, events, expected, redis_url):
-    named = _plan(INPUTS + NAMED + STAGED + PURCHASE)
+    named = compile_text(INPUTS + NAMED + STAGED + PURCHASE)
     plain = reference_values(named, events)
     outputs = [{k: v[k] for k in w} for v, w in zip(plain, expected)]
     _assert_equal(expected, outputs, events, "reference: inline vs named")
@@ -220,7 +214,7 @@ def test_backfill_then_online_equals_reference(spark, plan, events, expected, re
 
 
 def test_stream_then_online_equals_reference(spark, events, redis_url, tmp_path):
-    plan = _plan(INPUTS + INLINE + PURCHASE)
+    plan = compile_text(INPUTS + INLINE + PURCHASE)
     expected = reference_values(plan, events)
     history = [e for e in events if e["_time"] < SPLIT_MS]
     src = tmp_path / "in"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from compiler import compile_sources
 from tests.e2e.store_dump import assert_same_store, diff_stores, float_sum_fields
+from tests.serving.helpers import compile_text
 
 TOPOLOGY = """
 event login
@@ -23,9 +23,7 @@ seq := Sequence(amount by user limit 3)
 
 @pytest.fixture(scope="module")
 def plan():
-    result = compile_sources({"t.scowl": TOPOLOGY})
-    assert result.plan is not None, result.render()
-    return result.plan
+    return compile_text(TOPOLOGY)
 
 
 @pytest.fixture(scope="module")
