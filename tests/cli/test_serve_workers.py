@@ -1,0 +1,236 @@
+"""``scowl serve DIR --workers N``: N uvicorn worker processes over one store, stopped gracefully.
+
+Real processes, real signals, the real embedded ``valkey-server`` (no
+``SCOWL_REDIS_URL``; a private ``SCOWL_HOME``), as in ``test_signals``. Which
+worker answers a request is decided, not left to the kernel: the test
+stops the other worker (SIGSTOP) while it opens a connection, so only the
+chosen one can accept it, finds the connection among the chosen worker's
+sockets in ``/proc``, lets the other continue (SIGCONT) and sends the
+request on that connection.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from scowl.embedded import free_port
+from tests.cli.test_signals import Command, group, live_processes, proc_stat, running, wait_for
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+#: A departure of examples/flights; ``departures_1h`` counts by origin, ``miles_tail_30d`` sums distance by tailnum.
+DISTANCE = 2475
+
+
+def departure(k: int) -> dict:
+    """The ``k``-th departure of one aircraft from JFK, ``k`` minutes after 10:00 on 2013-01-01."""
+    return {"_type": "departure", "_time": f"2013-01-01T10:{k:02d}:00Z", "carrier": "UA", "flight": k,
+            "tailnum": "N1", "origin": "JFK", "dest": "LAX", "dep_delay": 5.0, "distance": DISTANCE}
+
+
+def workers(pid: int) -> list[int]:
+    """Pids of the live uvicorn workers of ``pid`` (its ``multiprocessing.spawn`` children)."""
+    out = []
+    for p, st in live_processes().items():
+        if st[2] != pid:
+            continue
+        try:
+            if b"multiprocessing.spawn" in Path(f"/proc/{p}/cmdline").read_bytes():
+                out.append(p)
+        except OSError:
+            pass
+    return sorted(out)
+
+
+def socket_inodes(pid: int) -> set[int]:
+    """Inodes of the sockets ``pid`` has open."""
+    out = set()
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return out
+    for fd in fds:
+        try:
+            link = os.readlink(fd)
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            out.add(int(link[len("socket:["):-1]))
+    return out
+
+
+def tcp() -> list[tuple[int, int, int, int]]:
+    """Established IPv4 TCP sockets of this network namespace: ``(local port, remote port, receive queue, inode)``."""
+    rows = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        f = line.split()
+        if f[3] == "01":  # TCP_ESTABLISHED
+            rows.append((int(f[1].split(":")[1], 16), int(f[2].split(":")[1], 16), int(f[4].split(":")[1], 16),
+                         int(f[9])))
+    return rows
+
+
+def owner(server_port: int, client_port: int, pids: list[int]) -> int | None:
+    """The pid among ``pids`` that accepted the connection from ``client_port`` to ``server_port``, if any."""
+    inodes = {row[3] for row in tcp() if row[0] == server_port and row[1] == client_port}
+    for pid in pids:
+        if inodes & socket_inodes(pid):
+            return pid
+    return None
+
+
+def connect_to(worker: int, others: list[int], port: int) -> http.client.HTTPConnection:
+    """An HTTP connection accepted by ``worker``: the others are stopped while it is opened (each time < 3 s,
+    well within uvicorn's 5 s health check); retried until ``worker`` accepts (the workers may still be starting:
+    the port listens once the first one is up)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for p in others:
+            os.kill(p, signal.SIGSTOP)
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        except ConnectionRefusedError:  # no worker has started listening yet
+            sock = None
+        try:
+            client_port = sock.getsockname()[1] if sock else None
+            until = time.monotonic() + 2.5
+            while sock and time.monotonic() < until and owner(port, client_port, [worker]) is None:
+                time.sleep(0.02)
+        finally:
+            for p in others:
+                os.kill(p, signal.SIGCONT)
+        if sock is None:
+            time.sleep(0.2)
+            continue
+        if owner(port, client_port, [worker]) == worker:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            conn.sock = sock
+            return conn
+        sock.close()
+    pytest.fail(f"worker {worker} accepted no connection in 60 s")
+
+
+def post(conn: http.client.HTTPConnection, event: dict) -> dict:
+    """``POST /event`` on ``conn``; the answer's JSON (status 200 asserted)."""
+    conn.request("POST", "/event", body=json.dumps(event), headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    body = r.read()
+    assert r.status == 200, body
+    return json.loads(body)
+
+
+@pytest.mark.slow
+def test_workers_share_one_store_and_stop_gracefully(tmp_path, monkeypatch):
+    """Two workers answer alternately, each on its own connection, and count in one store: the k-th
+    departure's count is k whichever worker answers. SIGTERM to serve while a request is in flight (the store
+    is paused under it): the other worker exits, the request is answered, then serve saves and stops the
+    store and exits 143; no worker, no ``valkey-server``, no other process of serve's is left."""
+    monkeypatch.setenv("SCOWL_STORE_TIMEOUT_S", "60")  # the store is paused (SIGSTOP) under a request below
+    port = free_port()
+    cmd = Command(tmp_path, "serve", "examples/flights", "--workers", "2", "--port", str(port))
+    with cmd:
+        valkey = cmd.valkey_pid()
+
+        def two_workers() -> list[int] | bool:
+            found = workers(cmd.proc.pid)
+            return found if len(found) == 2 else cmd.proc.poll() is not None
+
+        pids = wait_for(two_workers, 60, "two workers")
+        assert cmd.proc.poll() is None, cmd.err.read_text()
+        assert cmd.out.read_text() == (f"serving examples/flights on http://127.0.0.1:{port} with 2 workers "
+                                       f"(store {cmd.store_url()})\n")
+        served = []
+        for k in range(1, 7):
+            w = pids[k % 2]
+            conn = connect_to(w, [p for p in pids if p != w], port)
+            feats = post(conn, departure(k))["features"]
+            conn.close()
+            served.append(w)
+            assert (feats["departures_1h"], feats["miles_tail_30d"]) == (k, k * DISTANCE), (k, w, feats)
+        assert set(served) == set(pids)
+        assert workers(cmd.proc.pid) == pids  # none was replaced
+
+        # a request in flight at SIGTERM: worker w has sent its script call to the paused store
+        w, other = pids
+        conn = connect_to(w, [other], port)
+        valkey_port = int((cmd.home / "store" / "port").read_text())
+        result: dict = {}
+        os.kill(valkey, signal.SIGSTOP)
+        try:
+            t = threading.Thread(target=lambda: result.update(answer=post(conn, departure(7))))
+            t.start()
+            wait_for(lambda: any(row[0] == valkey_port and row[2] > 0 for row in tcp()), 30,
+                     "the worker's call to the store")
+            os.kill(cmd.proc.pid, signal.SIGTERM)
+            wait_for(lambda: not running(other), 30, "the idle worker to exit")
+            assert running(w) and t.is_alive() and cmd.proc.poll() is None
+        finally:
+            os.kill(valkey, signal.SIGCONT)
+        t.join(timeout=60)
+        assert result["answer"]["features"]["departures_1h"] == 7
+        assert cmd.proc.wait(timeout=60) == 128 + signal.SIGTERM
+        err = cmd.err.read_text()
+        assert err.endswith("scowl: stopped by SIGTERM\n") and "Traceback" not in err, err
+        assert not running(w) and not running(valkey), (proc_stat(w), proc_stat(valkey))
+        wait_for(lambda: not group(cmd.proc.pid), 30, "every process of serve's group to exit")
+        assert not (cmd.home / "store" / "port").exists()
+        assert (cmd.home / "store" / "dump.rdb").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
+def test_workers_stop_on_sigint_and_sighup(tmp_path, sig):
+    """SIGINT and SIGHUP to serve stop it as SIGTERM does (uvicorn's supervisor would restart its workers on
+    SIGHUP): exit 128+n, nothing of serve's left, the store stopped."""
+    port = free_port()
+    cmd = Command(tmp_path, "serve", "examples/flights", "--workers", "2", "--port", str(port))
+    with cmd:
+        valkey = cmd.valkey_pid()
+        wait_for(lambda: len(workers(cmd.proc.pid)) == 2 or cmd.proc.poll() is not None, 60, "two workers")
+        assert cmd.proc.poll() is None, cmd.err.read_text()
+        pids = workers(cmd.proc.pid)
+        assert post(connect_to(pids[0], pids[1:], port), departure(1))["features"]["departures_1h"] == 1
+        assert cmd.stop(sig) == 128 + sig
+        err = cmd.err.read_text()
+        assert err.endswith(f"scowl: stopped by {sig.name}\n") and "Traceback" not in err, err
+        assert not running(valkey)
+        wait_for(lambda: not group(cmd.proc.pid), 30, "every process of serve's group to exit")
+        assert not (cmd.home / "store" / "port").exists()
+
+
+def test_workers_on_a_busy_port_is_a_user_error_and_stops_the_store(tmp_path):
+    """The port is taken: uvicorn says why, serve adds one error line and exits 1, starting no worker."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        cmd = Command(tmp_path, "serve", "examples/flights", "--workers", "2", "--port", str(port))
+        with cmd:
+            assert cmd.proc.wait(timeout=60) == 1
+            err = cmd.err.read_text()
+            assert "address already in use" in err.lower()
+            assert err.endswith(f"error: the API could not start on 127.0.0.1:{port} (see the message above)\n")
+            assert group(cmd.proc.pid) == []
+            assert not (cmd.home / "store" / "port").exists()
+
+
+@pytest.mark.parametrize("n", ["0", "-1"])
+def test_workers_below_one_is_a_usage_error(tmp_path, n):
+    """``--workers 0`` (or less): exit 2 with click's message naming the option, no traceback, no store started."""
+    cmd = Command(tmp_path, "serve", "examples/flights", "--workers", n)
+    with cmd:
+        assert cmd.proc.wait(timeout=60) == 2
+        err = cmd.err.read_text()
+        assert "Invalid value for '--workers'" in err and "greater than or equal to 1" in err, err
+        assert "Traceback" not in err
+        assert not (cmd.home / "store").exists()
