@@ -2,7 +2,9 @@
 
 For each event type an :class:`EventProgram` is built once from the plan. It
 schedules the event's aggregate reads and state writes into *rounds*; each
-round is one call of ``event.lua`` (one network round trip). In the common
+round is one call of a Lua script generated for that round from the plan
+(:mod:`compiler.algebra.lua`: constants in the script, only the event's keys,
+time and values in its arguments; one network round trip). In the common
 case -- no aggregate whose key, value or filter depends on another aggregate
 of the same event -- there is exactly one round (SPEC §5.2).
 
@@ -31,8 +33,8 @@ from typing import Any, Awaitable, Callable, Sequence
 import orjson
 
 from compiler.algebra.keys import encode_key, redis_key
+from compiler.algebra.lua import LuaGenerator, ReadSlot, RoundSpec, WriteSlot
 from compiler.algebra.ops import (
-    DECAY_HORIZON,
     AggregateOp,
     CountUniqueOp,
     DecayedOp,
@@ -40,11 +42,9 @@ from compiler.algebra.ops import (
     fold,
     make_op,
     parse_log_member,
-    tile_field,
-    values_json,
 )
 from compiler.algebra.storekeys import id_key
-from compiler.algebra.windows import counted_range, levels_s, tile_index
+from compiler.algebra.windows import counted_range
 from compiler.codegen.python import EvalError, compile_expr
 from compiler.plan import AggregateSpec, EventPlan, Feature, Plan, StateSpec, WriteSpec
 from compiler.typesystem import MAX_TIME_MS, MIN_TIME_MS, format_time, parse_time, read_input, to_json_value
@@ -64,8 +64,12 @@ class BadEvent(ValueError):
         self.message = message
 
 
-#: Signature of the store call: ``(keys, argv) -> results`` (see ``event.lua``).
-RunScript = Callable[[Sequence[str], Sequence[Any]], Awaitable[list]]
+#: Signature of the store call: ``(script source, keys, argv) -> results``; the
+#: script is a round's generated Lua (``compiler.algebra.lua`` documents KEYS/ARGV).
+RunScript = Callable[[str, Sequence[str], Sequence[Any]], Awaitable[list]]
+
+#: The Lua target of the algebra (stateless).
+LUA = LuaGenerator()
 
 #: Signature of the online-start record: ``{definition hash: event time ms}`` -> None
 #: (``serving.store.Store.record_online``: keeps the minimum per state).
@@ -113,15 +117,47 @@ class _Read:
     spec: AggregateSpec
     state: StateSpec
     op: AggregateOp
-    sizes: tuple[int, ...]
-    key_types: tuple[str, ...]
     before_write: bool
     round: int = 1
 
     def __post_init__(self) -> None:
-        # the static tail of the T op (resolution, sizes, component suffixes)
-        comps = self.op.components
-        self.tile_args = (self.state.resolution_s, len(self.sizes), *self.sizes, len(comps), *comps)
+        self.slot = ReadSlot(self.op, self.state.window_s, self.state.resolution_s, self.state.limit,
+                             self.spec.after is not None)
+        self.res_ms = self.state.resolution_s * 1000
+        op = self.op
+        # how the script's result becomes the feature value (compiler.algebra.lua)
+        if self.state.limit is not None:
+            self.finish = self._finish_log
+        elif isinstance(op, DecayedOp):
+            self.finish = self._finish_decayed
+        elif isinstance(op, CountUniqueOp):
+            self.finish = self._finish_int
+        elif isinstance(op, LatestOp):
+            self.finish = self._finish_latest
+        else:
+            self.finish = self._finish_merged
+
+    def _finish_log(self, res: Any, t_ms: int, after_ms: int | None) -> Any:
+        vtypes = self.state.value_types
+        writes = [(int(float(res[j + 1])), parse_log_member(res[j], vtypes)) for j in range(len(res) - 2, -1, -2)]
+        return fold(self.op, writes)
+
+    def _finish_decayed(self, res: Any, t_ms: int, after_ms: int | None) -> Any:
+        return self.op.value_at(self.op.decode(res), t_ms)
+
+    def _finish_int(self, res: Any, t_ms: int, after_ms: int | None) -> Any:
+        return int(res)
+
+    def _finish_latest(self, res: Any, t_ms: int, after_ms: int | None) -> Any:
+        ir = self.op.decode(res)
+        if ir is not None:
+            lo, _ = counted_range(t_ms, self.state.window_s, after_ms)
+            if not (lo * self.res_ms <= ir[0] <= t_ms):
+                ir = None
+        return self.op.finalize(ir)
+
+    def _finish_merged(self, res: Any, t_ms: int, after_ms: int | None) -> Any:
+        return self.op.finalize(LUA.decode_read(self.slot, res))
 
 
 @dataclass
@@ -129,19 +165,11 @@ class _Write:
     state: StateSpec
     write: WriteSpec
     op: AggregateOp
-    sizes: tuple[int, ...]
     where: Callable[[Any, int], Any] | None
     round: int = 1
 
     def __post_init__(self) -> None:
-        window_ms = self.state.window_s * 1000
-        res_ms = self.state.resolution_s * 1000
-        # X op arguments: ttl W + r (SPEC §5.3), W, r, prune at most every W/4
-        self.ttl_ms = window_ms + res_ms
-        if isinstance(self.op, DecayedOp):
-            self.ttl_ms = DECAY_HORIZON * window_ms
-        self.log_args = (window_ms + res_ms, self.ttl_ms)
-        self.prune_args = (window_ms, res_ms, max(window_ms // 4, res_ms))
+        self.slot = WriteSlot(self.op, self.state.window_s, self.state.resolution_s, self.state.limit)
 
 
 @dataclass
@@ -149,6 +177,8 @@ class _Round:
     reads_before: list[_Read] = field(default_factory=list)
     writes: list[_Write] = field(default_factory=list)
     reads_after: list[_Read] = field(default_factory=list)
+    #: the generated Lua source of the round (compiler.algebra.lua)
+    script: str = ""
 
 
 class EventProgram:
@@ -190,8 +220,6 @@ class EventProgram:
                 spec=spec,
                 state=state,
                 op=make_op(state.function, state.value_types, spec.value_names, state.window_s),
-                sizes=levels_s(state.window_s),
-                key_types=state.key_types,
                 before_write=spec.exclusive and writes_it,
             )
         self.writes: dict[str, _Write] = {}
@@ -202,7 +230,6 @@ class EventProgram:
                 state=state,
                 write=w,
                 op=make_op(state.function, state.value_types, window_s=state.window_s),
-                sizes=levels_s(state.window_s),
                 where=None if w.where is None else compile_expr(w.where),
             )
         self._schedule()
@@ -257,6 +284,13 @@ class EventProgram:
             (rd.reads_before if r.before_write else rd.reads_after).append(r)
         for w in self.writes.values():
             self.rounds[w.round - 1].writes.append(w)
+        for k, rd in enumerate(self.rounds, start=1):
+            rd.script = LUA.script(RoundSpec(
+                name=f"event {self.name}, round {k}",
+                reads_before=tuple(r.slot for r in rd.reads_before),
+                writes=tuple(w.slot for w in rd.writes),
+                reads_after=tuple(r.slot for r in rd.reads_after),
+            ))
         self.first_write_round = min([w.round for w in self.writes.values()], default=0)
         self.by_stage: list[list[Feature]] = [[] for _ in range(n + 1)]
         for f in self.features:
@@ -315,112 +349,50 @@ class EventProgram:
         self._eval_scalars(self.by_stage[0], env, errors, event_time_ms, payload)
         skip_writes = False
         for k, rd in enumerate(self.rounds, start=1):
-            keys: list[str] = []
-            key_index: dict[str, int] = {}
-
-            def kidx(name: str) -> int:
-                i = key_index.get(name)
-                if i is None:
-                    keys.append(name)
-                    i = key_index[name] = len(keys)
-                return i
-
-            argv: list[Any] = []
-            decoders: list[Callable[[Any], None]] = []
-            if event_id is not None and k == self.first_write_round and not skip_writes:
-                argv += ["ID", kidx(id_key(event_id)), id_ttl_ms]
-
-                def _id_result(res: Any) -> None:
-                    nonlocal skip_writes
-                    if int(res) == 0:
-                        skip_writes = True
-
-                decoders.append(_id_result)
-            if append is not None and k == self.first_write_round and not skip_writes:
-                argv += ["XA", kidx(append[0]), append[1]]
+            first = k == self.first_write_round and not skip_writes
+            use_id = first and event_id is not None
+            use_stream = first and append is not None
+            keys: list[str] = [id_key(event_id) if use_id else "", append[0] if use_stream else ""]  # type: ignore[index, arg-type]
+            argv: list[Any] = [event_time_ms, id_ttl_ms if use_id else "", append[1] if use_stream else ""]  # type: ignore[index]
+            pending: list[tuple[_Read, int | None]] = []
             for r in rd.reads_before:
-                self._read_args(r, env, event_time_ms, argv, decoders, kidx)
+                self._read_args(r, env, keys, argv, pending)
             written: list[str] = []
-            if not skip_writes:
-                for w in rd.writes:
-                    if self._write_args(w, env, errors, event_time_ms, argv, kidx):
-                        written.append(w.state.definition_hash)
+            for w in rd.writes:
+                if not skip_writes and self._write_args(w, env, event_time_ms, keys, argv):
+                    written.append(w.state.definition_hash)
+                else:
+                    keys.append("")
             for r in rd.reads_after:
-                self._read_args(r, env, event_time_ms, argv, decoders, kidx)
+                self._read_args(r, env, keys, argv, pending)
             if written and online is not None:
                 await online.note(written, event_time_ms)
-            if argv:
-                results = await run(keys, argv)
-                for dec, res in zip(decoders, results):
-                    dec(res)
+            if written or pending or use_id or use_stream:
+                results = await run(rd.script, keys, argv)
+                if use_id and results[0] == 0:
+                    skip_writes = True
+                for (r, after_ms), res in zip(pending, results[1:]):
+                    env[r.feature] = r.finish(res, event_time_ms, after_ms)
             self._eval_scalars(self.by_stage[k], env, errors, event_time_ms, payload)
         values = {f.name: env.get(f.name) for f in self.features}
         return values, errors
 
-    def _read_args(self, r: _Read, env: dict, t_ms: int, argv: list, decoders: list, kidx) -> None:
-        key_vals = [env.get(n) for n in r.spec.read_keys]
-        enc = encode_key(key_vals, r.key_types)
+    def _read_args(self, r: _Read, env: dict, keys: list, argv: list, pending: list) -> None:
+        """Append one read's slot key (``""``: null key, the value is null) and ``after`` argument."""
+        enc = encode_key([env.get(n) for n in r.spec.read_keys], r.state.key_types)
         if enc is None:
             env[r.feature] = None
+            keys.append("")
             return
-        after_ms = env.get(r.spec.after) if r.spec.after else None
-        lo, hi = counted_range(t_ms, r.state.window_s, after_ms)
-        res_ms = r.state.resolution_s * 1000
-        rk = kidx(redis_key(enc, r.state.definition_hash))
-        op = r.op
-        name = r.feature
-        if r.state.limit is not None:
-            argv += ["ZR", rk, lo * res_ms, t_ms, r.state.limit]
-            vtypes = r.state.value_types
+        keys.append(redis_key(enc, r.state.definition_hash))
+        after_ms = None
+        if r.spec.after is not None:
+            after_ms = env.get(r.spec.after)
+            argv.append("" if after_ms is None else int(after_ms))
+        pending.append((r, after_ms))
 
-            def dec_z(res: Any) -> None:
-                writes = [(int(float(res[j + 1])), parse_log_member(res[j], vtypes)) for j in range(len(res) - 2, -1, -2)]
-                env[name] = fold(op, writes)
-
-            decoders.append(dec_z)
-            return
-        if isinstance(op, DecayedOp):
-            argv += ["R", rk, 3, "dt", "dv", "dw"]
-
-            def dec_d(res: Any) -> None:
-                env[name] = op.value_at(op.decode(res), t_ms)
-
-            decoders.append(dec_d)
-            return
-        if isinstance(op, CountUniqueOp):
-            argv += ["U", rk, lo * res_ms, t_ms]
-
-            def dec_u(res: Any) -> None:
-                env[name] = int(res) if lo <= hi else 0
-
-            decoders.append(dec_u)
-            return
-        if isinstance(op, LatestOp):
-            argv += ["R", rk, 2, "lt", "lv"]
-            lo_ms = lo * res_ms
-
-            def dec_l(res: Any) -> None:
-                ir = op.decode(res)
-                if ir is not None and not (lo_ms <= ir[0] <= t_ms):
-                    ir = None
-                env[name] = op.finalize(ir)
-
-            decoders.append(dec_l)
-            return
-        argv += ["T", rk, lo, hi, *r.tile_args]
-        nc = len(op.components)
-
-        def dec_t(res: Any) -> None:
-            ir = op.init()
-            for j in range(0, len(res), nc):
-                if any(x is not None for x in res[j : j + nc]):
-                    ir = op.merge(ir, op.decode(res[j : j + nc]))
-            env[name] = op.finalize(ir)
-
-        decoders.append(dec_t)
-
-    def _write_args(self, w: _Write, env: dict, errors: dict, t_ms: int, argv: list, kidx) -> bool:
-        """Append the ops of one state write to ``argv``; return whether it writes (SPEC §2.4 write rules)."""
+    def _write_args(self, w: _Write, env: dict, t_ms: int, keys: list, argv: list) -> bool:
+        """Append one write's slot key and values if it writes (SPEC §2.4 write rules); return whether."""
         spec = w.write
         if w.where is not None:
             try:
@@ -435,13 +407,8 @@ class EventProgram:
         enc = encode_key([env.get(n) for n in spec.keys], w.state.key_types)
         if enc is None:
             return False
-        rk = kidx(redis_key(enc, w.state.definition_hash))
-        if w.state.limit is not None:
-            argv += ["ZW", rk, t_ms, values_json(values), w.state.limit, t_ms - w.log_args[0], w.log_args[1]]
-            return True
-        fields = [tile_field(size, tile_index(t_ms, size)) for size in w.sizes] if w.op.tiled else []
-        argv += w.op.write_args(rk, fields, values, t_ms)
-        argv += ["X", rk, w.ttl_ms, t_ms, *w.prune_args]
+        keys.append(redis_key(enc, w.state.definition_hash))
+        argv.extend(LUA.write_values(w.slot, values))
         return True
 
 

@@ -1,8 +1,9 @@
 """The Redis side of serving: one registered script call per round (SPEC §5.2).
 
-``Store.run(keys, argv)`` runs ``compiler/algebra/event.lua`` with ``EVALSHA``
-(redis-py's ``Script`` object loads it again after a ``NOSCRIPT`` error), so an
-event costs one network round trip in the common case.
+``Store.run(script, keys, argv)`` runs one generated round script
+(``compiler.algebra.lua``) with ``EVALSHA``, registered once per source
+(redis-py's ``Script`` object loads it again after a ``NOSCRIPT`` error), so
+an event costs one network round trip in the common case.
 
 ``Store.record_online`` keeps the *online-writer start times* in the hash
 :data:`ONLINE_KEY` (named in ``compiler.algebra.storekeys``): per aggregate
@@ -21,7 +22,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from compiler.algebra.script import event_script, online_min_script
+from compiler.algebra.script import online_min_script
 from compiler.algebra.storekeys import ONLINE_KEY
 
 
@@ -42,25 +43,30 @@ class Store:
         self.client = aioredis.Redis.from_url(
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, decode_responses=False
         )
-        self.script = self.client.register_script(event_script())
+        #: script source -> registered script (one per event type and round)
+        self.scripts: dict[str, Any] = {}
         self.online_script = self.client.register_script(online_min_script())
 
-    async def run(self, keys: Sequence[str], argv: Sequence[Any]) -> list:
-        """Run ``event.lua`` once.
+    async def run(self, script: str, keys: Sequence[str], argv: Sequence[Any]) -> list:
+        """Run a round script once.
 
         Args:
+            script: the Lua source (``compiler.algebra.lua``); registered on first use.
             keys: Redis keys (KEYS).
-            argv: the flat op list (ARGV; see the script header).
+            argv: the arguments (ARGV; see ``compiler.algebra.lua``).
 
         Returns:
-            The script's pushed results (HMGET arrays of bytes/None, ints).
+            The script's reply (``[id flag, one result per read]``).
 
         Raises:
             StoreUnavailable: connection, timeout or server error. The script
                 is atomic, so either all of its writes happened or none.
         """
+        registered = self.scripts.get(script)
+        if registered is None:
+            registered = self.scripts[script] = self.client.register_script(script)
         try:
-            return await self.script(keys=list(keys), args=list(argv))
+            return await registered(keys=keys, args=argv)
         except (RedisConnectionError, RedisTimeoutError, OSError) as e:
             raise StoreUnavailable(f"store unreachable: {e}") from e
         except RedisError as e:
