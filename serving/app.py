@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from compiler.plan import Plan
 from serving.errors import install_error_handlers
 from serving.evaluate import Evaluator, OnlineStarts
+from serving.fastpath import ScowlAPI
 from serving.routes import events, meta
 from serving.settings import Settings
 from serving.store import Store
@@ -30,7 +31,9 @@ def create_app(plan: Plan, settings: Settings | None = None, redis_url: str | No
             the embedded server's URL here).
 
     Returns:
-        The FastAPI app; use it as an ASGI app or in ``TestClient``.
+        The FastAPI app (a :class:`serving.fastpath.ScowlAPI`: ``POST /event``
+        skips routing and dependency injection); use it as an ASGI app or in
+        ``TestClient``.
 
     Raises:
         ValueError: no store URL given at all.
@@ -56,7 +59,7 @@ def create_app(plan: Plan, settings: Settings | None = None, redis_url: str | No
         finally:
             await store.close()
 
-    app = FastAPI(title="scowl", version="0.1.0", lifespan=lifespan)
+    app = ScowlAPI(title="scowl", version="0.1.0", lifespan=lifespan)
     app.state.plan = plan
     app.state.settings = settings
     app.state.api_keys = settings.key_set()
