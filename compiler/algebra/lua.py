@@ -25,8 +25,11 @@ tile cover inside the script and return one partial aggregate
 neither the field list nor the tiles cross the network.
 
 The stored layout and every update are those of ``event.lua`` and ``ops``
-(same commands, same field names, same texts), so backfill, stream and
-online writes keep meeting in one store. Merges are exact: float sums add
+(same field names and texts), so backfill, stream and online writes keep
+meeting in one store; one difference: a float tile sum is added as doubles
+in Lua and stored as ``%.17g`` (exactly ``ops`` ``update``), where
+``event.lua``'s ``F`` op uses ``HINCRBYFLOAT`` (long double, printed
+fixed-point: values below 1e-17 vanish). Merges are exact: float sums add
 the same doubles in the same (time) order as ``ops.*.merge`` (Lua numbers
 are IEEE doubles, ``%.17g`` round-trips them); integer sums are added in
 Lua only while every term and partial sum stays below 2**53, and are
@@ -64,8 +67,10 @@ from compiler.algebra.ops import (
 )
 from compiler.algebra.windows import LEVEL_CODE, levels_s
 
-#: Integers below this add exactly as doubles (Lua numbers).
-EXACT_INT = 2**53
+
+#: Hoisted constants kept in Lua locals (the rest go to the table ``K``); the
+#: prelude's locals and these stay under Lua's 200 locals per function.
+MAX_LOCAL_CONSTS = 100
 
 
 @dataclass(frozen=True)
@@ -313,6 +318,16 @@ local function count_seen(key, lo_ms, hi_ms)
   return cnt
 end
 
+-- float sum of a tile: the double sum, stored as %.17g (round-trips exactly;
+-- HINCRBYFLOAT would add in long double and print fixed-point, which drops
+-- values below 1e-17)
+local function add_float(key, f, v)
+  local cur = redis.call('HGET', key, f)
+  local x = tonumber(v)
+  if cur then x = tonumber(cur) + x end
+  redis.call('HSET', key, f, string.format('%.17g', x))
+end
+
 local function set_extreme(key, f, v, kind, want_less)
   local cur = redis.call('HGET', key, f)
   if not cur then
@@ -437,7 +452,9 @@ class _Script:
         """Return the name of a local holding ``text`` (a Lua expression), declared once."""
         name = self.consts.get(text)
         if name is None:
-            name = self.consts[text] = f"c{len(self.consts)}"
+            n = len(self.consts)
+            # Lua allows 200 locals per function: past MAX_LOCAL_CONSTS, a table entry
+            name = self.consts[text] = f"c{n}" if n < MAX_LOCAL_CONSTS else f"K[{n}]"
         return name
 
 
@@ -488,7 +505,9 @@ class LuaGenerator:
             "end",
             "if ARGV[3] ~= '' and KEYS[2] ~= '' and not skip then redis.call('XADD', KEYS[2], '*', 'event', ARGV[3]) end",
         ]
-        consts = [f"local {name} = {text}" for text, name in s.consts.items()]
+        consts = ["local K = {}"] + [
+            f"{'' if name.startswith('K[') else 'local '}{name} = {text}" for text, name in s.consts.items()
+        ]
         return "\n".join(head + consts + body + ["return out", ""])
 
     def _read(self, s: _Script, r: ReadSlot, k: int) -> list[str]:
@@ -572,12 +591,13 @@ class LuaGenerator:
         ttl_ms = DECAY_HORIZON * window_ms if isinstance(op, DecayedOp) else window_ms + res_ms
         if isinstance(op, CountOp):
             body += [f"redis.call('HINCRBY', {key}, {f}, 1)" for f in self._tile_fields(s, w)]
+        elif isinstance(op, SumOp) and op.is_int:
+            body += [f"redis.call('HINCRBY', {key}, {f}, v1)" for f in self._tile_fields(s, w)]
         elif isinstance(op, SumOp):
-            cmd = "HINCRBY" if op.is_int else "HINCRBYFLOAT"
-            body += [f"redis.call('{cmd}', {key}, {f}, v1)" for f in self._tile_fields(s, w)]
+            body += [f"add_float({key}, {f}, v1)" for f in self._tile_fields(s, w)]
         elif isinstance(op, AverageOp):
             for f in self._tile_fields(s, w):
-                body += [f"redis.call('HINCRBYFLOAT', {key}, {f} .. '.s', v1)",
+                body += [f"add_float({key}, {f} .. '.s', v1)",
                          f"redis.call('HINCRBY', {key}, {f} .. '.c', 1)"]
         elif isinstance(op, (MinOp, MaxOp)):
             kind, want = _extreme_kind(op), "true" if isinstance(op, MinOp) else "false"
