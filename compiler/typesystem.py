@@ -47,6 +47,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from compiler.plan import InputSpec
@@ -441,6 +442,7 @@ def read_input(payload: Any, spec: InputSpec, type_name: str) -> tuple[Any, str 
     return value, error
 
 
+@lru_cache(maxsize=4096)
 def parse_type(type_name: str) -> tuple[str, Any]:
     """Split a type name into its constructor and parameters.
 

@@ -681,9 +681,13 @@ class LuaGenerator:
             return (float(res[0]), int(res[1]))
         if isinstance(op, (MinOp, MaxOp, FirstOp)):
             return op.decode([res])
-        if isinstance(op, HyperLogLogOp):
-            ir: dict = {}
+        if isinstance(op, HyperLogLogOp):  # register-wise max of the tiles' ";slot:rho" texts
+            regs: dict[int, int] = {}
             for raw in res:
-                ir = op.merge(ir, op.decode([raw]))
-            return ir
+                for part in raw.split(b";" if isinstance(raw, bytes) else ";")[1:]:
+                    slot, _, rho = part.partition(b":" if isinstance(part, bytes) else ":")
+                    s, r = int(slot), int(rho)
+                    if regs.get(s, 0) < r:
+                        regs[s] = r
+            return regs
         raise NotImplementedError(f"no merged Lua read for {type(op).__name__}")
