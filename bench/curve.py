@@ -128,7 +128,7 @@ def curve_row(n: int, directory: Path, store_url: str, bodies: list[bytes], opts
     events = [orjson.loads(b) for b in bodies[:1000]]
     states = serve.states_per_event(result.plan, events)
     client = redis.Redis.from_url(store_url)
-    client.flushall()
+    serve.flush(store_url)
     baseline = client.info("memory")["used_memory"]
     row = serve.Row(f"wide, {n} states", states)
     port = serve.free_port()

@@ -48,7 +48,9 @@ measured max-events/s interval, divided by the events answered in it);
 ``client CPU`` (the load generator's CPU as % of one core, the most over
 the row's phases; ``!`` from 80% on: the client, not the server, may be
 the bottleneck; ``—`` for the redis-pipeline row, whose client is its
-worker). Lines under the table check the issue's goals: the demo row's p99
+worker); ``other load`` (CPU the machine spent outside Valkey, the server
+and the client -- other jobs -- as % of one core, the most over the row's
+phases; ``!`` from 10%: that row was measured on a shared machine). Lines under the table check the issue's goals: the demo row's p99
 at 1,000 events/s ≤ 5 ms, the wide row's p99 at 250 events/s ≤ 10 ms, and
 two workers ≥ 1.3× one worker's max events/s on the demo topology.
 
@@ -161,28 +163,50 @@ def states_per_event(plan, events: list[dict[str, Any]]) -> tuple[float, int]:
 
 @dataclass
 class Sample:
-    """Cumulative counters at one instant (:class:`Probe`)."""
+    """Cumulative counters at one instant (:class:`Probe`); CPU in seconds.
+
+    ``busy_s`` is the whole machine's non-idle CPU time (all cores, every
+    process); ``client_is_server`` says the client's CPU is already in
+    ``server_cpu_s`` (the redis-pipeline row runs in this process).
+    """
 
     wall_s: float
     valkey_cpu_s: float
     server_cpu_s: float
     client_cpu_s: float
     commands: int
+    busy_s: float = 0.0
+    client_is_server: bool = False
 
 
 @dataclass
 class Usage:
-    """Counters between two :class:`Sample` s: seconds of wall and CPU time, store commands."""
+    """Counters between two :class:`Sample` s: seconds of wall and CPU time, store commands.
+
+    ``other_cpu_s`` is the CPU the machine spent outside Valkey, the server
+    and the client in the interval: other jobs sharing the cores (noise).
+    """
 
     wall_s: float
     valkey_cpu_s: float
     server_cpu_s: float
     client_cpu_s: float
     commands: int
+    other_cpu_s: float = 0.0
+
+
+def _busy_s() -> float:
+    """The machine's CPU seconds in user and kernel code of any process, plus time stolen by the hypervisor.
+
+    Interrupt time is left out: loopback traffic of the benchmark itself is
+    partly accounted there.
+    """
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + getattr(t, "steal", 0.0)
 
 
 class Probe:
-    """Reads Valkey's CPU and command counts, the server processes' CPU and the client's CPU.
+    """Reads Valkey's CPU and command counts, the server processes' CPU, the client's CPU and the machine's.
 
     Args:
         redis_url: the store.
@@ -224,13 +248,17 @@ class Probe:
                        if k.removeprefix("cmdstat_").split("|")[0] not in _NOT_EVENT_COMMANDS)
         return Sample(time.perf_counter(), float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]),
                       self._server_cpu(), time.process_time() if client_cpu_s is None else client_cpu_s,
-                      commands)
+                      commands, _busy_s(), self.server is None)
 
     @staticmethod
     def usage(a: Sample, b: Sample) -> Usage:
         """Return the counters from ``a`` to ``b``."""
+        ours = (b.valkey_cpu_s - a.valkey_cpu_s) + (b.server_cpu_s - a.server_cpu_s)
+        if not b.client_is_server:
+            ours += b.client_cpu_s - a.client_cpu_s
         return Usage(b.wall_s - a.wall_s, b.valkey_cpu_s - a.valkey_cpu_s, b.server_cpu_s - a.server_cpu_s,
-                     b.client_cpu_s - a.client_cpu_s, b.commands - a.commands)
+                     b.client_cpu_s - a.client_cpu_s, b.commands - a.commands,
+                     max(0.0, (b.busy_s - a.busy_s) - ours))
 
 
 @dataclass
@@ -673,6 +701,13 @@ class Row:
             return None
         return max(100 * p.usage.client_cpu_s / max(1e-9, p.usage.wall_s) for p in phases)
 
+    def other_cpu_pct(self) -> float | None:
+        """CPU of other jobs on the machine as % of one core, the most over the phases (noise)."""
+        phases = [p for p in (self.max_phase, *self.rates.values()) if p is not None]
+        if not phases:
+            return None
+        return max(100 * p.usage.other_cpu_s / max(1e-9, p.usage.wall_s) for p in phases)
+
 
 @dataclass
 class Options:
@@ -724,9 +759,7 @@ def scowl_row(label: str, topology: Path, store_url: str, bodies: list[bytes], s
         The row and the store commands run per answered event in its
         max-events/s phase (the redis-pipeline row's size).
     """
-    import redis
-
-    redis.Redis.from_url(store_url).flushall()
+    flush(store_url)
     row = Row(f"scowl {label}" + (f", {workers} workers" if workers > 1 else ""), states)
     port = free_port()
     proc = start_server("bench.apps:scowl_app", port,
@@ -746,7 +779,6 @@ def redis_row(label: str, store_url: str, n_commands: int, opts: Options) -> Row
     Runs the max-events/s phase and then each rate of ``opts.rates`` up to
     that max, like :func:`measure_http`; the store is flushed afterwards.
     """
-    import redis
     import redis.asyncio as aioredis
 
     row = Row(f"redis pipeline, {n_commands} cmds/ev ({label})")
@@ -766,8 +798,16 @@ def redis_row(label: str, store_url: str, n_commands: int, opts: Options) -> Row
     try:
         run_async(go())
     finally:
-        redis.Redis.from_url(store_url).flushall()
+        flush(store_url)
     return row
+
+
+def flush(store_url: str) -> None:
+    """Empty the store synchronously (``FLUSHALL SYNC``: a lazy flush would free memory in the
+    background and charge its CPU and memory to the next row)."""
+    import redis
+
+    redis.Redis.from_url(store_url).execute_command("FLUSHALL", "SYNC")
 
 
 def safely(make: Callable[[], Row], name: str) -> Row:
@@ -792,6 +832,11 @@ def _fmt_rate(r: float) -> str:
     return f"{r:g}"
 
 
+def _fmt_other(pct: float | None) -> str:
+    """The ``other load`` cell: other jobs' CPU, % of one core; ``!`` from 10%: the row is noisy."""
+    return "—" if pct is None else f"{pct:.0f}%" + ("!" if pct >= 10 else "")
+
+
 def render(rows: list[Row], opts: Options, title: str) -> Any:
     """Build the rich table of ``rows`` (ratios against the first row, the 1-worker bare floor)."""
     from rich.table import Table
@@ -800,7 +845,7 @@ def render(rows: list[Row], opts: Options, title: str) -> Any:
     cols = ["scenario", "states/ev", "max ev/s", "× bare"]
     for r in opts.rates:
         cols += [f"p50 ms\n@{_fmt_rate(r)}/s", f"p99 ms\n@{_fmt_rate(r)}/s"]
-    cols += ["Valkey\nms/ev", "worker\nms/ev", "client\nCPU"]
+    cols += ["Valkey\nms/ev", "worker\nms/ev", "client\nCPU", "other\nload"]
     for c in cols:
         table.add_column(c, justify="left" if c == "scenario" else "right")
     base = rows[0].max_phase.per_s if rows and rows[0].max_phase else float("nan")
@@ -823,7 +868,8 @@ def render(rows: list[Row], opts: Options, title: str) -> Any:
                 cells += [f"{ph.pct(50):.2f}{mark}", f"{ph.pct(99):.2f}{mark}"]
         cpu = row.client_cpu_pct()
         cells += [f"{mp.ms_per_event(mp.usage.valkey_cpu_s):.3f}", f"{mp.ms_per_event(mp.usage.server_cpu_s):.3f}",
-                  "—" if cpu is None or row.name.startswith("redis") else f"{cpu:.0f}%" + ("!" if cpu >= 80 else "")]
+                  "—" if cpu is None or row.name.startswith("redis") else f"{cpu:.0f}%" + ("!" if cpu >= 80 else ""),
+                  _fmt_other(row.other_cpu_pct())]
         table.add_row(*cells)
     return table
 
@@ -942,7 +988,9 @@ def main(argv: list[str] | None = None) -> None:
              f"{opts.seconds:g} s per phase after {opts.warmup:g} s warm-up; loopback, {os.cpu_count()} cores")
     console.print(render(rows, opts, title))
     console.print("* the server fell behind the offered rate (latency then grows with the run).  "
-                  "ms/ev: CPU ms per answered event in the max-events/s phase.")
+                  "ms/ev: CPU ms per answered event in the max-events/s phase.  other load: CPU of other jobs on "
+                  "the machine during the row (% of a core, the most over its phases; ! from 10%: rerun on a quiet "
+                  "machine).")
     for line in goals(rows, args.workers):
         console.print(line)
 
