@@ -21,7 +21,9 @@ floor measured in the same run:
   of sorted sets -- logs --, ``LLEN``/``SCARD`` of others, averaged over the
   same sample), ``B/entry`` (the sample's bytes over its entries),
   ``types`` (how the sample splits by type), and ``used MB`` (``INFO
-  memory`` ``used_memory`` after the row minus after the flush).
+  memory`` ``used_memory`` after the row minus after the flush);
+* ``other load``: CPU of other jobs on the machine during the row
+  (``bench/serve.py``; ``!`` from 10% of a core: a noisy row).
 
 The events played differ per row (a faster row plays more of them), so
 compare the memory per key and per entry across rows, not the totals.
@@ -150,7 +152,7 @@ def render(rows: list[tuple[serve.Row, Memory | None]], rate: float, title: str)
     table = Table(title=title, title_justify="left")
     cols = ["scenario", "states/ev", "max ev/s", "× bare", f"p50 ms\n@{rate:g}/s", f"p99 ms\n@{rate:g}/s",
             "Valkey\nms/ev", "worker\nms/ev", "keys", "B/key", "entries\n/key", "B/entry", "types (sample)",
-            "used MB"]
+            "used MB", "other\nload"]
     for c in cols:
         table.add_column(c, justify="left" if c in ("scenario", "types (sample)") else "right")
     base = rows[0][0].max_phase.per_s if rows and rows[0][0].max_phase else float("nan")
@@ -176,7 +178,7 @@ def render(rows: list[tuple[serve.Row, Memory | None]], rate: float, title: str)
                       f"{mem.bytes_per_entry:.1f}",
                       ", ".join(f"{t} {c / max(1, mem.sampled):.0%}" for t, c in mem.types.most_common()),
                       f"{mem.used_mb:.1f}"]
-        table.add_row(*cells)
+        table.add_row(*cells, serve.fmt_other_load(row.other_cpu_pct()))
     return table
 
 
@@ -194,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
 
     sizes = [int(x) for x in args.states.split(",") if x.strip()]
     bodies = [orjson.dumps(e) for e in wide_events(args.events)]
-    console = Console(width=max(160, shutil.get_terminal_size((160, 40)).columns))
+    console = Console(width=max(180, shutil.get_terminal_size((180, 40)).columns))
     rows: list[tuple[serve.Row, Memory | None]] = []
     with tempfile.TemporaryDirectory() as home, EmbeddedStore(home, persist=False) as store:
         opts = serve.options(args, [args.rate], Path(home))
@@ -210,7 +212,8 @@ def main(argv: list[str] | None = None) -> None:
              f"(open loop, {opts.pool} connections); {opts.seconds:g} s per phase after {opts.warmup:g} s warm-up")
     console.print(render(rows, args.rate, title))
     console.print("* the server fell behind the offered rate.  ms/ev: CPU ms per answered event in the max-events/s "
-                  "phase.  Memory after all phases; entries = hash fields (tiles), sorted-set members (logs).")
+                  "phase.  Memory after all phases; entries = hash fields (tiles), sorted-set members (logs).  "
+                  "other load: other jobs' CPU during the row, % of a core (! from 10%).")
 
 
 if __name__ == "__main__":

@@ -832,7 +832,7 @@ def _fmt_rate(r: float) -> str:
     return f"{r:g}"
 
 
-def _fmt_other(pct: float | None) -> str:
+def fmt_other_load(pct: float | None) -> str:
     """The ``other load`` cell: other jobs' CPU, % of one core; ``!`` from 10%: the row is noisy."""
     return "—" if pct is None else f"{pct:.0f}%" + ("!" if pct >= 10 else "")
 
@@ -869,7 +869,7 @@ def render(rows: list[Row], opts: Options, title: str) -> Any:
         cpu = row.client_cpu_pct()
         cells += [f"{mp.ms_per_event(mp.usage.valkey_cpu_s):.3f}", f"{mp.ms_per_event(mp.usage.server_cpu_s):.3f}",
                   "—" if cpu is None or row.name.startswith("redis") else f"{cpu:.0f}%" + ("!" if cpu >= 80 else ""),
-                  _fmt_other(row.other_cpu_pct())]
+                  fmt_other_load(row.other_cpu_pct())]
         table.add_row(*cells)
     return table
 
