@@ -157,20 +157,21 @@ local LESS = {
 }
 
 -- append the fields of count tiles of size (ms) from time from (ms) to fields
+-- (string.format's %d: Lua's number-to-string is %.14g, a slower float print)
 local function emit(fields, size, code, from, count, comps, nc)
   local nf = #fields
   local first = from / size
+  local fmt = string.format
   if nc == 1 and comps[1] == '' then
     for q = first, first + count - 1 do
       nf = nf + 1
-      fields[nf] = code .. q
+      fields[nf] = fmt('%s%d', code, q)
     end
   else
     for q = first, first + count - 1 do
-      local base = code .. q
       for c = 1, nc do
         nf = nf + 1
-        fields[nf] = base .. comps[c]
+        fields[nf] = fmt('%s%d%s', code, q, comps[c])
       end
     end
   end
@@ -180,7 +181,6 @@ end
 -- (windows.cover in closed form: finer tiles up to each coarser boundary,
 -- ascending, then the largest tiles that fit before the end, descending;
 -- sizes in ms finest first, codes their letters, comps the component suffixes).
--- Tile indices stay below 1e14, so `code .. q` prints them exactly (%.14g).
 local function cover(lo, hi, r, sizes, codes, comps)
   local fields = {}
   if lo > hi then return fields end
@@ -401,29 +401,47 @@ local function log_write(key, ms, json, n, keep_ms, ttl_ms)
   redis.call('PEXPIRE', key, ttl_ms)
 end
 
-local SIZES = { s = 1000, a = 5000, b = 15000, m = 60000, c = 300000, e = 900000,
-                h = 3600000, f = 14400000, d = 86400000 }
+-- tile size (ms) by the byte of its level code (windows.LEVEL_CODE)
+local SIZE_OF = { [115] = 1000, [97] = 5000, [98] = 15000, [109] = 60000, [99] = 300000,
+                  [101] = 900000, [104] = 3600000, [102] = 14400000, [100] = 86400000 }
 
--- prune fields no read at time >= t can use (when due), then PEXPIRE
-local function expire(key, t, ttl_ms, w_ms, r_ms, every_ms)
-  local due = redis.call('HGET', key, '_p')
-  if not due or t >= tonumber(due) then
-    local cutoff = t - w_ms - r_ms
-    local all = redis.call('HGETALL', key)
-    for j = 1, #all, 2 do
-      local f = all[j]
-      local c = string.sub(f, 1, 1)
-      local size = SIZES[c]
-      if size then
-        local idx = tonumber(string.match(f, '^.(%-?%d+)'))
-        if idx and (idx + 1) * size <= cutoff then redis.call('HDEL', key, f) end
-      elseif c == 'u' then
-        if tonumber(all[j + 1]) <= cutoff then redis.call('HDEL', key, f) end
-      end
-    end
-    redis.call('HSET', key, '_p', string.format('%d', t + every_ms))
+local function hdel_all(key, dead)
+  for i = 1, #dead, 500 do
+    redis.call('HDEL', key, unpack(dead, i, math.min(i + 499, #dead)))
   end
-  redis.call('PEXPIRE', key, ttl_ms)
+end
+
+-- whether the next pruning pass is due at t (the _p field); if so, set the next one
+local function prune_due(key, t, every_ms)
+  local due = redis.call('HGET', key, '_p')
+  if due and t < tonumber(due) then return false end
+  redis.call('HSET', key, '_p', string.format('%d', t + every_ms))
+  return true
+end
+
+-- delete the tile fields (<code><index>[.s|.c]) that end at or before cutoff
+local function prune_tiles(key, cutoff)
+  local names = redis.call('HKEYS', key)
+  local dead = {}
+  for j = 1, #names do
+    local f = names[j]
+    local size = SIZE_OF[string.byte(f, 1)]
+    if size then
+      local idx = tonumber(string.sub(f, 2)) or tonumber(string.sub(f, 2, -3))
+      if idx and (idx + 1) * size <= cutoff then dead[#dead + 1] = f end
+    end
+  end
+  hdel_all(key, dead)
+end
+
+-- delete the CountUnique fields u<tuple> last seen at or before cutoff
+local function prune_seen(key, cutoff)
+  local all = redis.call('HGETALL', key)
+  local dead = {}
+  for j = 1, #all, 2 do
+    if string.byte(all[j], 1) == 117 and tonumber(all[j + 1]) <= cutoff then dead[#dead + 1] = all[j] end
+  end
+  hdel_all(key, dead)
 end
 """
 
@@ -590,7 +608,7 @@ class LuaGenerator:
             return lines + ["  " + x for x in body] + ["end"]
         ttl_ms = DECAY_HORIZON * window_ms if isinstance(op, DecayedOp) else window_ms + res_ms
         if isinstance(op, CountOp):
-            body += [f"redis.call('HINCRBY', {key}, {f}, 1)" for f in self._tile_fields(s, w)]
+            body += [f"redis.call('HINCRBY', {key}, {f}, '1')" for f in self._tile_fields(s, w)]
         elif isinstance(op, SumOp) and op.is_int:
             body += [f"redis.call('HINCRBY', {key}, {f}, v1)" for f in self._tile_fields(s, w)]
         elif isinstance(op, SumOp):
@@ -598,7 +616,7 @@ class LuaGenerator:
         elif isinstance(op, AverageOp):
             for f in self._tile_fields(s, w):
                 body += [f"add_float({key}, {f} .. '.s', v1)",
-                         f"redis.call('HINCRBY', {key}, {f} .. '.c', 1)"]
+                         f"redis.call('HINCRBY', {key}, {f} .. '.c', '1')"]
         elif isinstance(op, (MinOp, MaxOp)):
             kind, want = _extreme_kind(op), "true" if isinstance(op, MinOp) else "false"
             body += [f"set_extreme({key}, {f}, v1, '{kind}', {want})" for f in self._tile_fields(s, w)]
@@ -614,7 +632,14 @@ class LuaGenerator:
             body.append(f"decay({key}, ts, tonumber(v1), {op.window_ms})")
         else:
             raise NotImplementedError(f"no Lua write for {type(op).__name__}")
-        body.append(f"expire({key}, t, {ttl_ms}, {window_ms}, {res_ms}, {max(window_ms // 4, res_ms)})")
+        # prune fields no read at time >= t can use (T(s) <= T(t - W) - 1, SPEC §5.3) at most
+        # every W/4; Latest and Decayed* keep fixed fields: nothing to prune
+        every, cutoff = max(window_ms // 4, res_ms), f"t - {window_ms + res_ms}"
+        if isinstance(op, CountUniqueOp):
+            body.append(f"if prune_due({key}, t, {every}) then prune_seen({key}, {cutoff}) end")
+        elif op.tiled:
+            body.append(f"if prune_due({key}, t, {every}) then prune_tiles({key}, {cutoff}) end")
+        body.append(f"redis.call('PEXPIRE', {key}, '{ttl_ms}')")  # a string: Lua numbers print as %.17g
         return lines + ["  " + x for x in body] + ["end"]
 
     # ------------------------------------------------------- Python side

@@ -125,3 +125,40 @@ def test_many_windows_in_one_round_compile(client):
     res = run_round(client, spec, keys, [T0, "", ""])
     assert len(res) == 1 + len(reads)
     assert all(op.finalize(GEN.decode_read(rd, x)) is None for rd, x in zip(reads, res[1:]))
+
+
+@pytest.mark.parametrize("fn", [("Count", ()), ("Average", ("float",)), ("CountUnique", ("string",)),
+                                ("HyperLogLog", ("string",))])
+def test_writes_prune_what_no_later_read_can_use(client, fn):
+    """SPEC §5.3: a write drops, at most every W/4, the fields that end before t - W - r; nothing else."""
+    function, vtypes = fn
+    window_s = 60
+    op = make_op(function, vtypes, window_s=window_s)
+    w = WriteSlot(op, window_s, 1)
+    key = f"t:{{{uuid.uuid4().hex}}}"
+    spec = RoundSpec("w", writes=(w,))
+    t = T0
+    for i in range(600):  # ten windows, one write a second
+        t = T0 + 1000 * i
+        run_round(client, spec, ["", "", key], [t, "", "", *GEN.write_values(w, [f"v{i % 7}" if vt == "string" else i / 4 for vt in vtypes])])
+    fields = client.hgetall(key)
+    every_ms, cutoff = window_s * 1000 // 4, t - window_s * 1000 - 1000
+    sizes = {"s": 1000, "a": 5000, "b": 15000, "m": 60000}
+    oldest_end = None
+    for f, v in fields.items():
+        f = f.decode()
+        if f == "_p":
+            continue
+        if f.startswith("u"):
+            end = int(v)
+        else:
+            idx = int(f[1:].split(".")[0])
+            end = (idx + 1) * sizes[f[0]]
+        oldest_end = end if oldest_end is None else min(oldest_end, end)
+    assert oldest_end is not None and oldest_end > cutoff - every_ms - 1000
+    assert 0 < client.pttl(key) <= window_s * 1000 + 1000
+    # and the newest window is whole: the read still counts every write in it
+    if function == "Count":
+        rd = ReadSlot(op, window_s, 1)
+        res = run_round(client, RoundSpec("r", reads_after=(rd,)), ["", "", key], [t, "", ""])
+        assert res[1] == window_s
