@@ -64,89 +64,9 @@ local SIZES = { s = 1000, a = 5000, b = 15000, m = 60000, c = 300000, e = 900000
 local CODES = { [1] = 's', [5] = 'a', [15] = 'b', [60] = 'm', [300] = 'c', [900] = 'e',
                 [3600] = 'h', [14400] = 'f', [86400] = 'd' }
 
-local function bytes_less(a, b)
-  -- byte-wise comparison: UTF-8 byte order is code point order
-  local la, lb = #a, #b
-  local n = la
-  if lb < n then n = lb end
-  for i = 1, n do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then return x < y end
-  end
-  return la < lb
-end
-
-local function int_less(a, b)
-  -- exact order of canonical decimal int64 texts (a double loses digits > 2^53)
-  local na, nb = string.byte(a, 1) == 45, string.byte(b, 1) == 45  -- '-'
-  if na ~= nb then return na end
-  local la, lb = #a, #b
-  if na then
-    if la ~= lb then return la > lb end
-    return a > b
-  end
-  if la ~= lb then return la < lb end
-  return a < b
-end
-
-local function less(a, b, kind)
-  if kind == 'n' then return tonumber(a) < tonumber(b) end
-  if kind == 'i' then return int_less(a, b) end
-  return bytes_less(a, b)
-end
-
--- Decayed sums dt/dv/dw of `key` merged with a partial (v, c) weighed at time
--- ms_text (epoch ms as text): both weighed to the later time with decay
--- constant w ms (ops.DecayedOp.update for c = 1, ops.DecayedOp.merge).
-local function decay_merge(key, ms_text, v, c, w)
-  local ms = tonumber(ms_text)
-  local cur = redis.call('HMGET', key, 'dt', 'dv', 'dw')
-  local dt, dv, dw
-  if not cur[1] then
-    dt, dv, dw = ms_text, v, c
-  else
-    local t0, sv, sw = tonumber(cur[1]), tonumber(cur[2]), tonumber(cur[3])
-    if ms >= t0 then
-      local f = math.exp(-(ms - t0) / w)
-      dt, dv, dw = ms_text, sv * f + v, sw * f + c
-    else
-      local f = math.exp(-(t0 - ms) / w)
-      dt, dv, dw = cur[1], sv + v * f, sw + c * f
-    end
-  end
-  redis.call('HSET', key, 'dt', dt, 'dv', string.format('%.17g', dv), 'dw', string.format('%.17g', dw))
-end
-
--- Fold the HyperLogLog registers ";slot:rho;.." of text into regs (slot ->
--- max rho), appending new slots to order (first-seen order).
-local function max_registers(regs, order, text)
-  for s, r in string.gmatch(text, ';(%d+):(%d+)') do
-    r = tonumber(r)
-    if regs[s] == nil then
-      order[#order + 1] = s
-      regs[s] = r
-    elseif r > regs[s] then
-      regs[s] = r
-    end
-  end
-end
-
--- The arrival rank a new write-log member at ms (text) gets: one more than
--- the key's latest member at ms, else 0 (ops.log_member).
-local function next_rank(key, ms)
-  local top = redis.call('ZREVRANGEBYSCORE', key, ms, ms, 'LIMIT', 0, 1)
-  if top[1] then return tonumber(string.sub(top[1], 1, 8)) + 1 end
-  return 0
-end
-
--- Add a write-log member, drop members before cutoff_ms, keep the n latest,
--- and PEXPIRE ttl_ms (all but rank as the op's text arguments).
-local function log_add(key, ms, rank, json, n, cutoff_ms, ttl_ms)
-  redis.call('ZADD', key, ms, string.format('%08d', rank) .. ms .. ':' .. json)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. cutoff_ms)
-  redis.call('ZREMRANGEBYRANK', key, 0, -(tonumber(n) + 1))
-  redis.call('PEXPIRE', key, ttl_ms)
-end
+-- (the update functions -- less, set_extreme, seen, latest, set_first, hll_max,
+-- decay_merge, max_registers, next_rank, log_add, count_seen -- come from
+-- common.lua, prepended by compiler.algebra.script)
 
 local out = {}
 local skip = false
@@ -172,43 +92,12 @@ while i <= n do
     local nc = tonumber(ARGV[i + 6 + ns])
     local comps = {}
     for j = 1, nc do comps[j] = ARGV[i + 6 + ns + j] end
-    local fields = {}
-    local nf = 0
-    local function emit(size, from, count)
-      local code = CODES[size]
-      local first = from / size
-      for q = first, first + count - 1 do
-        local base = code .. string.format('%d', q)
-        for j = 1, nc do
-          nf = nf + 1
-          fields[nf] = base .. comps[j]
-        end
-      end
+    local sizes_ms, codes = {}, {}
+    for j = 1, ns do
+      sizes_ms[j] = sizes[j] * 1000
+      codes[j] = CODES[sizes[j]]
     end
-    if lo <= hi then
-      -- the greedy cover of windows.cover(), in closed form: finer tiles up
-      -- to each coarser boundary (ascending), then the largest tiles that
-      -- fit before the end (descending)
-      local start, stop = lo * r, (hi + 1) * r
-      local j = 1
-      while j < ns do
-        local up = sizes[j + 1]
-        local b = math.ceil(start / up) * up
-        if b + up > stop then break end
-        emit(sizes[j], start, (b - start) / sizes[j])
-        start = b
-        j = j + 1
-      end
-      while j >= 1 do
-        local size = sizes[j]
-        local count = math.floor((stop - start) / size)
-        if count > 0 then
-          emit(size, start, count)
-          start = start + count * size
-        end
-        j = j - 1
-      end
-    end
+    local fields = cover(lo, hi, r * 1000, sizes_ms, codes, comps)
     if #fields == 0 then
       out[#out + 1] = {}
     else
@@ -222,58 +111,19 @@ while i <= n do
     if not skip then redis.call('HINCRBYFLOAT', key, ARGV[i + 2], ARGV[i + 3]) end
     i = i + 4
   elseif op == 'MIN' or op == 'MAX' then
-    if not skip then
-      local f, v, kind = ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
-      local cur = redis.call('HGET', key, f)
-      if not cur then
-        redis.call('HSET', key, f, v)
-      elseif op == 'MIN' and less(v, cur, kind) then
-        redis.call('HSET', key, f, v)
-      elseif op == 'MAX' and less(cur, v, kind) then
-        redis.call('HSET', key, f, v)
-      end
-    end
+    if not skip then set_extreme(key, ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], op == 'MIN') end
     i = i + 5
   elseif op == 'SEEN' then
-    if not skip then
-      local f, ms = ARGV[i + 2], tonumber(ARGV[i + 3])
-      local cur = redis.call('HGET', key, f)
-      if not cur or tonumber(cur) < ms then redis.call('HSET', key, f, ARGV[i + 3]) end
-    end
+    if not skip then seen(key, ARGV[i + 2], ARGV[i + 3]) end
     i = i + 4
   elseif op == 'LA' then
-    if not skip then
-      local ms = tonumber(ARGV[i + 2])
-      local cur = redis.call('HGET', key, 'lt')
-      if not cur or ms >= tonumber(cur) then
-        redis.call('HSET', key, 'lt', ARGV[i + 2], 'lv', ARGV[i + 3])
-      end
-    end
+    if not skip then latest(key, ARGV[i + 2], ARGV[i + 3]) end
     i = i + 4
   elseif op == 'FI' then
-    if not skip then
-      local f, ms = ARGV[i + 2], tonumber(ARGV[i + 3])
-      local cur = redis.call('HGET', key, f)
-      if not cur or ms < tonumber(string.match(cur, '^%-?%d+')) then
-        redis.call('HSET', key, f, ARGV[i + 3] .. '\t' .. ARGV[i + 4])
-      end
-    end
+    if not skip then set_first(key, ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]) end
     i = i + 5
   elseif op == 'HM' then
-    if not skip then
-      local f, rho = ARGV[i + 2], tonumber(ARGV[i + 4])
-      local cur = redis.call('HGET', key, f) or ''
-      local pat = ';' .. ARGV[i + 3] .. ':'
-      local s, e = string.find(cur, pat, 1, true)
-      if not s then
-        redis.call('HSET', key, f, cur .. pat .. ARGV[i + 4])
-      else
-        local old = string.match(cur, '^%d+', e + 1)
-        if rho > tonumber(old) then
-          redis.call('HSET', key, f, string.sub(cur, 1, e) .. ARGV[i + 4] .. string.sub(cur, e + 1 + #old))
-        end
-      end
-    end
+    if not skip then hll_max(key, ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]) end
     i = i + 5
   elseif op == 'DE' then
     if not skip then decay_merge(key, ARGV[i + 2], tonumber(ARGV[i + 3]), 1, tonumber(ARGV[i + 4])) end
@@ -311,16 +161,7 @@ while i <= n do
     end
     i = i + 7
   elseif op == 'U' then
-    local lo, hi = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
-    local all = redis.call('HGETALL', key)
-    local cnt = 0
-    for j = 1, #all, 2 do
-      if string.sub(all[j], 1, 1) == 'u' then
-        local v = tonumber(all[j + 1])
-        if v >= lo and v <= hi then cnt = cnt + 1 end
-      end
-    end
-    out[#out + 1] = cnt
+    out[#out + 1] = count_seen(key, tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]))
     i = i + 4
   elseif op == 'B' then
     local cur = redis.call('HGET', key, ARGV[i + 2])

@@ -65,6 +65,7 @@ from compiler.algebra.ops import (
     hll_coupon,
     values_json,
 )
+from compiler.algebra.script import common_script
 from compiler.algebra.windows import LEVEL_CODE, levels_s
 
 
@@ -125,89 +126,8 @@ class RoundSpec:
     reads_after: tuple[ReadSlot, ...] = ()
 
 
-# Functions shared by every generated script: the same updates as event.lua.
+# Functions of every generated script, after common.lua (shared with event.lua).
 _PRELUDE = r"""
-local function bytes_less(a, b)
-  local la, lb = #a, #b
-  local n = la
-  if lb < n then n = lb end
-  for i = 1, n do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then return x < y end
-  end
-  return la < lb
-end
-
-local function int_less(a, b)
-  local na, nb = string.byte(a, 1) == 45, string.byte(b, 1) == 45
-  if na ~= nb then return na end
-  local la, lb = #a, #b
-  if na then
-    if la ~= lb then return la > lb end
-    return a > b
-  end
-  if la ~= lb then return la < lb end
-  return a < b
-end
-
-local LESS = {
-  n = function(a, b) return tonumber(a) < tonumber(b) end,
-  i = int_less,
-  s = bytes_less,
-}
-
--- append the fields of count tiles of size (ms) from time from (ms) to fields
--- (string.format's %d: Lua's number-to-string is %.14g, a slower float print)
-local function emit(fields, size, code, from, count, comps, nc)
-  local nf = #fields
-  local first = from / size
-  local fmt = string.format
-  if nc == 1 and comps[1] == '' then
-    for q = first, first + count - 1 do
-      nf = nf + 1
-      fields[nf] = fmt('%s%d', code, q)
-    end
-  else
-    for q = first, first + count - 1 do
-      for c = 1, nc do
-        nf = nf + 1
-        fields[nf] = fmt('%s%d%s', code, q, comps[c])
-      end
-    end
-  end
-end
-
--- the fields of the tiles covering resolution tiles lo..hi exactly
--- (windows.cover in closed form: finer tiles up to each coarser boundary,
--- ascending, then the largest tiles that fit before the end, descending;
--- sizes in ms finest first, codes their letters, comps the component suffixes).
-local function cover(lo, hi, r, sizes, codes, comps)
-  local fields = {}
-  if lo > hi then return fields end
-  local nc = #comps
-  local ns = #sizes
-  local start, stop = lo * r, (hi + 1) * r
-  local j = 1
-  while j < ns do
-    local up = sizes[j + 1]
-    local b = math.ceil(start / up) * up
-    if b + up > stop then break end
-    emit(fields, sizes[j], codes[j], start, (b - start) / sizes[j], comps, nc)
-    start = b
-    j = j + 1
-  end
-  while j >= 1 do
-    local size = sizes[j]
-    local count = math.floor((stop - start) / size)
-    if count > 0 then
-      emit(fields, size, codes[j], start, count, comps, nc)
-      start = start + count * size
-    end
-    j = j - 1
-  end
-  return fields
-end
-
 -- covers shared by the reads of one call (LuaGenerator._cover)
 local CV = {}
 local function cached(slot, fields)
@@ -272,15 +192,14 @@ end
 -- the extreme tile text (kind n/i/s; better(a, b): a replaces b)
 local function extreme(v, kind, want_less)
   local best = false
-  local less = LESS[kind]
   for i = 1, #v do
     local x = v[i]
     if x and (kind == 's' or x ~= '') then
       if not best then
         best = x
       elseif want_less then
-        if less(x, best) then best = x end
-      elseif less(best, x) then
+        if less(x, best, kind) then best = x end
+      elseif less(best, x, kind) then
         best = x
       end
     end
@@ -306,18 +225,6 @@ local function present(v)
   return out
 end
 
-local function count_seen(key, lo_ms, hi_ms)
-  local all = redis.call('HGETALL', key)
-  local cnt = 0
-  for j = 1, #all, 2 do
-    if string.sub(all[j], 1, 1) == 'u' then
-      local x = tonumber(all[j + 1])
-      if x >= lo_ms and x <= hi_ms then cnt = cnt + 1 end
-    end
-  end
-  return cnt
-end
-
 -- float sum of a tile: the double sum, stored as %.17g (round-trips exactly;
 -- HINCRBYFLOAT would add in long double and print fixed-point, which drops
 -- values below 1e-17)
@@ -328,77 +235,8 @@ local function add_float(key, f, v)
   redis.call('HSET', key, f, string.format('%.17g', x))
 end
 
-local function set_extreme(key, f, v, kind, want_less)
-  local cur = redis.call('HGET', key, f)
-  if not cur then
-    redis.call('HSET', key, f, v)
-  elseif want_less then
-    if LESS[kind](v, cur) then redis.call('HSET', key, f, v) end
-  elseif LESS[kind](cur, v) then
-    redis.call('HSET', key, f, v)
-  end
-end
-
-local function set_first(key, f, ms, json)
-  local cur = redis.call('HGET', key, f)
-  if not cur or tonumber(ms) < tonumber(string.match(cur, '^%-?%d+')) then
-    redis.call('HSET', key, f, ms .. '\t' .. json)
-  end
-end
-
-local function hll_max(key, f, slot, rho)
-  local cur = redis.call('HGET', key, f) or ''
-  local pat = ';' .. slot .. ':'
-  local s, e = string.find(cur, pat, 1, true)
-  if not s then
-    redis.call('HSET', key, f, cur .. pat .. rho)
-  else
-    local old = string.match(cur, '^%d+', e + 1)
-    if tonumber(rho) > tonumber(old) then
-      redis.call('HSET', key, f, string.sub(cur, 1, e) .. rho .. string.sub(cur, e + 1 + #old))
-    end
-  end
-end
-
-local function seen(key, f, ms)
-  local cur = redis.call('HGET', key, f)
-  if not cur or tonumber(cur) < tonumber(ms) then redis.call('HSET', key, f, ms) end
-end
-
-local function latest(key, ms, json)
-  local cur = redis.call('HGET', key, 'lt')
-  if not cur or tonumber(ms) >= tonumber(cur) then
-    redis.call('HSET', key, 'lt', ms, 'lv', json)
-  end
-end
-
-local function decay(key, ms_text, v, w)
-  local ms = tonumber(ms_text)
-  local cur = redis.call('HMGET', key, 'dt', 'dv', 'dw')
-  local dt, dv, dw
-  if not cur[1] then
-    dt, dv, dw = ms_text, v, 1
-  else
-    local t0, sv, sw = tonumber(cur[1]), tonumber(cur[2]), tonumber(cur[3])
-    if ms >= t0 then
-      local f = math.exp(-(ms - t0) / w)
-      dt, dv, dw = ms_text, sv * f + v, sw * f + 1
-    else
-      local f = math.exp(-(t0 - ms) / w)
-      dt, dv, dw = cur[1], sv + v * f, sw + f
-    end
-  end
-  redis.call('HSET', key, 'dt', dt, 'dv', string.format('%.17g', dv), 'dw', string.format('%.17g', dw))
-end
-
 local function log_write(key, ms, json, n, keep_ms, ttl_ms)
-  local top = redis.call('ZREVRANGEBYSCORE', key, ms, ms, 'LIMIT', 0, 1)
-  local rank = 0
-  if top[1] then rank = tonumber(string.sub(top[1], 1, 8)) + 1 end
-  redis.call('ZADD', key, ms, string.format('%08d', rank) .. ms .. ':' .. json)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. string.format('%d', tonumber(ms) - keep_ms))
-  redis.call('ZREMRANGEBYRANK', key, 0, -(n + 1))
-  redis.call('PEXPIRE', key, ttl_ms)
+  log_add(key, ms, next_rank(key, ms), json, n, string.format('%d', tonumber(ms) - keep_ms), ttl_ms)
 end
 
 -- tile size (ms) by the byte of its level code (windows.LEVEL_CODE)
@@ -511,6 +349,7 @@ class LuaGenerator:
             body += self._read(s, r, slot)
         head = [
             f"-- generated by compiler.algebra.lua for {spec.name}: do not edit (see that module)",
+            common_script(),
             _PRELUDE,
             "local t = tonumber(ARGV[1])",
             "local ts = ARGV[1]",
@@ -629,7 +468,7 @@ class LuaGenerator:
         elif isinstance(op, LatestOp):
             body.append(f"latest({key}, ts, v1)")
         elif isinstance(op, DecayedOp):
-            body.append(f"decay({key}, ts, tonumber(v1), {op.window_ms})")
+            body.append(f"decay_merge({key}, ts, tonumber(v1), 1, {op.window_ms})")
         else:
             raise NotImplementedError(f"no Lua write for {type(op).__name__}")
         # prune fields no read at time >= t can use (T(s) <= T(t - W) - 1, SPEC §5.3) at most

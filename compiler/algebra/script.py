@@ -13,9 +13,16 @@ from importlib.resources import files
 
 
 @lru_cache(maxsize=1)
+def common_script() -> str:
+    """Return ``common.lua``: the Lua functions shared by ``event.lua`` and the
+    generated round scripts (``compiler.algebra.lua``), which both start with it."""
+    return files("compiler.algebra").joinpath("common.lua").read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=1)
 def event_script() -> str:
-    """Return the Lua source of ``event.lua`` (its header documents KEYS/ARGV)."""
-    return files("compiler.algebra").joinpath("event.lua").read_text(encoding="utf-8")
+    """Return the Lua source of ``event.lua`` (its header documents KEYS/ARGV), after ``common.lua``."""
+    return common_script() + files("compiler.algebra").joinpath("event.lua").read_text(encoding="utf-8")
 
 
 @lru_cache(maxsize=1)
