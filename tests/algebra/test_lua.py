@@ -34,7 +34,8 @@ FUNCTIONS = [
 ]
 WINDOWS = st.sampled_from([10, 60, 600, 3600, 86400, 7 * 86400])
 VALUES = {
-    "int": st.integers(min_value=-(2**62), max_value=2**62),
+    # past 2**53 (exact sums are returned raw) but no int64 overflow in 12 writes
+    "int": st.integers(min_value=-(2**58), max_value=2**58),
     "float": st.floats(min_value=-1e12, max_value=1e12, allow_nan=False),
     "string": st.text(max_size=4),
     "time": st.integers(min_value=0, max_value=10**13),
@@ -162,3 +163,26 @@ def test_writes_prune_what_no_later_read_can_use(client, fn):
         rd = ReadSlot(op, window_s, 1)
         res = run_round(client, RoundSpec("r", reads_after=(rd,)), ["", "", key], [t, "", ""])
         assert res[1] == window_s
+
+
+def test_late_writes_into_pruned_time_stay_bounded(client):
+    """Tiles a late write leaves behind the pruned time are deleted once the hash outgrows its bound."""
+    window_s = 60
+    op = make_op("Count", (), window_s=window_s)
+    w = WriteSlot(op, window_s, 1)
+    key = f"t:{{{uuid.uuid4().hex}}}"
+    spec = RoundSpec("w", writes=(w,))
+    most = 0
+    for i in range(1200):  # twenty windows; every other write is two windows late
+        t = T0 + 1000 * i - (2 * window_s * 1000 if i % 2 else 0)
+        run_round(client, spec, ["", "", key], [t, "", ""])
+        most = max(most, client.hlen(key))
+    # the bound of lua.py's prune_levels: twice the fields of W + r + one pass, plus what
+    # the writes between two passes (every 15 s: 30 writes here, 4 levels each) add
+    every, keep = 15_000, 61_000
+    max_len = sum(((keep + every) // (z * 1000) + 2) for z in (1, 5, 15, 60)) + 4
+    assert most <= 2 * max_len + 30 * 4 + 1
+    rd = ReadSlot(op, window_s, 1)
+    t = T0 + 1000 * 1198
+    res = run_round(client, RoundSpec("r", reads_after=(rd,)), ["", "", key], [t, "", ""])
+    assert res[1] == 30  # the on-time writes of the last window (every other second)
