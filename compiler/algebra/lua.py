@@ -69,10 +69,6 @@ from compiler.algebra.script import common_script
 from compiler.algebra.windows import LEVEL_CODE, levels_s
 
 
-#: A pruning pass of a tiled state covers this many resolution tiles of event
-#: time (or W/4 if less): small batches of deletes instead of a rare scan.
-PRUNE_TILES = 64
-
 #: Hoisted constants kept in Lua locals (the rest go to the table ``K``); the
 #: prelude's locals and these stay under Lua's 200 locals per function.
 MAX_LOCAL_CONSTS = 100
@@ -271,39 +267,6 @@ local function prune_tiles(key, cutoff)
     if size then
       local idx = tonumber(string.sub(f, 2)) or tonumber(string.sub(f, 2, -3))
       if idx and (idx + 1) * size <= cutoff then dead[#dead + 1] = f end
-    end
-  end
-  hdel_all(key, dead)
-end
-
--- prune a tiled hash at t, at most every every_ms of event time (SPEC §5.3): delete
--- the tiles that end at or before t - keep_ms. Since the last pass deleted the
--- tiles ending at or before its own cutoff, this pass deletes, per level, only
--- the tile indices in between, by name: a bounded, small batch (no scan of the
--- hash, so no latency spike on hot keys). A full scan (prune_tiles) runs on the
--- first pass, after a long gap (more than max_names names at some level), and
--- when the hash holds more than max_len fields (tiles left behind by late
--- writes or a backfill).
-local function prune_levels(key, t, keep_ms, every_ms, sizes, codes, comps, max_names, max_len)
-  local due = redis.call('HGET', key, '_p')
-  if due and t < tonumber(due) then return end
-  redis.call('HSET', key, '_p', string.format('%d', t + every_ms))
-  local cutoff = t - keep_ms
-  if not due or redis.call('HLEN', key) > max_len then
-    prune_tiles(key, cutoff)
-    return
-  end
-  local from = tonumber(due) - every_ms - keep_ms  -- the last pass's cutoff
-  local dead, nc = {}, #comps
-  for j = 1, #sizes do
-    local size = sizes[j]
-    local a, b = math.floor(from / size), math.floor(cutoff / size) - 1
-    if b - a + 1 > max_names then
-      prune_tiles(key, cutoff)
-      return
-    end
-    for q = a, b do
-      for c = 1, nc do dead[#dead + 1] = string.format('%s%d%s', codes[j], q, comps[c]) end
     end
   end
   hdel_all(key, dead)
@@ -510,21 +473,11 @@ class LuaGenerator:
             raise NotImplementedError(f"no Lua write for {type(op).__name__}")
         # prune fields no read at time >= t can use (T(s) <= T(t - W) - 1, SPEC §5.3) at most
         # every W/4; Latest and Decayed* keep fixed fields: nothing to prune
-        keep = window_ms + res_ms
+        every, cutoff = max(window_ms // 4, res_ms), f"t - {window_ms + res_ms}"
         if isinstance(op, CountUniqueOp):
-            every = max(window_ms // 4, res_ms)
-            body.append(f"if prune_due({key}, t, {every}) then prune_seen({key}, t - {keep}) end")
+            body.append(f"if prune_due({key}, t, {every}) then prune_seen({key}, {cutoff}) end")
         elif op.tiled:
-            # small, frequent passes: PRUNE_TILES resolution tiles' worth of time each
-            every = min(max(window_ms // 4, res_ms), PRUNE_TILES * res_ms)
-            sizes = levels_s(w.window_s)
-            comps = op.components
-            max_len = sum(((keep + every) // (z * 1000) + 2) * len(comps) for z in sizes) + 4
-            sz = s.const(_lua_list([z * 1000 for z in sizes]))
-            codes = s.const(_lua_list([LEVEL_CODE[z] for z in sizes]))
-            cm = s.const(_lua_list(list(comps)))
-            body.append(f"prune_levels({key}, t, {keep}, {every}, {sz}, {codes}, {cm}, "
-                        f"{4 * PRUNE_TILES}, {2 * max_len})")
+            body.append(f"if prune_due({key}, t, {every}) then prune_tiles({key}, {cutoff}) end")
         body.append(f"redis.call('PEXPIRE', {key}, '{ttl_ms}')")  # a string: Lua numbers print as %.17g
         return lines + ["  " + x for x in body] + ["end"]
 
