@@ -34,17 +34,8 @@ import orjson
 
 from compiler.algebra.keys import encode_key, redis_key
 from compiler.algebra.lua import LuaGenerator, ReadSlot, RoundSpec, WriteSlot
-from compiler.algebra.ops import (
-    AggregateOp,
-    CountUniqueOp,
-    DecayedOp,
-    LatestOp,
-    fold,
-    make_op,
-    parse_log_member,
-)
+from compiler.algebra.ops import AggregateOp, make_op
 from compiler.algebra.storekeys import id_key
-from compiler.algebra.windows import counted_range
 from compiler.codegen.python import EvalError, compile_expr
 from compiler.plan import AggregateSpec, EventPlan, Feature, Plan, StateSpec, WriteSpec
 from compiler.typesystem import MAX_TIME_MS, MIN_TIME_MS, format_time, parse_time, read_input, to_json_value
@@ -123,41 +114,8 @@ class _Read:
     def __post_init__(self) -> None:
         self.slot = ReadSlot(self.op, self.state.window_s, self.state.resolution_s, self.state.limit,
                              self.spec.after is not None)
-        self.res_ms = self.state.resolution_s * 1000
-        op = self.op
-        # how the script's result becomes the feature value (compiler.algebra.lua)
-        if self.state.limit is not None:
-            self.finish = self._finish_log
-        elif isinstance(op, DecayedOp):
-            self.finish = self._finish_decayed
-        elif isinstance(op, CountUniqueOp):
-            self.finish = self._finish_int
-        elif isinstance(op, LatestOp):
-            self.finish = self._finish_latest
-        else:
-            self.finish = self._finish_merged
-
-    def _finish_log(self, res: Any, t_ms: int, after_ms: int | None) -> Any:
-        vtypes = self.state.value_types
-        writes = [(int(float(res[j + 1])), parse_log_member(res[j], vtypes)) for j in range(len(res) - 2, -1, -2)]
-        return fold(self.op, writes)
-
-    def _finish_decayed(self, res: Any, t_ms: int, after_ms: int | None) -> Any:
-        return self.op.value_at(self.op.decode(res), t_ms)
-
-    def _finish_int(self, res: Any, t_ms: int, after_ms: int | None) -> Any:
-        return int(res)
-
-    def _finish_latest(self, res: Any, t_ms: int, after_ms: int | None) -> Any:
-        ir = self.op.decode(res)
-        if ir is not None:
-            lo, _ = counted_range(t_ms, self.state.window_s, after_ms)
-            if not (lo * self.res_ms <= ir[0] <= t_ms):
-                ir = None
-        return self.op.finalize(ir)
-
-    def _finish_merged(self, res: Any, t_ms: int, after_ms: int | None) -> Any:
-        return self.op.finalize(LUA.decode_read(self.slot, res))
+        #: (script result, read time ms, after ms) -> feature value
+        self.finish = LUA.finisher(self.slot)
 
 
 @dataclass

@@ -80,17 +80,15 @@ class ScowlAPI(FastAPI):
 
     async def _event(self, scope, receive) -> dict:
         state = self.state
+        api_key = declared = None
+        for name, value in scope["headers"]:
+            if name == b"x-api-key":
+                api_key = value.decode("latin-1")
+            elif name == b"content-length":
+                declared = value
         keys = state.api_keys
-        declared = None
-        if keys:
-            api_key = None
-            for name, value in scope["headers"]:
-                if name == b"x-api-key":
-                    api_key = value.decode("latin-1")
-                elif name == b"content-length":
-                    declared = value
-            if api_key not in keys:
-                raise ApiError(401, "unauthorized", "missing or wrong x-api-key header")
+        if keys and api_key not in keys:
+            raise ApiError(401, "unauthorized", "missing or wrong x-api-key header")
         features = exports = None
         qs = scope.get("query_string") or b""
         if qs:
@@ -100,11 +98,6 @@ class ScowlAPI(FastAPI):
             features = parse_flag("features", flags.get("features"))
             exports = parse_flag("exports", flags.get("exports"))
         limit = state.settings.max_body_bytes
-        if declared is None:
-            for name, value in scope["headers"]:
-                if name == b"content-length":
-                    declared = value
-                    break
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise ApiError(413, "body-too-large", f"request body larger than {limit} bytes")
         chunks: list[bytes] = []

@@ -199,3 +199,9 @@ local function cover(lo, hi, r, sizes, codes, comps)
   end
   return fields
 end
+
+-- HMGET of fields ({} for none: HMGET needs at least one)
+local function hmget(key, fields)
+  if #fields == 0 then return {} end
+  return redis.call('HMGET', key, unpack(fields))
+end

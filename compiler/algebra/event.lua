@@ -97,12 +97,7 @@ while i <= n do
       sizes_ms[j] = sizes[j] * 1000
       codes[j] = CODES[sizes[j]]
     end
-    local fields = cover(lo, hi, r * 1000, sizes_ms, codes, comps)
-    if #fields == 0 then
-      out[#out + 1] = {}
-    else
-      out[#out + 1] = redis.call('HMGET', key, unpack(fields))
-    end
+    out[#out + 1] = hmget(key, cover(lo, hi, r * 1000, sizes_ms, codes, comps))
     i = i + 7 + ns + nc
   elseif op == 'I' then
     if not skip then redis.call('HINCRBY', key, ARGV[i + 2], ARGV[i + 3]) end

@@ -43,7 +43,7 @@ the event's writes), §5.2, §5.3 (expiry and pruning).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from compiler.algebra.keys import encode_value_tuple
 from compiler.algebra.ops import (
@@ -62,11 +62,13 @@ from compiler.algebra.ops import (
     _encode_scalar,
     _g17,
     _num,
+    fold,
     hll_coupon,
+    parse_log_member,
     values_json,
 )
 from compiler.algebra.script import common_script
-from compiler.algebra.windows import LEVEL_CODE, levels_s
+from compiler.algebra.windows import LEVEL_CODE, counted_range, levels_s
 
 
 #: Hoisted constants kept in Lua locals (the rest go to the table ``K``); the
@@ -133,11 +135,6 @@ local CV = {}
 local function cached(slot, fields)
   CV[slot] = fields
   return fields
-end
-
-local function hmget(key, fields)
-  if #fields == 0 then return {} end
-  return redis.call('HMGET', key, unpack(fields))
 end
 
 -- counted range of resolution tiles (windows.counted_range); after: text or ''
@@ -301,7 +298,6 @@ def _extreme_kind(op: AggregateOp) -> str:
 class _Script:
     """Accumulates the generated lines and the hoisted constants of one script."""
 
-    lines: list[str] = field(default_factory=list)
     consts: dict[str, str] = field(default_factory=dict)
 
     def const(self, text: str) -> str:
@@ -522,6 +518,43 @@ class LuaGenerator:
         if isinstance(op, DecayedOp):
             return [_g17(float(values[0]) if op.kind != "count" else 1.0)]
         raise NotImplementedError(f"no Lua write for {type(op).__name__}")
+
+    def finisher(self, r: ReadSlot) -> Callable[[Any, int, int | None], Any]:
+        """Return the function turning the script's result for read ``r`` into the feature value.
+
+        Chosen once per read slot (not per event). The function takes
+        ``(result, read time ms, after time ms or None)``; tiled reads
+        finalize :meth:`decode_read`, write logs fold their members (SPEC
+        §3.2's ``limit``), ``Decayed*`` weigh to the read time, ``Latest``
+        checks its time against the counted range.
+        """
+        op = r.op
+        if r.limit is not None:
+            vtypes = op.value_types
+
+            def log(res: Any, t_ms: int, after_ms: int | None) -> Any:
+                writes = [(int(float(res[j + 1])), parse_log_member(res[j], vtypes))
+                          for j in range(len(res) - 2, -1, -2)]
+                return fold(op, writes)
+
+            return log
+        if isinstance(op, DecayedOp):
+            return lambda res, t_ms, after_ms: op.value_at(op.decode(res), t_ms)
+        if isinstance(op, CountUniqueOp):
+            return lambda res, t_ms, after_ms: int(res)
+        if isinstance(op, LatestOp):
+            res_ms = r.resolution_s * 1000
+
+            def latest(res: Any, t_ms: int, after_ms: int | None) -> Any:
+                ir = op.decode(res)
+                if ir is not None:
+                    lo, _ = counted_range(t_ms, r.window_s, after_ms)
+                    if not (lo * res_ms <= ir[0] <= t_ms):
+                        ir = None
+                return op.finalize(ir)
+
+            return latest
+        return lambda res, t_ms, after_ms: op.finalize(self.decode_read(r, res))
 
     def decode_read(self, r: ReadSlot, res: Any) -> Any:
         """Return the IR (``ops`` partial aggregate) of a merged tiled read's result.
