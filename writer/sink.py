@@ -14,7 +14,10 @@ converges to the same state):
   keep the ``n`` highest (field ``<start>:<end>:<n>``, value a JSON list of
   ``{"t", "m"}``)
 
-and ``PEXPIRE rk ttl_ms`` once per hash per pipeline.
+and ``PEXPIRE rk ttl_ms`` once per key per pipeline; a hash given tiles
+(``set``) also loses its ``_m`` field (the latest tile written by serving's
+generated scripts, ``compiler.algebra.lua``: they recompute it from the
+fields when it is missing).
 """
 
 from __future__ import annotations
@@ -44,14 +47,18 @@ def write_partition(rows: Iterable, url: str) -> int:
     n = 0
     pipe = client.pipeline(transaction=False)
     expiring: dict[str, int] = {}
+    tiled: set[str] = set()
     pending = 0
 
     def flush() -> None:
         nonlocal pipe, pending
+        for rk in tiled:
+            pipe.hdel(rk, "_m")
         for rk, ttl in expiring.items():
             pipe.pexpire(rk, ttl)
         pipe.execute()
         expiring.clear()
+        tiled.clear()
         pipe = client.pipeline(transaction=False)
         pending = 0
 
@@ -59,6 +66,7 @@ def write_partition(rows: Iterable, url: str) -> int:
         mode = row["mode"]
         if mode == "set":
             pipe.hset(row["rk"], row["field"], row["value"])
+            tiled.add(row["rk"])
         elif mode == "seen":
             script(keys=[row["rk"]], args=["SEEN", 1, row["field"], row["value"]], client=pipe)
         elif mode == "latest":

@@ -99,39 +99,62 @@ local function count_seen(key, lo_ms, hi_ms)
   return cnt
 end
 
--- Min/Max of a tile (kind n/i/s, as less): keep the smaller (want_less) or larger of v and the field
-local function set_extreme(key, f, v, kind, want_less)
-  local cur = redis.call('HGET', key, f)
-  if not cur then
-    redis.call('HSET', key, f, v)
-  elseif want_less then
-    if less(v, cur, kind) then redis.call('HSET', key, f, v) end
+-- Each tiled update is a pure function of the tile's current text (false: no
+-- tile yet) returning its new text, or nil to leave it (the generated scripts
+-- apply them to every level in one HMGET and one HSET; event.lua one field).
+
+-- Min/Max (kind n/i/s, as less): v if it replaces cur (want_less: the smaller)
+local function extreme_text(cur, v, kind, want_less)
+  if not cur then return v end
+  if want_less then
+    if less(v, cur, kind) then return v end
   elseif less(cur, v, kind) then
-    redis.call('HSET', key, f, v)
+    return v
   end
 end
 
 -- First of a tile: "ms<TAB>json" of its earliest write (a write replaces it only if strictly earlier)
-local function set_first(key, f, ms, json)
-  local cur = redis.call('HGET', key, f)
+local function first_text(cur, ms, json)
   if not cur or tonumber(ms) < tonumber(string.match(cur, '^%-?%d+')) then
-    redis.call('HSET', key, f, ms .. '\t' .. json)
+    return ms .. '\t' .. json
   end
 end
 
 -- HyperLogLog register slot of the sparse text ";slot:rho;..." := max(rho, current)
-local function hll_max(key, f, slot, rho)
-  local cur = redis.call('HGET', key, f) or ''
+local function hll_text(cur, slot, rho)
+  cur = cur or ''
   local pat = ';' .. slot .. ':'
   local s, e = string.find(cur, pat, 1, true)
-  if not s then
-    redis.call('HSET', key, f, cur .. pat .. rho)
-  else
-    local old = string.match(cur, '^%d+', e + 1)
-    if tonumber(rho) > tonumber(old) then
-      redis.call('HSET', key, f, string.sub(cur, 1, e) .. rho .. string.sub(cur, e + 1 + #old))
-    end
+  if not s then return cur .. pat .. rho end
+  local old = string.match(cur, '^%d+', e + 1)
+  if tonumber(rho) > tonumber(old) then
+    return string.sub(cur, 1, e) .. rho .. string.sub(cur, e + 1 + #old)
   end
+end
+
+-- float sum of a tile: the double sum, as %.17g (round-trips exactly;
+-- HINCRBYFLOAT would add in long double and print fixed-point, which drops
+-- values below 1e-17)
+local function float_text(cur, v)
+  local x = tonumber(v)
+  if cur then x = tonumber(cur) + x end
+  return string.format('%.17g', x)
+end
+
+local function set_field(key, f, new)
+  if new then redis.call('HSET', key, f, new) end
+end
+
+local function set_extreme(key, f, v, kind, want_less)
+  set_field(key, f, extreme_text(redis.call('HGET', key, f), v, kind, want_less))
+end
+
+local function set_first(key, f, ms, json)
+  set_field(key, f, first_text(redis.call('HGET', key, f), ms, json))
+end
+
+local function hll_max(key, f, slot, rho)
+  set_field(key, f, hll_text(redis.call('HGET', key, f), slot, rho))
 end
 
 -- CountUnique: the tuple's field := max(field, ms)
@@ -173,7 +196,9 @@ end
 -- (windows.cover in closed form: finer tiles up to each coarser boundary,
 -- ascending, then the largest tiles that fit before the end, descending;
 -- sizes in ms finest first, codes their letters, comps the component suffixes).
-local function cover(lo, hi, r, sizes, codes, comps)
+-- With up: windows.short_cover instead, the ascending part, then whole tiles
+-- of the level it reached through hi (they may end past hi), then '_m'.
+local function cover(lo, hi, r, sizes, codes, comps, up)
   local fields = {}
   if lo > hi then return fields end
   local nc = #comps
@@ -181,12 +206,17 @@ local function cover(lo, hi, r, sizes, codes, comps)
   local start, stop = lo * r, (hi + 1) * r
   local j = 1
   while j < ns do
-    local up = sizes[j + 1]
-    local b = math.ceil(start / up) * up
-    if b + up > stop then break end
+    local up_size = sizes[j + 1]
+    local b = math.ceil(start / up_size) * up_size
+    if b + up_size > stop then break end
     emit(fields, sizes[j], codes[j], start, (b - start) / sizes[j], comps, nc)
     start = b
     j = j + 1
+  end
+  if up then
+    emit(fields, sizes[j], codes[j], start, math.ceil((stop - start) / sizes[j]), comps, nc)
+    fields[#fields + 1] = '_m'
+    return fields
   end
   while j >= 1 do
     local size = sizes[j]

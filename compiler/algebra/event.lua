@@ -28,7 +28,9 @@
 --                          PEXPIRE ttl                            (write)
 --   X    k ttl_ms ms w_ms r_ms prune_every_ms
 --                          prune fields no read at time >= ms can use, when
---                          due; then PEXPIRE k ttl_ms     (write)
+--                          due; drop _m (the latest written tile of the
+--                          generated scripts: they recompute it); then
+--                          PEXPIRE k ttl_ms                (write)
 --   R    k n f1..fn        push HMGET f1..fn              (read)
 --   T    k lo hi r ns s1..sns nc c1..cnc
 --                          push HMGET of the tiles covering resolution tiles
@@ -152,6 +154,8 @@ while i <= n do
         end
         redis.call('HSET', key, '_p', tostring(ms + tonumber(ARGV[i + 6])))
       end
+      -- the generated serving scripts' latest written tile: unknown after these writes
+      redis.call('HDEL', key, '_m')
       redis.call('PEXPIRE', key, ARGV[i + 2])
     end
     i = i + 7

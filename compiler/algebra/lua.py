@@ -35,6 +35,15 @@ are IEEE doubles, ``%.17g`` round-trips them); integer sums are added in
 Lua only while every term and partial sum stays below 2**53, and are
 otherwise returned as their field texts for Python to add as int64.
 
+Reads merge the *short* cover (:func:`windows.short_cover`) when no write
+lies in a tile after the read's (the ``_m`` field, the latest resolution
+tile written, is at most ``T(t)``; always so when events arrive in time
+order): the tiles of the cover's trailing edge and middle, then whole tiles
+of the last level through ``T(t)``, ~40% fewer fields than the exact
+:func:`windows.cover`, which they fall back to otherwise. Tiled writes read
+and write every level, ``_p`` and ``_m`` in one ``HMGET`` and one ``HSET``
+(``HINCRBY`` per level for int sums, exact past 2**53).
+
 Source: SPEC §3.2 (window rule, via :func:`windows.counted_range` and
 :func:`windows.cover`, reproduced here in Lua), §3.3 (exclusive reads before
 the event's writes), §5.2, §5.3 (expiry and pruning).
@@ -130,11 +139,32 @@ class RoundSpec:
 
 # Functions of every generated script, after common.lua (shared with event.lua).
 _PRELUDE = r"""
--- covers shared by the reads of one call (LuaGenerator._cover)
-local CV = {}
-local function cached(slot, fields)
-  CV[slot] = fields
-  return fields
+local EXACT = 9007199254740992
+
+-- The values of a read's cover fields: the short cover (common.lua cover with
+-- up) when no write lies in a tile after hi (the state's latest written
+-- resolution tile _m, its last field, is at most hi), else the exact cover.
+-- Covers depend only on (window, components, lo, hi): the reads of one call
+-- that share them pass the same slot and compute each once.
+local CV, CX = {}, {}
+local function tiles(key, lo, hi, r, sizes, codes, comps, slot)
+  local short = slot and CV[slot]
+  if not short then
+    short = cover(lo, hi, r, sizes, codes, comps, true)
+    if slot then CV[slot] = short end
+  end
+  local n = #short
+  if n == 0 then return short end
+  local v = redis.call('HMGET', key, unpack(short))
+  local m = v[n]
+  v[n] = nil
+  if m and tonumber(m) <= hi then return v end
+  local exact = slot and CX[slot]
+  if not exact then
+    exact = cover(lo, hi, r, sizes, codes, comps, false)
+    if slot then CX[slot] = exact end
+  end
+  return hmget(key, exact)
 end
 
 -- counted range of resolution tiles (windows.counted_range); after: text or ''
@@ -146,8 +176,6 @@ local function range(t, w, r, after)
   end
   return lo, math.floor(t / r)
 end
-
-local EXACT = 9007199254740992
 
 -- integer sum of tile texts; the texts themselves when a double could round
 local function sum_int(v)
@@ -222,16 +250,6 @@ local function present(v)
   return out
 end
 
--- float sum of a tile: the double sum, stored as %.17g (round-trips exactly;
--- HINCRBYFLOAT would add in long double and print fixed-point, which drops
--- values below 1e-17)
-local function add_float(key, f, v)
-  local cur = redis.call('HGET', key, f)
-  local x = tonumber(v)
-  if cur then x = tonumber(cur) + x end
-  redis.call('HSET', key, f, string.format('%.17g', x))
-end
-
 local function log_write(key, ms, json, n, keep_ms, ttl_ms)
   log_add(key, ms, next_rank(key, ms), json, n, string.format('%d', tonumber(ms) - keep_ms), ttl_ms)
 end
@@ -267,6 +285,85 @@ local function prune_tiles(key, cutoff)
     end
   end
   hdel_all(key, dead)
+end
+
+-- The latest written resolution tile (_m) of a state that lacks it: the
+-- largest tile index among its fields of the resolution's level code rcode
+-- (a byte); -2^53 for none. Backfill and stream writes drop _m (HDEL).
+local function max_tile(key, rcode)
+  local names = redis.call('HKEYS', key)
+  local m = -EXACT
+  for j = 1, #names do
+    local f = names[j]
+    if string.byte(f, 1) == rcode then
+      local idx = tonumber(string.sub(f, 2)) or tonumber(string.sub(f, 2, -3))
+      if idx and idx > m then m = idx end
+    end
+  end
+  return m
+end
+
+-- Bookkeeping of a tiled write into resolution tile q at t, given the current
+-- texts p of '_p' and m of '_m' (false: absent): appends the raised '_m' and,
+-- when the pruning pass is due, the next '_p' to args (n entries used);
+-- returns the new n and whether the pass is due.
+local function book(key, args, n, p, m, q, t, every, rcode)
+  local mq = m and tonumber(m)
+  if not mq then mq = max_tile(key, rcode) end
+  if not m or q > mq then
+    args[n + 1] = '_m'
+    args[n + 2] = string.format('%d', q > mq and q or mq)
+    n = n + 2
+  end
+  local due = not p or t >= tonumber(p)
+  if due then
+    args[n + 1] = '_p'
+    args[n + 2] = string.format('%d', t + every)
+    n = n + 2
+  end
+  return n, due
+end
+
+-- One read-modify-write of a tiled state written into resolution tile q:
+-- HMGET '_p', '_m' and the level fields fs, new texts from
+-- update(cur, i, x, y, z) (nil: unchanged), one HSET with the bookkeeping,
+-- then the pruning pass when due (before cutoff)
+local function rmw(key, fs, t, q, rcode, every, cutoff, update, x, y, z)
+  local cur = redis.call('HMGET', key, '_p', '_m', unpack(fs))
+  local args, n = {}, 0
+  for i = 1, #fs do
+    local new = update(cur[i + 2], i, x, y, z)
+    if new then
+      args[n + 1] = fs[i]
+      args[n + 2] = new
+      n = n + 2
+    end
+  end
+  local due
+  n, due = book(key, args, n, cur[1], cur[2], q, t, every, rcode)
+  if n > 0 then redis.call('HSET', key, unpack(args)) end
+  if due then prune_tiles(key, cutoff) end
+end
+
+-- the bookkeeping alone, after writes made by other commands (HINCRBY)
+local function tiled_book(key, t, q, rcode, every, cutoff)
+  local cur = redis.call('HMGET', key, '_p', '_m')
+  local args = {}
+  local n, due = book(key, args, 0, cur[1], cur[2], q, t, every, rcode)
+  if n > 0 then redis.call('HSET', key, unpack(args)) end
+  if due then prune_tiles(key, cutoff) end
+end
+
+-- the update functions rmw applies (common.lua's, with the field's index)
+local function u_count(cur) return string.format('%d', (tonumber(cur) or 0) + 1) end
+local function u_float(cur, i, v) return float_text(cur, v) end
+local function u_extreme(cur, i, v, kind, want_less) return extreme_text(cur, v, kind, want_less) end
+local function u_first(cur, i, ms, json) return first_text(cur, ms, json) end
+local function u_hll(cur, i, slot, rho) return hll_text(cur, slot, rho) end
+-- Average: fields alternate sum (float) and count (+1; counts stay far below 2^53)
+local function u_average(cur, i, v)
+  if i % 2 == 1 then return float_text(cur, v) end
+  return string.format('%d', (tonumber(cur) or 0) + 1)
 end
 
 -- delete the CountUnique fields u<tuple> last seen at or before cutoff
@@ -388,11 +485,8 @@ class LuaGenerator:
         sz = s.const(_lua_list([x * 1000 for x in sizes]))
         codes = s.const(_lua_list([LEVEL_CODE[x] for x in sizes]))
         comps = s.const(_lua_list(list(r.op.components)))
-        call = f"cover(lo, hi, {r.resolution_s * 1000}, {sz}, {codes}, {comps})"
-        if r.has_after:
-            return f"hmget({key}, {call})"
-        slot = s.const(f"'{r.window_s}:{','.join(r.op.components)}'")
-        return f"hmget({key}, CV[{slot}] or cached({slot}, {call}))"
+        slot = "nil" if r.has_after else s.const(f"'{r.window_s}:{','.join(r.op.components)}'")
+        return f"tiles({key}, lo, hi, {r.resolution_s * 1000}, {sz}, {codes}, {comps}, {slot})"
 
     def _read_expr(self, s: _Script, r: ReadSlot, key: str) -> list[str]:
         op = r.op
@@ -442,23 +536,27 @@ class LuaGenerator:
             body.append(f"log_write({key}, ts, v1, {int(w.limit)}, {window_ms + res_ms}, {window_ms + res_ms})")
             return lines + ["  " + x for x in body] + ["end"]
         ttl_ms = DECAY_HORIZON * window_ms if isinstance(op, DecayedOp) else window_ms + res_ms
+        # prune fields no read at time >= t can use (T(s) <= T(t - W) - 1, SPEC §5.3) at most
+        # every W/4; Latest and Decayed* keep fixed fields: nothing to prune
+        every, cutoff = max(window_ms // 4, res_ms), f"t - {window_ms + res_ms}"
+        fields = self._tile_fields(s, w) if op.tiled else []
+        rmw = None  # (update function, its arguments): one HMGET + one HSET for every level
         if isinstance(op, CountOp):
-            body += [f"redis.call('HINCRBY', {key}, {f}, '1')" for f in self._tile_fields(s, w)]
-        elif isinstance(op, SumOp) and op.is_int:
-            body += [f"redis.call('HINCRBY', {key}, {f}, v1)" for f in self._tile_fields(s, w)]
+            rmw = "u_count"
+        elif isinstance(op, SumOp) and op.is_int:  # int64 sums: HINCRBY (exact past 2^53)
+            body += [f"redis.call('HINCRBY', {key}, {f}, v1)" for f in fields]
         elif isinstance(op, SumOp):
-            body += [f"add_float({key}, {f}, v1)" for f in self._tile_fields(s, w)]
+            rmw = "u_float, v1"
         elif isinstance(op, AverageOp):
-            for f in self._tile_fields(s, w):
-                body += [f"add_float({key}, {f} .. '.s', v1)",
-                         f"redis.call('HINCRBY', {key}, {f} .. '.c', '1')"]
+            fields = [s.const(f"{f} .. '{c}'") for f in fields for c in (".s", ".c")]
+            rmw = "u_average, v1"
         elif isinstance(op, (MinOp, MaxOp)):
             kind, want = _extreme_kind(op), "true" if isinstance(op, MinOp) else "false"
-            body += [f"set_extreme({key}, {f}, v1, '{kind}', {want})" for f in self._tile_fields(s, w)]
+            rmw = f"u_extreme, v1, '{kind}', {want}"
         elif isinstance(op, FirstOp):
-            body += [f"set_first({key}, {f}, ts, v1)" for f in self._tile_fields(s, w)]
+            rmw = "u_first, ts, v1"
         elif isinstance(op, HyperLogLogOp):
-            body += [f"hll_max({key}, {f}, v1, v2)" for f in self._tile_fields(s, w)]
+            rmw = "u_hll, v1, v2"
         elif isinstance(op, CountUniqueOp):
             body.append(f"seen({key}, v1, ts)")
         elif isinstance(op, LatestOp):
@@ -467,13 +565,15 @@ class LuaGenerator:
             body.append(f"decay_merge({key}, ts, tonumber(v1), 1, {op.window_ms})")
         else:
             raise NotImplementedError(f"no Lua write for {type(op).__name__}")
-        # prune fields no read at time >= t can use (T(s) <= T(t - W) - 1, SPEC §5.3) at most
-        # every W/4; Latest and Decayed* keep fixed fields: nothing to prune
-        every, cutoff = max(window_ms // 4, res_ms), f"t - {window_ms + res_ms}"
-        if isinstance(op, CountUniqueOp):
+        if op.tiled:
+            q = s.const(f"math.floor(t / {res_ms})")
+            book = f"t, {q}, {ord(LEVEL_CODE[w.resolution_s])}, {every}, {cutoff}"
+            if rmw is not None:
+                body.append(f"rmw({key}, {{{', '.join(fields)}}}, {book}, {rmw})")
+            else:
+                body.append(f"tiled_book({key}, {book})")
+        elif isinstance(op, CountUniqueOp):
             body.append(f"if prune_due({key}, t, {every}) then prune_seen({key}, {cutoff}) end")
-        elif op.tiled:
-            body.append(f"if prune_due({key}, t, {every}) then prune_tiles({key}, {cutoff}) end")
         body.append(f"redis.call('PEXPIRE', {key}, '{ttl_ms}')")  # a string: Lua numbers print as %.17g
         return lines + ["  " + x for x in body] + ["end"]
 

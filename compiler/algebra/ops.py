@@ -31,6 +31,12 @@ field              holds
                    and decayed count, both weighed to ``dt`` (numbers as
                    ``%.17g`` text).
 ``_p``             event time (ms) at which the next pruning pass is due.
+``_m``             tiled functions, written by serving's generated scripts:
+                   the latest resolution tile index written (``T(s)`` of
+                   the latest ``s``). A read whose ``T(t)`` is at least
+                   ``_m`` merges a shorter cover (``windows.short_cover``);
+                   backfill and stream writes drop the field, and the next
+                   online write recomputes it from the tile fields.
 =================  ==========================================================
 
 Tiled functions keep one partial per tile at every level of

@@ -131,3 +131,51 @@ def cover(lo: int, hi: int, r: int, sizes: tuple[int, ...]) -> Iterator[tuple[in
                 size = cand
         yield size, start // size
         start += size
+
+
+def short_cover(lo: int, hi: int, r: int, sizes: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Cover resolution tiles ``lo..hi`` by the trailing edge of :func:`cover`, then whole tiles through ``hi``.
+
+    :func:`cover` climbs from ``lo`` through finer tiles to coarser
+    boundaries, then descends through finer tiles again to end exactly at
+    ``hi``. This keeps the climb and replaces the descent by whole tiles of
+    the level the climb reached, up to and including the one holding ``hi``,
+    so the cover may end past ``hi`` (by less than one tile of that level).
+    It counts the same writes as :func:`cover` when no write lies in a tile
+    after ``hi``: always so for a read at the latest event time, which the
+    generated scripts check with the state's ``_m`` field
+    (``compiler.algebra.lua``). Fewer fields: the descent was about 40%
+    of a cover.
+
+    Args:
+        lo, hi: inclusive range of tile indices at resolution ``r`` (seconds).
+        r: the resolution in seconds (``sizes[0]``).
+        sizes: available tile sizes in seconds, finest first, each dividing the next.
+
+    Returns:
+        ``(size_s, index)`` pairs in time order, disjoint, whose union starts
+        at ``lo * r`` and ends at or after ``(hi + 1) * r``, before
+        ``(hi + 1) * r + size`` of the last pair; ``[]`` when ``lo > hi``.
+
+    Source: SPEC §3.2; the Lua ``cover(..., up)`` of ``common.lua`` is the
+    same computation.
+
+    >>> short_cover(58, 131, 1, (1, 5, 15, 60))
+    [(1, 58), (1, 59), (60, 1), (60, 2)]
+    """
+    if lo > hi:
+        return []
+    start, end = lo * r, (hi + 1) * r
+    out: list[tuple[int, int]] = []
+    j = 0
+    while j < len(sizes) - 1:
+        up = sizes[j + 1]
+        b = -(-start // up) * up  # the next boundary of the coarser level
+        if b + up > end:
+            break
+        out += [(sizes[j], q) for q in range(start // sizes[j], b // sizes[j])]
+        start = b
+        j += 1
+    size = sizes[j]
+    out += [(size, q) for q in range(start // size, -(-end // size))]
+    return out

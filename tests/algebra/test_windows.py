@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compiler.algebra.windows import counted_range, cover, levels_s, resolution_s, tile_index
+from compiler.algebra.windows import counted_range, cover, levels_s, resolution_s, short_cover, tile_index
 from tests.algebra.oracle import counts
 
 
@@ -51,6 +51,28 @@ def test_cover_is_exact_and_small(w, t):
     assert pos == (hi + 1) * r
     # the ladder's steps bound each edge: 4+2+3+4+2+3+3+5 finer tiles
     assert len(tiles) <= 2 * 26 + w // 86400 + 1
+
+
+@settings(max_examples=300)
+@given(
+    w=st.sampled_from([1, 59, 600, 3600, 3 * 3600, 86400, 7 * 86400, 30 * 86400, 2_000_000]),
+    t=st.integers(min_value=-10**12, max_value=2 * 10**12),
+)
+def test_short_cover_is_the_cover_with_its_descent_rounded_up(w, t):
+    r, sizes = resolution_s(w), levels_s(w)
+    lo, hi = counted_range(t, w)
+    exact, short = list(cover(lo, hi, r, sizes)), short_cover(lo, hi, r, sizes)
+    # contiguous and aligned from lo*r, ending in the tile that holds hi's end
+    pos = lo * r
+    for size, idx in short:
+        assert idx * size == pos
+        pos += size
+    last = short[-1][0]
+    assert (hi + 1) * r <= pos < (hi + 1) * r + last
+    # the same climb as the exact cover, then only tiles of the level it reached
+    climb = [x for x in exact if x in short]
+    assert short[:len(climb)] == climb and all(size == last for size, _ in short[len(climb):])
+    assert len(short) <= len(exact) + 1
 
 
 @settings(max_examples=300)
