@@ -51,7 +51,9 @@ the event's writes), §5.2, §5.3 (expiry and pruning).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Callable, Sequence
 
 from compiler.algebra.keys import encode_value_tuple
@@ -83,6 +85,41 @@ from compiler.algebra.windows import LEVEL_CODE, counted_range, levels_s
 #: Hoisted constants kept in Lua locals (the rest go to the table ``K``); the
 #: prelude's locals and these stay under Lua's 200 locals per function.
 MAX_LOCAL_CONSTS = 100
+
+
+_HLL_REGISTER = re.compile(rb";(\d+):(\d+)")
+#: parsed HyperLogLog tile texts (closed tiles come back on every read of their window)
+_HLL_TILES: dict[bytes, list[tuple[int, int]]] = {}
+_HLL_TILES_MAX = 50_000
+
+
+def hll_merge(texts: Sequence[bytes | str]) -> dict[int, int]:
+    """Merge sparse HyperLogLog tile texts (``";slot:rho;slot:rho"``) register-wise by max.
+
+    Each text is parsed once per process (a bounded cache: a window's closed
+    tiles come back unchanged on every read); the merge sorts all
+    ``(slot, rho)`` pairs by ``rho`` so that ``dict`` keeps each slot's
+    largest, both in C.
+
+    Args:
+        texts: the tiles' texts as the script returns them (bytes; str accepted).
+
+    Returns:
+        ``{slot: rho}`` of the non-zero registers (``ops.HyperLogLogOp``'s IR).
+    """
+    pairs: list[tuple[int, int]] = []
+    cache = _HLL_TILES
+    for raw in texts:
+        if isinstance(raw, str):
+            raw = raw.encode()
+        parsed = cache.get(raw)
+        if parsed is None:
+            if len(cache) >= _HLL_TILES_MAX:
+                cache.clear()
+            parsed = cache[raw] = [(int(a), int(b)) for a, b in _HLL_REGISTER.findall(raw)]
+        pairs += parsed
+    pairs.sort(key=itemgetter(1))
+    return dict(pairs)
 
 
 @dataclass(frozen=True)
@@ -678,13 +715,6 @@ class LuaGenerator:
             return (float(res[0]), int(res[1]))
         if isinstance(op, (MinOp, MaxOp, FirstOp)):
             return op.decode([res])
-        if isinstance(op, HyperLogLogOp):  # register-wise max of the tiles' ";slot:rho" texts
-            regs: dict[int, int] = {}
-            for raw in res:
-                for part in raw.split(b";" if isinstance(raw, bytes) else ";")[1:]:
-                    slot, _, rho = part.partition(b":" if isinstance(part, bytes) else ":")
-                    s, r = int(slot), int(rho)
-                    if regs.get(s, 0) < r:
-                        regs[s] = r
-            return regs
+        if isinstance(op, HyperLogLogOp):
+            return hll_merge(res)
         raise NotImplementedError(f"no merged Lua read for {type(op).__name__}")

@@ -20,7 +20,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compiler.algebra.lua import MAX_LOCAL_CONSTS, LuaGenerator, ReadSlot, RoundSpec, WriteSlot
+from compiler.algebra.lua import MAX_LOCAL_CONSTS, LuaGenerator, ReadSlot, RoundSpec, WriteSlot, hll_merge
 from compiler.algebra.ops import fold, make_op
 from compiler.algebra.windows import resolution_s, tile_index
 
@@ -196,3 +196,16 @@ def test_late_writes_into_pruned_time_stay_bounded(client):
     t = T0 + 1000 * 1198
     res = run_round(client, RoundSpec("r", reads_after=(rd,)), ["", "", key], [t, "", ""])
     assert res[1] == 30  # the on-time writes of the last window (every other second)
+
+
+@settings(max_examples=200, deadline=None)
+@given(tiles=st.lists(st.dictionaries(st.integers(0, 2**14 - 1), st.integers(1, 53), max_size=30), max_size=12),
+       as_str=st.booleans())
+def test_hll_merge_is_the_register_wise_max(tiles, as_str):
+    texts = ["".join(f";{s}:{r}" for s, r in t.items()) for t in tiles]
+    want: dict[int, int] = {}
+    for t in tiles:
+        for s, r in t.items():
+            want[s] = max(want.get(s, 0), r)
+    for _ in range(2):  # parsed, then from the cache of parsed tiles
+        assert hll_merge(texts if as_str else [x.encode() for x in texts]) == want
