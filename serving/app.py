@@ -8,6 +8,7 @@ framework's own 404/405/422 and unexpected 500s included, is answered as
 
 from __future__ import annotations
 
+import gc
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -69,11 +70,29 @@ def create_app(plan: Plan, settings: Settings | None = None, redis_url: str | No
     return app
 
 
+def freeze_heap() -> None:
+    """Exempt everything alive now (the compiled plan, the app, the evaluator) from the cyclic GC.
+
+    Call once in a serving process, after the app is built. Python's oldest
+    generation is collected now and then by walking every tracked object;
+    with the plan and the framework loaded that took 40-60 ms, during which
+    no request was answered (the p99 at 1k events/s went from 5-6 ms to
+    10-25 ms in ``bench/serve.py``). ``gc.collect()`` first, so that only
+    live objects are frozen; garbage made later is collected as before.
+
+    Source: CPython ``gc.freeze`` (3.7+), written for pre-fork servers
+    (Instagram's "Dismissing Python Garbage Collection", 2017).
+    """
+    gc.collect()
+    gc.freeze()
+
+
 def create_app_from_env() -> FastAPI:
     """ASGI factory for process managers: compile ``$SCOWL_TOPOLOGY`` and serve it.
 
     Use ``uvicorn --factory serving.app:create_app_from_env`` (several workers
-    need a shared ``SCOWL_REDIS_URL``).
+    need a shared ``SCOWL_REDIS_URL``). Calls :func:`freeze_heap`: it is
+    meant to run once per serving process.
 
     Raises:
         RuntimeError: ``SCOWL_TOPOLOGY`` unset or the topology has errors
@@ -89,4 +108,6 @@ def create_app_from_env() -> FastAPI:
     result = compile_dir(topo)
     if result.plan is None:
         raise RuntimeError(result.render())
-    return create_app(result.plan, Settings())
+    app = create_app(result.plan, Settings())
+    freeze_heap()
+    return app

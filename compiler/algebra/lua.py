@@ -309,12 +309,18 @@ local function prune_due(key, t, every_ms)
   return true
 end
 
--- delete the tile fields (<code><index>[.s|.c]) that end at or before cutoff
-local function prune_tiles(key, cutoff)
-  local names = redis.call('HKEYS', key)
+-- One step of a tiled state's pruning pass: HSCAN from cursor c (COUNT
+-- fields), delete the tile fields (<code><index>[.s|.c]) that end at or
+-- before cutoff; returns the next cursor ('0': the pass is over). A pass is
+-- spread over the writes that follow its start, one step each, so no call
+-- walks a whole hash (a 7-day state keyed by an airport holds ~30k fields).
+local PRUNE_STEP = 256
+local function prune_step(key, c, cutoff)
+  local res = redis.call('HSCAN', key, c, 'COUNT', PRUNE_STEP)
+  local items = res[2]
   local dead = {}
-  for j = 1, #names do
-    local f = names[j]
+  for j = 1, #items, 2 do
+    local f = items[j]
     local size = SIZE_OF[string.byte(f, 1)]
     if size then
       local idx = tonumber(string.sub(f, 2)) or tonumber(string.sub(f, 2, -3))
@@ -322,11 +328,9 @@ local function prune_tiles(key, cutoff)
     end
   end
   hdel_all(key, dead)
+  return res[1]
 end
 
--- The latest written resolution tile (_m) of a state that lacks it: the
--- largest tile index among its fields of the resolution's level code rcode
--- (a byte); -2^53 for none. Backfill and stream writes drop _m (HDEL).
 local function max_tile(key, rcode)
   local names = redis.call('HKEYS', key)
   local m = -EXACT
@@ -341,10 +345,12 @@ local function max_tile(key, rcode)
 end
 
 -- Bookkeeping of a tiled write into resolution tile q at t, given the current
--- texts p of '_p' and m of '_m' (false: absent): appends the raised '_m' and,
--- when the pruning pass is due, the next '_p' to args (n entries used);
--- returns the new n and whether the pass is due.
-local function book(key, args, n, p, m, q, t, every, rcode)
+-- texts p of '_p', m of '_m' and c of '_c' (false: absent): appends to args
+-- (n entries used) the raised '_m', the next '_p' when a pruning pass is due
+-- (every `every` ms of event time: it starts one, or lets the one under way
+-- go on), and the pass's next cursor '_c' after one prune_step (dropped when
+-- the pass ends); returns the new n.
+local function book(key, args, n, p, m, c, q, t, every, cutoff, rcode)
   local mq = m and tonumber(m)
   if not mq then mq = max_tile(key, rcode) end
   if not m or q > mq then
@@ -352,43 +358,50 @@ local function book(key, args, n, p, m, q, t, every, rcode)
     args[n + 2] = string.format('%d', q > mq and q or mq)
     n = n + 2
   end
-  local due = not p or t >= tonumber(p)
-  if due then
+  local cursor = c
+  if not p or t >= tonumber(p) then
     args[n + 1] = '_p'
     args[n + 2] = string.format('%d', t + every)
     n = n + 2
+    cursor = cursor or '0'
   end
-  return n, due
+  if cursor then
+    local nxt = prune_step(key, cursor, cutoff)
+    if nxt ~= '0' then
+      args[n + 1] = '_c'
+      args[n + 2] = nxt
+      n = n + 2
+    elseif c then
+      redis.call('HDEL', key, '_c')
+    end
+  end
+  return n
 end
 
 -- One read-modify-write of a tiled state written into resolution tile q:
--- HMGET '_p', '_m' and the level fields fs, new texts from
--- update(cur, i, x, y, z) (nil: unchanged), one HSET with the bookkeeping,
--- then the pruning pass when due (before cutoff)
+-- HMGET the bookkeeping fields and the level fields fs, new texts from
+-- update(cur, i, x, y, z) (nil: unchanged), then one HSET with the bookkeeping
 local function rmw(key, fs, t, q, rcode, every, cutoff, update, x, y, z)
-  local cur = redis.call('HMGET', key, '_p', '_m', unpack(fs))
+  local cur = redis.call('HMGET', key, '_p', '_m', '_c', unpack(fs))
   local args, n = {}, 0
   for i = 1, #fs do
-    local new = update(cur[i + 2], i, x, y, z)
+    local new = update(cur[i + 3], i, x, y, z)
     if new then
       args[n + 1] = fs[i]
       args[n + 2] = new
       n = n + 2
     end
   end
-  local due
-  n, due = book(key, args, n, cur[1], cur[2], q, t, every, rcode)
+  n = book(key, args, n, cur[1], cur[2], cur[3], q, t, every, cutoff, rcode)
   if n > 0 then redis.call('HSET', key, unpack(args)) end
-  if due then prune_tiles(key, cutoff) end
 end
 
 -- the bookkeeping alone, after writes made by other commands (HINCRBY)
 local function tiled_book(key, t, q, rcode, every, cutoff)
-  local cur = redis.call('HMGET', key, '_p', '_m')
+  local cur = redis.call('HMGET', key, '_p', '_m', '_c')
   local args = {}
-  local n, due = book(key, args, 0, cur[1], cur[2], q, t, every, rcode)
+  local n = book(key, args, 0, cur[1], cur[2], cur[3], q, t, every, cutoff, rcode)
   if n > 0 then redis.call('HSET', key, unpack(args)) end
-  if due then prune_tiles(key, cutoff) end
 end
 
 -- the update functions rmw applies (common.lua's, with the field's index)

@@ -72,7 +72,7 @@ def serve(
     import uvicorn
 
     from scowl.signals import graceful_server_class
-    from serving.app import create_app
+    from serving.app import create_app, freeze_heap
     from serving.settings import Settings
 
     p = compile_topology(directory)
@@ -82,6 +82,7 @@ def serve(
         except NotImplementedError as e:
             raise UserError(str(e)) from None
         if workers == 1:
+            freeze_heap()
             console.print(f"serving {directory} on http://{host}:{port} (store {redact_url(url)})")
             server = graceful_server_class()(uvicorn.Config(api, host=host, port=port, log_level="warning"))
             _starting(server.run, host, port)

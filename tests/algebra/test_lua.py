@@ -158,7 +158,7 @@ def test_writes_prune_what_no_later_read_can_use(client, fn):
     oldest_end = None
     for f, v in fields.items():
         f = f.decode()
-        if f in ("_p", "_m"):  # bookkeeping: next pruning pass, latest written tile
+        if f in ("_p", "_m", "_c"):  # bookkeeping: next pruning pass, latest written tile, pass cursor
             continue
         if f.startswith("u"):
             end = int(v)
@@ -196,6 +196,56 @@ def test_late_writes_into_pruned_time_stay_bounded(client):
     t = T0 + 1000 * 1198
     res = run_round(client, RoundSpec("r", reads_after=(rd,)), ["", "", key], [t, "", ""])
     assert res[1] == 30  # the on-time writes of the last window (every other second)
+
+
+def test_pruning_a_large_hash_is_spread_over_the_writes_that_follow(client):
+    """A pass over a hash of thousands of tiles goes HSCAN step by step, one step per write (SPEC §5.3)."""
+    window_s = 3600
+    op = make_op("Count", (), window_s=window_s)
+    w = WriteSlot(op, window_s, 1)
+    key = f"t:{{{uuid.uuid4().hex}}}"
+    script = client.register_script(GEN.script(RoundSpec("w", writes=(w,))))
+    every_ms, keep_ms = window_s * 1000 // 4, window_s * 1000 + 1000
+    steps, oldest_seen, pipe = 0, [], client.pipeline(transaction=False)
+    for i in range(3 * window_s):  # three windows, one write a second
+        script(keys=["", "", key], args=[T0 + 1000 * i, "", ""], client=pipe)
+        if i % 600 == 599 or i == 3 * window_s - 1:
+            pipe.execute()
+            pipe = client.pipeline(transaction=False)
+            cursor = client.hget(key, "_c")
+            steps += cursor is not None
+            ends = [(int(f[1:]) + 1) * 1000 for f in client.hkeys(key) if f.startswith(b"s")]
+            oldest_seen.append((T0 + 1000 * i, min(ends)))
+    t = T0 + 1000 * (3 * window_s - 1)
+    # a pass over ~4.5k fields takes ~20 writes: each pass ended well before the next was due ...
+    assert client.hget(key, "_c") is None and steps == 0
+    # ... and left nothing older than the cutoff of its start, the last pass at most W/4 ago
+    for at, oldest in oldest_seen[2:]:
+        assert oldest > at - keep_ms - every_ms - 1000
+    assert client.hlen(key) < 2 * (window_s + every_ms // 1000)
+    rd = ReadSlot(op, window_s, 1)
+    assert run_round(client, RoundSpec("r", reads_after=(rd,)), ["", "", key], [t, "", ""])[1] == window_s
+
+
+def test_a_pass_under_way_goes_on_one_step_per_write(client):
+    """The cursor of a pass under way (_c) advances with each write and is dropped when the pass ends."""
+    window_s = 3600
+    op = make_op("Count", (), window_s=window_s)
+    w = WriteSlot(op, window_s, 1)
+    key = f"t:{{{uuid.uuid4().hex}}}"
+    script = client.register_script(GEN.script(RoundSpec("w", writes=(w,))))
+    # 3000 stale one-second tiles, two windows old, and a pass due now
+    client.hset(key, mapping={**{f"s{T0 // 1000 + i}": 1 for i in range(3000)}, "_p": 0,
+                              "_m": T0 // 1000 + 3000})
+    t = T0 + 2 * window_s * 1000 + 5_000_000
+    cursors = []
+    for i in range(40):
+        script(keys=["", "", key], args=[t + i, "", ""])
+        cursors.append(client.hget(key, "_c"))
+        if cursors[-1] is None:
+            break
+    assert len(cursors) > 5 and all(c is not None for c in cursors[:-1]) and cursors[-1] is None
+    assert client.hlen(key) < 40  # the stale tiles are gone; the new write's levels and bookkeeping stay
 
 
 @settings(max_examples=200, deadline=None)
