@@ -128,6 +128,8 @@ class _Write:
 
     def __post_init__(self) -> None:
         self.slot = WriteSlot(self.op, self.state.window_s, self.state.resolution_s, self.state.limit)
+        #: non-null values -> the write's ARGV elements
+        self.encode_values = LUA.value_encoder(self.slot)
 
 
 @dataclass
@@ -313,16 +315,19 @@ class EventProgram:
             keys: list[str] = [id_key(event_id) if use_id else "", append[0] if use_stream else ""]  # type: ignore[index, arg-type]
             argv: list[Any] = [event_time_ms, id_ttl_ms if use_id else "", append[1] if use_stream else ""]  # type: ignore[index]
             pending: list[tuple[_Read, int | None]] = []
+            # encoded entity keys of this round by (feature names, key types): states keyed
+            # alike share one encoding (env does not change within a round)
+            encoded: dict[tuple, str | None] = {}
             for r in rd.reads_before:
-                self._read_args(r, env, keys, argv, pending)
+                self._read_args(r, env, keys, argv, pending, encoded)
             written: list[str] = []
             for w in rd.writes:
-                if not skip_writes and self._write_args(w, env, event_time_ms, keys, argv):
+                if not skip_writes and self._write_args(w, env, event_time_ms, keys, argv, encoded):
                     written.append(w.state.definition_hash)
                 else:
                     keys.append("")
             for r in rd.reads_after:
-                self._read_args(r, env, keys, argv, pending)
+                self._read_args(r, env, keys, argv, pending, encoded)
             if written and online is not None:
                 await online.note(written, event_time_ms)
             if written or pending or use_id or use_stream:
@@ -335,9 +340,12 @@ class EventProgram:
         values = {f.name: env.get(f.name) for f in self.features}
         return values, errors
 
-    def _read_args(self, r: _Read, env: dict, keys: list, argv: list, pending: list) -> None:
+    def _read_args(self, r: _Read, env: dict, keys: list, argv: list, pending: list, encoded: dict) -> None:
         """Append one read's slot key (``""``: null key, the value is null) and ``after`` argument."""
-        enc = encode_key([env.get(n) for n in r.spec.read_keys], r.state.key_types)
+        memo = (r.spec.read_keys, r.state.key_types)
+        enc = encoded.get(memo, False)
+        if enc is False:
+            enc = encoded[memo] = encode_key([env.get(n) for n in r.spec.read_keys], r.state.key_types)
         if enc is None:
             env[r.feature] = None
             keys.append("")
@@ -349,7 +357,7 @@ class EventProgram:
             argv.append("" if after_ms is None else int(after_ms))
         pending.append((r, after_ms))
 
-    def _write_args(self, w: _Write, env: dict, t_ms: int, keys: list, argv: list) -> bool:
+    def _write_args(self, w: _Write, env: dict, t_ms: int, keys: list, argv: list, encoded: dict) -> bool:
         """Append one write's slot key and values if it writes (SPEC §2.4 write rules); return whether."""
         spec = w.write
         if w.where is not None:
@@ -362,11 +370,14 @@ class EventProgram:
         values = [env.get(n) for n in spec.values]
         if any(v is None for v in values):
             return False
-        enc = encode_key([env.get(n) for n in spec.keys], w.state.key_types)
+        memo = (spec.keys, w.state.key_types)
+        enc = encoded.get(memo, False)
+        if enc is False:
+            enc = encoded[memo] = encode_key([env.get(n) for n in spec.keys], w.state.key_types)
         if enc is None:
             return False
         keys.append(redis_key(enc, w.state.definition_hash))
-        argv.extend(LUA.write_values(w.slot, values))
+        argv.extend(w.encode_values(values))
         return True
 
 

@@ -648,25 +648,41 @@ class LuaGenerator:
         Returns:
             ``write_arity(w)`` strings/ints, as the generated code reads them.
         """
+        return self.value_encoder(w)(values)
+
+    def value_encoder(self, w: WriteSlot) -> Callable[[Sequence[Any]], list]:
+        """Return the function ``values -> ARGV elements`` of :meth:`write_values` for one slot.
+
+        Chosen once per slot (serving keeps one per write), so an event pays
+        no dispatch on the function's class.
+
+        Raises:
+            NotImplementedError: a function with no Lua target.
+        """
         op = w.op
         if w.limit is not None:
-            return [values_json(values)]
+            return lambda values: [values_json(values)]
         if isinstance(op, CountOp):
-            return []
+            return lambda values: []
         if isinstance(op, SumOp):
-            return [str(int(values[0])) if op.is_int else repr(float(values[0]))]
+            if op.is_int:
+                return lambda values: [str(int(values[0]))]
+            return lambda values: [repr(float(values[0]))]
         if isinstance(op, AverageOp):
-            return [repr(float(values[0]))]
+            return lambda values: [repr(float(values[0]))]
         if isinstance(op, (MinOp, MaxOp)):
-            return [_encode_scalar(values[0], op.value_types[0])]
+            vtype = op.value_types[0]
+            return lambda values: [_encode_scalar(values[0], vtype)]
         if isinstance(op, (FirstOp, LatestOp)):
-            return [op.encode_values(values)]
+            return lambda values: [op.encode_values(values)]
         if isinstance(op, HyperLogLogOp):
-            return list(hll_coupon(encode_value_tuple(values, op.value_types)))
+            return lambda values: list(hll_coupon(encode_value_tuple(values, op.value_types)))
         if isinstance(op, CountUniqueOp):
-            return ["u" + encode_value_tuple(values, op.value_types)]
+            return lambda values: ["u" + encode_value_tuple(values, op.value_types)]
         if isinstance(op, DecayedOp):
-            return [_g17(float(values[0]) if op.kind != "count" else 1.0)]
+            if op.kind == "count":
+                return lambda values: [_g17(1.0)]
+            return lambda values: [_g17(float(values[0]))]
         raise NotImplementedError(f"no Lua write for {type(op).__name__}")
 
     def finisher(self, r: ReadSlot) -> Callable[[Any, int, int | None], Any]:
@@ -704,7 +720,8 @@ class LuaGenerator:
                 return op.finalize(ir)
 
             return latest
-        return lambda res, t_ms, after_ms: op.finalize(self.decode_read(r, res))
+        decode, finalize = self.read_decoder(r), op.finalize
+        return lambda res, t_ms, after_ms: finalize(decode(res))
 
     def decode_read(self, r: ReadSlot, res: Any) -> Any:
         """Return the IR (``ops`` partial aggregate) of a merged tiled read's result.
@@ -717,17 +734,28 @@ class LuaGenerator:
             r: the read slot.
             res: the script's result for it (int, bytes, list or None).
         """
+        return self.read_decoder(r)(res)
+
+    def read_decoder(self, r: ReadSlot) -> Callable[[Any], Any]:
+        """Return the function ``result -> IR`` of :meth:`decode_read` for one slot (chosen once).
+
+        Raises:
+            NotImplementedError: not a merged tiled read.
+        """
         op = r.op
         if isinstance(op, CountOp) or (isinstance(op, SumOp) and op.is_int):
-            if isinstance(res, list):  # beyond 2**53: exact int64 sum here
-                return sum(_num(x, "int") for x in res)
-            return int(res)
+            def exact_int(res: Any) -> int:
+                if isinstance(res, list):  # beyond 2**53: exact int64 sum here
+                    return sum(_num(x, "int") for x in res)
+                return int(res)
+
+            return exact_int
         if isinstance(op, SumOp):
-            return float(res)
+            return float
         if isinstance(op, AverageOp):
-            return (float(res[0]), int(res[1]))
+            return lambda res: (float(res[0]), int(res[1]))
         if isinstance(op, (MinOp, MaxOp, FirstOp)):
-            return op.decode([res])
+            return lambda res: op.decode([res])
         if isinstance(op, HyperLogLogOp):
-            return hll_merge(res)
+            return hll_merge
         raise NotImplementedError(f"no merged Lua read for {type(op).__name__}")
