@@ -75,7 +75,7 @@ def dump(url):
         if client.type(key) == b"zset":
             state[key] = client.zrange(key, 0, -1, withscores=True)
         else:
-            state[key] = {f: v for f, v in client.hgetall(key).items() if f not in (b"_p", b"_m")}  # bookkeeping
+            state[key] = {f: v for f, v in client.hgetall(key).items() if f not in (b"_p", b"_m", b"_c")}  # bookkeeping
     return state
 
 
