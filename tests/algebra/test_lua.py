@@ -198,13 +198,18 @@ def test_late_writes_into_pruned_time_stay_bounded(client):
     assert res[1] == 30  # the on-time writes of the last window (every other second)
 
 
-def test_pruning_a_large_hash_is_spread_over_the_writes_that_follow(client):
-    """A pass over a hash of thousands of tiles goes HSCAN step by step, one step per write (SPEC §5.3)."""
+def hour_count_writer(client):
+    """A 1-hour Count at 1 s: its op, a fresh key and its write script (registered)."""
+    op = make_op("Count", (), window_s=3600)
+    script = client.register_script(GEN.script(RoundSpec("w", writes=(WriteSlot(op, 3600, 1),))))
+    return op, f"t:{{{uuid.uuid4().hex}}}", script
+
+
+def test_pruning_a_large_hash_keeps_it_bounded_pass_after_pass(client):
+    """Passes over a hash of thousands of tiles (HSCAN steps, one per write) end long before the next is
+    due and leave nothing older than their cutoff (SPEC §5.3)."""
     window_s = 3600
-    op = make_op("Count", (), window_s=window_s)
-    w = WriteSlot(op, window_s, 1)
-    key = f"t:{{{uuid.uuid4().hex}}}"
-    script = client.register_script(GEN.script(RoundSpec("w", writes=(w,))))
+    op, key, script = hour_count_writer(client)
     every_ms, keep_ms = window_s * 1000 // 4, window_s * 1000 + 1000
     steps, oldest_seen, pipe = 0, [], client.pipeline(transaction=False)
     for i in range(3 * window_s):  # three windows, one write a second
@@ -230,10 +235,7 @@ def test_pruning_a_large_hash_is_spread_over_the_writes_that_follow(client):
 def test_a_pass_under_way_goes_on_one_step_per_write(client):
     """The cursor of a pass under way (_c) advances with each write and is dropped when the pass ends."""
     window_s = 3600
-    op = make_op("Count", (), window_s=window_s)
-    w = WriteSlot(op, window_s, 1)
-    key = f"t:{{{uuid.uuid4().hex}}}"
-    script = client.register_script(GEN.script(RoundSpec("w", writes=(w,))))
+    _, key, script = hour_count_writer(client)
     # 3000 stale one-second tiles, two windows old, and a pass due now
     client.hset(key, mapping={**{f"s{T0 // 1000 + i}": 1 for i in range(3000)}, "_p": 0,
                               "_m": T0 // 1000 + 3000})
