@@ -255,6 +255,9 @@ class _Window:
     end: int
     states: list[StateSpec]
     decay_end: dict[str, int]
+    #: the run may overwrite online writes (``--force``): the tiles it writes then drop the
+    #: generated scripts' ``_m`` (``writer.sink.write_partition``)
+    force: bool = False
 
 
 def _window(plan: Plan, states: list[StateSpec], s: int, e: int, coverage: dict[str, list[tuple[int, int]]],
@@ -286,7 +289,7 @@ def _window(plan: Plan, states: list[StateSpec], s: int, e: int, coverage: dict[
         if conflicts:
             raise OnlineOverlapError(_overlap_message(plan, ws, we, conflicts),
                                      [(st.definition_hash, o) for st, o, _ in conflicts])
-    return _Window((s, e), ws, we, states, decay_end)
+    return _Window((s, e), ws, we, states, decay_end, force)
 
 
 def _overlap_message(plan: Plan, ws: int, we: int, conflicts: list[tuple[StateSpec, int, int | None]]) -> str:
@@ -385,7 +388,8 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
     def write_state(st: StateSpec) -> tuple[str, int]:
         end = win.decay_end.get(st.definition_hash, we)
         rows = state_rows(writes_of_state(frames, st), st, end, ws)
-        return st.definition_hash, int(rows.rdd.mapPartitions(lambda it: [write_partition(it, url)]).sum())
+        forced = win.force
+        return st.definition_hash, int(rows.rdd.mapPartitions(lambda it: [write_partition(it, url, forced)]).sum())
 
     # One Spark job per state, several in flight at once: each job is small,
     # so concurrent jobs keep the cores busy during the others' planning,

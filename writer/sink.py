@@ -14,10 +14,16 @@ converges to the same state):
   keep the ``n`` highest (field ``<start>:<end>:<n>``, value a JSON list of
   ``{"t", "m"}``)
 
-and ``PEXPIRE rk ttl_ms`` once per key per pipeline; a hash given tiles
-(``set``) also loses its ``_m`` field (the latest tile written by serving's
-generated scripts, ``compiler.algebra.lua``: they recompute it from the
-fields when it is missing).
+and ``PEXPIRE rk ttl_ms`` once per key per pipeline.
+
+Serving's generated scripts keep ``_m`` in a tiled hash, the latest
+resolution tile they wrote (``compiler.algebra.lua``: a read at or after it
+merges a shorter cover). A backfill leaves it alone: unless forced, it
+writes only tiles that end before the state's online start
+(``writer.backfill.online_limit``), so before every online write, and a
+re-run leaves the store as it was. A forced run (``--force``) may write
+later tiles, so its ``set`` rows drop ``_m`` and the next online write
+recomputes it from the fields.
 """
 
 from __future__ import annotations
@@ -27,12 +33,13 @@ from typing import Iterable
 BATCH = 2000
 
 
-def write_partition(rows: Iterable, url: str) -> int:
+def write_partition(rows: Iterable, url: str, forced: bool = False) -> int:
     """Write one partition of rows; return how many were written.
 
     Args:
         rows: ``pyspark.sql.Row`` objects with the columns above.
         url: Redis URL.
+        forced: the run may overwrite online writes: tiled hashes drop ``_m`` (module docstring).
 
     Raises:
         redis.RedisError: the store failed (Spark retries the task; writes are idempotent).
@@ -66,7 +73,8 @@ def write_partition(rows: Iterable, url: str) -> int:
         mode = row["mode"]
         if mode == "set":
             pipe.hset(row["rk"], row["field"], row["value"])
-            tiled.add(row["rk"])
+            if forced:
+                tiled.add(row["rk"])
         elif mode == "seen":
             script(keys=[row["rk"]], args=["SEEN", 1, row["field"], row["value"]], client=pipe)
         elif mode == "latest":

@@ -331,6 +331,9 @@ local function prune_step(key, c, cutoff)
   return res[1]
 end
 
+-- The latest written resolution tile (_m) of a state that lacks it: the
+-- largest tile index among its fields of the resolution's level code rcode
+-- (a byte); -2^53 for none. Stream writes and forced backfills drop _m.
 local function max_tile(key, rcode)
   local names = redis.call('HKEYS', key)
   local m = -EXACT

@@ -35,8 +35,9 @@ field              holds
                    the latest resolution tile index written (``T(s)`` of
                    the latest ``s``). A read whose ``T(t)`` is at least
                    ``_m`` merges a shorter cover (``windows.short_cover``);
-                   backfill and stream writes drop the field, and the next
-                   online write recomputes it from the tile fields.
+                   stream writes and forced backfills drop the field (an
+                   unforced backfill writes only before the online start),
+                   and the next online write recomputes it from the tiles.
 =================  ==========================================================
 
 Tiled functions keep one partial per tile at every level of
