@@ -90,14 +90,17 @@ MAX_LOCAL_CONSTS = 100
 _HLL_REGISTER = re.compile(rb";(\d+):(\d+)")
 #: parsed HyperLogLog tile texts (closed tiles come back on every read of their window)
 _HLL_TILES: dict[bytes, list[tuple[int, int]]] = {}
-_HLL_TILES_MAX = 50_000
+#: registers held in :data:`_HLL_TILES`; past :data:`_HLL_REGISTERS_MAX` (~100 MB) it starts over
+_HLL_HELD = [0]
+_HLL_REGISTERS_MAX = 1_000_000
 
 
 def hll_merge(texts: Sequence[bytes | str]) -> dict[int, int]:
     """Merge sparse HyperLogLog tile texts (``";slot:rho;slot:rho"``) register-wise by max.
 
-    Each text is parsed once per process (a bounded cache: a window's closed
-    tiles come back unchanged on every read); the merge sorts all
+    Each text is parsed once per process (a cache bounded by the registers it
+    holds, ~100 MB: a window's closed tiles come back unchanged on every
+    read); the merge sorts all
     ``(slot, rho)`` pairs by ``rho`` so that ``dict`` keeps each slot's
     largest, both in C.
 
@@ -114,9 +117,12 @@ def hll_merge(texts: Sequence[bytes | str]) -> dict[int, int]:
             raw = raw.encode()
         parsed = cache.get(raw)
         if parsed is None:
-            if len(cache) >= _HLL_TILES_MAX:
+            parsed = [(int(a), int(b)) for a, b in _HLL_REGISTER.findall(raw)]
+            if _HLL_HELD[0] + len(parsed) > _HLL_REGISTERS_MAX:
                 cache.clear()
-            parsed = cache[raw] = [(int(a), int(b)) for a, b in _HLL_REGISTER.findall(raw)]
+                _HLL_HELD[0] = 0
+            cache[raw] = parsed
+            _HLL_HELD[0] += len(parsed)
         pairs += parsed
     pairs.sort(key=itemgetter(1))
     return dict(pairs)

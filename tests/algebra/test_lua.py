@@ -261,3 +261,15 @@ def test_hll_merge_is_the_register_wise_max(tiles, as_str):
             want[s] = max(want.get(s, 0), r)
     for _ in range(2):  # parsed, then from the cache of parsed tiles
         assert hll_merge(texts if as_str else [x.encode() for x in texts]) == want
+
+
+def test_hll_tile_cache_stays_bounded_by_registers(monkeypatch):
+    import compiler.algebra.lua as lua
+
+    monkeypatch.setattr(lua, "_HLL_REGISTERS_MAX", 100)
+    monkeypatch.setattr(lua, "_HLL_TILES", {})
+    monkeypatch.setattr(lua, "_HLL_HELD", [0])
+    for i in range(50):
+        text = "".join(f";{i * 10 + j}:{j + 1}" for j in range(10)).encode()
+        assert hll_merge([text]) == {i * 10 + j: j + 1 for j in range(10)}
+        assert sum(len(v) for v in lua._HLL_TILES.values()) == lua._HLL_HELD[0] <= 100
