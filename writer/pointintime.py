@@ -287,8 +287,8 @@ class PointInTime:
     """
 
     def __init__(self, events: DataFrame, plan: Plan, storage: StorageLevel = StorageLevel.MEMORY_AND_DISK,
-                 method: str = "linear"):
-        if method not in ("linear", "join"):
+                 method: str = "sweep"):
+        if method not in ("sweep", "linear", "join"):
             raise ValueError(f"unknown point-in-time method {method!r}")
         self.method = method
         self.events = events
@@ -484,7 +484,14 @@ class PointInTime:
         inclusive = event in state.writes and not spec.exclusive
         nv_cols = [f"v{i}" for i in range(nv)]
         names = list(spec.value_names)
-        if self.method == "join":
+        if self.method == "sweep":
+            from writer.sweep import sweep_values
+
+            buckets = max(16, 4 * int(self.events.sparkSession.conf.get("spark.sql.shuffle.partitions") or 8))
+            agg = sweep_values(reads, writes, fn, list(state.value_types), names, inclusive, W, r, state.limit,
+                               buckets)
+            agg = agg.withColumn("r_rk", F.when(F.col("n") >= F.lit(0), F.lit("")))
+        elif self.method == "join":
             agg = self._join_values(fn, state, spec, reads, writes, inclusive, W, r, names)
         elif decayed:
             agg = decayed_values(reads, writes, fn[len("Decayed"):].lower(), W, inclusive)
