@@ -121,13 +121,15 @@ def with_features(
             df = df.withColumn(f"f_{n}", input_column(F.col("_v"), f.input, f.type, parsed=True))
             cols[n] = F.col(f"f_{n}")
         df = df.drop("_v")
+    if aggregates:
+        # all of them in one frame (one join per dependency stage, PointInTime.values_many)
+        df = df.join(staged.values_many(event.name, aggregates), "_seq", "left")
     for n in needed:
         f = feats[n]
         if f.kind == "input":
             continue
         if f.kind == "aggregate":
-            vals = staged.values(event.name, n).withColumnRenamed("value", f"f_{n}")
-            df = df.join(vals, "_seq", "left")
+            pass
         else:
             df = df.withColumn(f"f_{n}", compile_column(f.expr, cols, t))
         cols[n] = F.col(f"f_{n}")

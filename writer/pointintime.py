@@ -198,8 +198,9 @@ def dependency_stages(plan: Plan, needs: dict[str, Iterable[str]]) -> list[list[
         deps = aggs(node[0], list(spec.read_keys) + ([spec.after] if spec.after else []))
         for x, w in plan.states[spec.definition_hash].writes.items():
             deps += aggs(x, sorted(w.deps()))
+        deepest = max((d(x) for x in deps), default=0)  # while the node is active: cycles end
         active.discard(node)
-        depth[node] = 1 + max((d(x) for x in deps), default=0)
+        depth[node] = 1 + deepest
         return depth[node]
 
     for ev, names in needs.items():
@@ -302,6 +303,8 @@ class PointInTime:
         #: frames replaced by wider ones (freed by :meth:`release` only: a
         #: DataFrame built on one may not have run yet)
         self._old: list[DataFrame] = []
+        #: (event, aggregate) -> the wide frame of its sweep stage (``_seq``, ``f_<name>``..)
+        self._wide: dict[tuple[str, str], DataFrame] = {}
         self._stage0: dict[str, set[str]] = {}
         for ev, ep in plan.events.items():
             later: set[str] = set()
@@ -399,6 +402,9 @@ class PointInTime:
         feature = self.plan.events[event].feature(name)
         if feature.kind != "aggregate" or feature.aggregate is None:
             raise ValueError(f"{event}.{name} is a {feature.kind} feature, not an aggregate")
+        if self.method == "sweep":
+            self._sweep_stages({event: [name]})
+            return self._cache[key]
         self._active.append(key)
         try:
             df = self._compute(event, feature)
@@ -407,6 +413,123 @@ class PointInTime:
             self._active.pop()
         self._cache[key] = df
         return df
+
+    def values_many(self, event: str, names: Iterable[str]) -> DataFrame:
+        """:meth:`values` of several aggregates of one event type, as one frame.
+
+        With the ``"sweep"`` method every aggregate of a dependency stage is
+        computed by one shuffle and one sweep per key bucket
+        (:func:`writer.sweep.sweep_stage`), and an event type's values of a
+        stage come back as one wide frame: one join per stage, not one per
+        aggregate.
+
+        Args:
+            event: the reading event type.
+            names: aggregate features of ``event``.
+
+        Returns:
+            ``_seq`` and ``f_<name>`` per name, one row per event of type
+            ``event``.
+
+        Raises:
+            The errors of :meth:`values`.
+        """
+        names = list(dict.fromkeys(names))
+        if self.method == "sweep":
+            self._sweep_stages({event: names})
+        groups: dict[int, tuple[DataFrame, list[str]]] = {}
+        for n in names:
+            wide = self._wide.get((event, n))
+            if wide is None:
+                wide = self.values(event, n).withColumnRenamed("value", f"f_{n}")
+            groups.setdefault(id(wide), (wide, []))[1].append(n)
+        out = None
+        for wide, ns in groups.values():
+            part = wide.select("_seq", *[f"f_{n}" for n in ns])
+            out = part if out is None else out.join(part, "_seq", "left")
+        return out
+
+    def prefetch(self, needs: dict[str, Iterable[str]]) -> None:
+        """Compute and cache every aggregate value ``needs`` depend on, stage by stage.
+
+        With the ``"sweep"`` method, each dependency stage is one shuffle and
+        one sweep per key bucket for all its aggregates, whatever their
+        event types (:func:`writer.sweep.sweep_stage`); the other methods
+        compute them one by one (:meth:`values`).
+
+        Args:
+            needs: event type -> feature names (any kind).
+
+        Raises:
+            The errors of :meth:`values`.
+        """
+        if self.method == "sweep":
+            self._sweep_stages(needs)
+            return
+        for stage in dependency_stages(self.plan, {ev: list(ns) for ev, ns in needs.items()}):
+            for ev, name in stage:
+                self.values(ev, name)
+
+    def _sweep_stages(self, needs: dict[str, Iterable[str]]) -> None:
+        """Compute and cache, stage by stage, every aggregate ``needs`` depends on (one sweep per stage)."""
+
+        needs = {ev: list(ns) for ev, ns in needs.items()}
+        asked = [(ev, n) for ev, ns in needs.items() for n in ns
+                 if (ev, n) not in self._cache and self.plan.events[ev].feature(n).kind == "aggregate"]
+        for key in asked:
+            if key in self._active:  # computing it needs itself: a cross-event cycle
+                chain = " -> ".join(f"{e}.{n}" for e, n in [*self._active[self._active.index(key):], key])
+                raise StagedFeatureError(
+                    f"aggregates depend on each other across event types ({chain}); each value needs the "
+                    "other's earlier values, which no dependency stage provides: backfill of this topology "
+                    "is not supported (the online path evaluates it)"
+                )
+        self._active.extend(asked)
+        try:
+            self._sweep_needs(needs)
+        finally:
+            del self._active[len(self._active) - len(asked):]
+
+    def _sweep_needs(self, needs: dict[str, list[str]]) -> None:
+        from writer.sweep import sweep_stage, sweep_union
+
+        buckets = max(16, 4 * int(self.events.sparkSession.conf.get("spark.sql.shuffle.partitions") or 8))
+        for stage in dependency_stages(self.plan, needs):
+            todo = [node for node in stage if node not in self._cache]
+            if not todo:
+                continue
+            parts = []
+            for g, key in enumerate(todo):
+                feature = self.plan.events[key[0]].feature(key[1])
+                spec = feature.aggregate
+                state = self.plan.states[spec.definition_hash]
+                self._active.append(key)
+                try:
+                    reads, writes, inclusive = self._inputs(key[0], feature)
+                finally:
+                    self._active.pop()
+                parts.append(sweep_union(reads, writes, state.function, list(state.value_types),
+                                         list(spec.value_names), inclusive, state.window_s * 1000,
+                                         state.resolution_s * 1000, state.limit, g))
+            out = sweep_stage(parts, buckets).localCheckpoint(eager=True, storageLevel=self.storage)
+            self._old.append(out)
+            by_event: dict[str, list[tuple[int, str]]] = {}
+            for g, (ev, n) in enumerate(todo):
+                by_event.setdefault(ev, []).append((g, n))
+            for ev, items in sorted(by_event.items()):
+                cols = []
+                for g, n in items:
+                    feature = self.plan.events[ev].feature(n)
+                    state = self.plan.states[feature.aggregate.definition_hash]
+                    value = _result(feature, state, F.col("n") < F.lit(0), F.col(f"a_{g}"), F.col("n"))
+                    cols.append(F.first(F.when(F.col("g") == F.lit(g), value), ignorenulls=True).alias(f"f_{n}"))
+                wide = (out.where(F.col("g").isin([g for g, _ in items])).groupBy("r_seq").agg(*cols)
+                        .withColumnRenamed("r_seq", "_seq")
+                        .localCheckpoint(eager=True, storageLevel=self.storage))
+                self._old.append(wide)
+                for _, n in items:
+                    self._wide[(ev, n)] = wide
+                    self._cache[(ev, n)] = wide.select("_seq", F.col(f"f_{n}").alias("value"))
 
     def release(self) -> None:
         """Free the checkpointed values and stage-0 frames (best effort).
@@ -421,6 +544,7 @@ class PointInTime:
         self._cache.clear()
         self._base.clear()
         self._old.clear()
+        self._wide.clear()
 
     # --------------------------------------------------------------- internals
     def _closure(self, needs: dict[str, Iterable[str]], acc: dict[str, set[str]]) -> None:
@@ -444,7 +568,14 @@ class PointInTime:
                 for x, w in self.plan.states[spec.definition_hash].writes.items():
                     todo.append((x, sorted(w.deps())))
 
-    def _compute(self, event: str, feature: Feature) -> DataFrame:
+    def _inputs(self, event: str, feature: Feature):
+        """The read and write frames of one aggregate (module docstring).
+
+        Returns:
+            ``(reads, writes, inclusive)``: reads ``r_seq``, ``r_t``, ``r_rk``
+            (null for a null key), ``r_a``; writes ``w_rk``, ``t``, ``seq``,
+            ``v0..``; whether a read counts its own event's write.
+        """
         from writer.tiles import encode_tuple_column, writes_of_state
 
         spec = feature.aggregate
@@ -482,16 +613,20 @@ class PointInTime:
 
         # a write counts if earlier by (time, arrival), or is the event itself when inclusive
         inclusive = event in state.writes and not spec.exclusive
+        return reads, writes, inclusive
+
+    def _compute(self, event: str, feature: Feature) -> DataFrame:
+        spec = feature.aggregate
+        state = self.plan.states[spec.definition_hash]
+        fn = state.function
+        W = state.window_s * 1000
+        r = state.resolution_s * 1000
+        decayed = fn.startswith("Decayed")
+        reads, writes, inclusive = self._inputs(event, feature)
+        nv = len(state.value_types)
         nv_cols = [f"v{i}" for i in range(nv)]
         names = list(spec.value_names)
-        if self.method == "sweep":
-            from writer.sweep import sweep_values
-
-            buckets = max(16, 4 * int(self.events.sparkSession.conf.get("spark.sql.shuffle.partitions") or 8))
-            agg = sweep_values(reads, writes, fn, list(state.value_types), names, inclusive, W, r, state.limit,
-                               buckets)
-            agg = agg.withColumn("r_rk", F.when(F.col("n") >= F.lit(0), F.lit("")))
-        elif self.method == "join":
+        if self.method == "join":
             agg = self._join_values(fn, state, spec, reads, writes, inclusive, W, r, names)
         elif decayed:
             agg = decayed_values(reads, writes, fn[len("Decayed"):].lower(), W, inclusive)
@@ -503,14 +638,7 @@ class PointInTime:
             agg = self._aggregate(fn, state.value_types, names, W, joined)
         else:
             agg = tiled_values(reads, writes, fn, list(state.value_types), names, inclusive, state.window_s, r)
-        empty = _empty_value(fn, state.value_types)
-        ddl = spark_ddl(feature.type)
-        null = F.lit(None).cast(ddl)
-        # n = number of counted writes: 0 gives the empty-window value; a null ``a`` with
-        # writes is a null result (an int Sum beyond 64 bits: try_sum)
-        result = (F.when(F.col("r_rk").isNull(), null)
-                  .when(F.col("n") == F.lit(0), null if empty is None else empty.cast(ddl))
-                  .otherwise(F.col("a").cast(ddl)))
+        result = _result(feature, state, F.col("r_rk").isNull(), F.col("a"), F.col("n"))
         return agg.select(F.col("r_seq").alias("_seq"), result.alias("value"))
 
     def _join_values(self, fn, state, spec, reads, writes, inclusive: bool, W: int, r: int, names) -> DataFrame:
@@ -629,6 +757,21 @@ class PointInTime:
             g = regs.groupBy("r_seq", "r_rk").agg(F.collect_list("rho").alias("rhos"), F.sum("c").alias("n"))
             return g.select("r_seq", "r_rk", hll_estimate_column(F.col("rhos")).alias("a"), "n"), F.lit(0).cast("long")
         raise StagedFeatureError(f"aggregate function {fn} has no point-in-time implementation")
+
+
+def _result(feature: Feature, state, null_key: Column, a: Column, n: Column) -> Column:
+    """A read's value from its aggregate ``a`` and counted writes ``n`` (SPEC §2.4 table).
+
+    A null key gives null; ``n = 0`` the empty-window value; a null ``a``
+    with writes is a null result (an int Sum beyond 64 bits: ``try_sum``).
+    Typed per :func:`compiler.codegen.spark.spark_ddl` of the feature.
+    """
+    empty = _empty_value(state.function, state.value_types)
+    ddl = spark_ddl(feature.type)
+    null = F.lit(None).cast(ddl)
+    return (F.when(null_key, null)
+            .when(n == F.lit(0), null if empty is None else empty.cast(ddl))
+            .otherwise(a.cast(ddl)))
 
 
 def _empty_value(fn: str, value_types) -> Column | None:

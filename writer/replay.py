@@ -234,6 +234,8 @@ def run_replay(
 
     pit = PointInTime(events, plan)
     pit.prepare({ev: [f.name for f in plan.events[ev].outputs] for ev in wanted})
+    # every aggregate of every wanted type: one sweep per dependency stage
+    pit.prefetch({ev: [f.name for f in plan.events[ev].outputs] for ev in wanted})
     report_progress("replay", 0, len(wanted))
     try:
         for i, ev in enumerate(wanted, start=1):

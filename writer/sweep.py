@@ -562,9 +562,27 @@ def _decayed(fn, spec, table, w_rows, w_kid, w_t, lo, hi, n, r_t, m) -> pa.Array
 
 
 # ---------------------------------------------------------------------- Spark
-def sweep_values(reads, writes, function: str, value_types, names, inclusive: bool, window_ms: int,
-                 resolution_ms: int, limit: int | None, buckets: int):
-    """Point-in-time values of one aggregate: one shuffle into key buckets, one sweep per bucket.
+@dataclass(frozen=True)
+class SweepPart:
+    """One aggregate of a batched sweep (:func:`sweep_stage`).
+
+    Attributes:
+        frame: its reads and writes, unioned (:func:`sweep_union`).
+        spec: what to compute.
+        payload: its payload columns in ``frame`` (``x_<g>``, ``p_<g>``, ...),
+            by kernel name (``x``, ``p``, ``u``, ``slot``, ``rho``).
+        a_type: the Spark type of its ``a`` column.
+    """
+
+    frame: object
+    spec: SweepSpec
+    payload: tuple[tuple[str, str], ...]
+    a_type: object
+
+
+def sweep_union(reads, writes, function: str, value_types, names, inclusive: bool, window_ms: int,
+                resolution_ms: int, limit: int | None, g: int) -> SweepPart:
+    """The reads and writes of one aggregate as one frame for :func:`sweep_stage`.
 
     Args:
         reads: ``r_seq``, ``r_t``, ``r_rk`` (null for a null key), ``r_a``
@@ -577,17 +595,16 @@ def sweep_values(reads, writes, function: str, value_types, names, inclusive: bo
         inclusive: whether a read counts its own event's write.
         window_ms, resolution_ms: ``W`` and ``r`` in ms.
         limit: ``limit n`` or None.
-        buckets: number of key buckets (one ``applyInArrow`` call each).
+        g: the aggregate's number in its batch (column ``g``; payload
+            columns are suffixed ``_<g>``).
 
     Returns:
-        A DataFrame ``r_seq``, ``a``, ``n`` (``n = -1`` for a null key),
-        one row per read.
-
-    Raises:
-        ValueError: a function without a sweep (:func:`sweep_table`).
+        A :class:`SweepPart`: columns ``g``, ``rk``, ``t``, ``seq``,
+        ``role``, ``ra`` and the payload columns the function needs (module
+        docstring), computed with Spark built-ins.
     """
     from pyspark.sql import functions as F
-    from pyspark.sql.types import LongType, StructField, StructType
+    from pyspark.sql.types import ArrayType, DoubleType, LongType
 
     from writer.tiles import encode_tuple_column, hll_coupon_columns
 
@@ -606,32 +623,89 @@ def sweep_values(reads, writes, function: str, value_types, names, inclusive: bo
     elif fn == "HyperLogLog":
         slot, rho = hll_coupon_columns(encode_tuple_column(vals, value_types))
         payload["slot"], payload["rho"] = slot, rho
-    w = writes.select(F.col("w_rk").alias("rk"), "t", "seq", F.lit(0).cast("byte").alias("role"),
-                      F.lit(None).cast("long").alias("ra"), *[c.alias(k) for k, c in payload.items()])
+    cols = {k: f"{k}_{g}" for k in payload}
+    w = writes.select(F.lit(g).alias("g"), F.col("w_rk").alias("rk"), "t", "seq", F.lit(0).cast("byte").alias("role"),
+                      F.lit(None).cast("long").alias("ra"), *[c.alias(cols[k]) for k, c in payload.items()])
     typed = {f.name: f.dataType for f in w.schema.fields}
-    r = reads.select(F.col("r_rk").alias("rk"), F.col("r_t").alias("t"), F.col("r_seq").alias("seq"),
-                     F.lit(1).cast("byte").alias("role"), F.col("r_a").cast("long").alias("ra"),
-                     *[F.lit(None).cast(typed[k]).alias(k) for k in payload])
-    both = w.unionByName(r).withColumn("_b", F.pmod(F.xxhash64("rk"), F.lit(buckets)))
-    if fn in ("Count", "CountUnique", "HyperLogLog", "LatestTime", "FirstTime"):
-        a_type = LongType()
-    elif fn == "Sum" and int_values:
+    r = reads.select(F.lit(g).alias("g"), F.col("r_rk").alias("rk"), F.col("r_t").alias("t"),
+                     F.col("r_seq").alias("seq"), F.lit(1).cast("byte").alias("role"),
+                     F.col("r_a").cast("long").alias("ra"),
+                     *[F.lit(None).cast(typed[cols[k]]).alias(cols[k]) for k in payload])
+    if fn in ("Count", "CountUnique", "HyperLogLog", "LatestTime", "FirstTime") or (fn == "Sum" and int_values):
         a_type = LongType()
     elif fn in ("Sum", "Average") or fn.startswith("Decayed"):
-        from pyspark.sql.types import DoubleType
-
         a_type = DoubleType()
     elif fn in ("Sequence", "Set"):
-        from pyspark.sql.types import ArrayType
-
-        a_type = ArrayType(typed["p"])
+        a_type = ArrayType(typed[cols["p"]])
     else:
-        a_type = typed["p"]
-    schema = StructType([StructField("r_seq", LongType()), StructField("a", a_type), StructField("n", LongType())])
+        a_type = typed[cols["p"]]
     spec = SweepSpec(fn, int(window_ms), int(resolution_ms), limit, inclusive, int_values)
+    return SweepPart(w.unionByName(r), spec, tuple(cols.items()), a_type)
+
+
+def sweep_stage(parts: list[SweepPart], buckets: int):
+    """Point-in-time values of several aggregates in one shuffle and one sweep per key bucket.
+
+    The parts' frames are unioned, shuffled once by ``(g, rk)`` into
+    ``buckets`` groups (``groupBy(bucket).applyInArrow``), and each bucket
+    sweeps each of its aggregates (:func:`sweep_table`).
+
+    Args:
+        parts: the aggregates (:func:`sweep_union`, ``g`` = position).
+        buckets: number of key buckets (one Python call each).
+
+    Returns:
+        A DataFrame ``r_seq``, ``g``, ``n`` (``-1`` for a null key) and
+        ``a_<g>`` per part (null on the other parts' rows): one row per
+        (part, read).
+
+    Raises:
+        ValueError: (in the tasks) a function without a sweep.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType, LongType, StructField, StructType
+
+    frame = parts[0].frame
+    for p in parts[1:]:
+        frame = frame.unionByName(p.frame, allowMissingColumns=True)
+    frame = frame.withColumn("_b", F.pmod(F.xxhash64("g", "rk"), F.lit(buckets)))
+    fields = [StructField("r_seq", LongType()), StructField("g", IntegerType()), StructField("n", LongType())]
+    fields += [StructField(f"a_{g}", p.a_type) for g, p in enumerate(parts)]
+    schema = StructType(fields)
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    specs = [p.spec for p in parts]
+    payloads = [p.payload for p in parts]
+    a_types = [to_arrow_type(p.a_type) for p in parts]
 
     def sweep_bucket(table: pa.Table) -> pa.Table:
         # a plain function with type hints: applyInArrow infers its form from them
-        return sweep_table(table.drop_columns(["_b"]), spec)
+        return _sweep_bucket(table, specs, payloads, a_types)
 
-    return both.groupBy("_b").applyInArrow(sweep_bucket, schema)
+    return frame.groupBy("_b").applyInArrow(sweep_bucket, schema)
+
+
+def _sweep_bucket(table: pa.Table, specs: list[SweepSpec], payloads, a_types: list[pa.DataType]) -> pa.Table:
+    """One bucket of :func:`sweep_stage`: each aggregate present, swept apart; wide output."""
+    gcol = table.column("g").to_numpy(zero_copy_only=False)
+    parts = []
+    for g in np.unique(gcol):
+        g = int(g)
+        sel = pa.array(np.flatnonzero(gcol == g))
+        cols = {k: table.column(k).take(sel) for k in ("rk", "t", "seq", "role", "ra")}
+        for kernel_name, col in payloads[g]:
+            cols[kernel_name] = table.column(col).take(sel)
+        parts.append((g, sweep_table(pa.table(cols), specs[g])))
+    total = sum(res.num_rows for _, res in parts)
+    out = {
+        "r_seq": pa.concat_arrays([res.column("r_seq").combine_chunks() for _, res in parts] or [pa.array([], pa.int64())]),
+        "g": pa.array(np.concatenate([np.full(res.num_rows, g, dtype=np.int32) for g, res in parts] or
+                                     [np.zeros(0, np.int32)])),
+        "n": pa.concat_arrays([res.column("n").combine_chunks() for _, res in parts] or [pa.array([], pa.int64())]),
+    }
+    for g, typ in enumerate(a_types):
+        pieces = []
+        for h, res in parts:
+            pieces.append(res.column("a").combine_chunks().cast(typ) if h == g else pa.nulls(res.num_rows, typ))
+        out[f"a_{g}"] = pa.concat_arrays(pieces) if pieces else pa.nulls(total, typ)
+    return pa.table(out)

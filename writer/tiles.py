@@ -132,9 +132,11 @@ def feature_frames(raw: DataFrame, plan: Plan, states: Sequence[StateSpec], hist
         # the aggregates writes need, one dependency stage after the other
         for k, group in enumerate(dependency_stages(plan, needs), start=1):
             report(f"stage {k}", 0, len(group))
-            for i, (ev, name) in enumerate(group, start=1):
-                staged.values(ev, name)
-                report(f"stage {k}", i, len(group))
+            stage_needs: dict[str, list[str]] = {}
+            for ev, name in group:
+                stage_needs.setdefault(ev, []).append(name)
+            staged.prefetch(stage_needs)  # the whole stage at once (one sweep)
+            report(f"stage {k}", len(group), len(group))
     out = {}
     report("features", 0, len(needs))
     for i, (ev, names) in enumerate(sorted(needs.items()), start=1):
