@@ -53,9 +53,14 @@ bool ``boolean``, ``struct{a:T,..}`` a Spark struct with those field names,
 ``array<T>`` a Spark array, ``tuple{T1,..}`` (items of a multi-value
 ``Set``) a struct with fields ``_1``, ``_2``, ...
 
-Cost, per aggregate (``method="join"``, the oracle; the default
-``"linear"`` method computes the same values in ``O(n log n)`` with
-:mod:`writer.pitreads`): the inputs and plain scalars of each event type are
+Cost. The default ``method="sweep"`` (:mod:`writer.sweep`) computes every
+aggregate of a dependency stage together: their reads and writes are
+unioned, shuffled once into (aggregate, key) buckets and swept with numpy in
+``O(n log n)`` per bucket, hot and global keys included (SPEC §5.8); each
+reading event type gets the stage's values as one wide frame, joined once.
+``"linear"`` (:mod:`writer.pitreads`, Spark built-ins, one job per
+aggregate) computes the same values; ``"join"`` is the oracle. For
+``"join"``, per aggregate: the inputs and plain scalars of each event type are
 parsed once for all aggregates (:meth:`PointInTime.prepare`); then one
 left outer join of reads to writes on ``(rk, bucket)``, the bucket being
 ``floor(time / W)`` (each write is duplicated into its bucket and the next,
@@ -278,10 +283,12 @@ class PointInTime:
             the requested values need (:func:`lookback_ms`).
         plan: the compiled plan.
         storage: storage level of the checkpointed values and stage-0 frames.
-        method: ``"linear"`` (default: :mod:`writer.pitreads`, tiles, ranks or
-            the decayed recurrence by function) or ``"join"`` (each read
-            joined to its key's writes within ``2 W``: quadratic per key, kept
-            as the tests' oracle).
+        method: ``"sweep"`` (default: :mod:`writer.sweep`, one shuffle and
+            one vectorised sweep per key bucket for each dependency stage),
+            ``"linear"`` (:mod:`writer.pitreads`, tiles, ranks or the decayed
+            recurrence by function, one Spark job per aggregate) or
+            ``"join"`` (each read joined to its key's writes within ``2 W``:
+            quadratic per key, kept as the tests' oracle).
 
     Raises:
         ValueError: an unknown ``method``.
