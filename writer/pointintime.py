@@ -528,7 +528,7 @@ class PointInTime:
                 for g, n in items:
                     feature = self.plan.events[ev].feature(n)
                     state = self.plan.states[feature.aggregate.definition_hash]
-                    value = _result(feature, state, F.col("n") < F.lit(0), F.col(f"a_{g}"), F.col("n"))
+                    value = _result(feature, state, F.col("n") < F.lit(0), F.col(parts[g].a_column), F.col("n"))
                     cols.append(F.first(F.when(F.col("g") == F.lit(g), value), ignorenulls=True).alias(f"f_{n}"))
                 wide = (out.where(F.col("g").isin([g for g, _ in items])).groupBy("r_seq").agg(*cols)
                         .withColumnRenamed("r_seq", "_seq")

@@ -374,18 +374,21 @@ def _compute(fn: str, spec: SweepSpec, table: pa.Table, w_rows, w_kid, w_t, lo, 
     if fn == "Count":
         return pa.array(n, pa.int64())
     if fn in ("Sum", "Average"):
-        if spec.int_values:
+        if spec.int_values and fn == "Sum":
+            # int64 prefix sums wrap, so a difference is the exact sum modulo 2^64; a long-double
+            # estimate picks the multiple of 2^64 and so tells an int64 total from an overflow
             x = _w_numpy(table, "x", w_rows, np.int64)
             pre = np.zeros(m + 1, dtype=np.int64)
-            np.cumsum(x, out=pre[1:])
-            s = pre[hi] - pre[lo]
-            pref = np.zeros(m + 1, dtype=np.float64)
-            np.cumsum(x.astype(np.float64), out=pref[1:])
-            over = np.abs(pref[hi] - pref[lo]) >= 9.2e18
-            if fn == "Sum":
-                return _masked(s, ~over, pa.int64())
-            return _masked(s.astype(np.float64) / np.maximum(n, 1), has, pa.float64())
-        x = _w_numpy(table, "x", w_rows, np.float64)
+            with np.errstate(over="ignore"):
+                np.cumsum(x, out=pre[1:])
+                s = pre[hi] - pre[lo]
+            pref = np.zeros(m + 1, dtype=np.longdouble)
+            np.cumsum(x.astype(np.longdouble), out=pref[1:])
+            est = pref[hi] - pref[lo]
+            wraps = np.rint((est - s.astype(np.longdouble)) / np.longdouble(2.0**64))
+            return _masked(s, wraps == 0, pa.int64())
+        # floats, and int averages (summed as doubles, as Spark's avg and the store's Average)
+        x = _w_numpy(table, "x", w_rows, np.int64 if spec.int_values else np.float64).astype(np.float64)
         s = _float_range_sums(x, lo, hi)
         if fn == "Sum":
             return pa.array(s, pa.float64())
@@ -572,12 +575,22 @@ class SweepPart:
         payload: its payload columns in ``frame`` (``x_<g>``, ``p_<g>``, ...),
             by kernel name (``x``, ``p``, ``u``, ``slot``, ``rho``).
         a_type: the Spark type of its ``a`` column.
+        a_column: the name of its result column in :func:`sweep_stage`'s
+            output (shared by the parts of the same result type).
     """
 
     frame: object
     spec: SweepSpec
     payload: tuple[tuple[str, str], ...]
     a_type: object
+    a_column: str
+
+
+def _type_tag(data_type) -> str:
+    """A short column-name suffix for a Spark type: parts of one type share a column."""
+    import hashlib
+
+    return hashlib.md5(data_type.simpleString().encode()).hexdigest()[:10]
 
 
 def sweep_union(reads, writes, function: str, value_types, names, inclusive: bool, window_ms: int,
@@ -595,8 +608,10 @@ def sweep_union(reads, writes, function: str, value_types, names, inclusive: boo
         inclusive: whether a read counts its own event's write.
         window_ms, resolution_ms: ``W`` and ``r`` in ms.
         limit: ``limit n`` or None.
-        g: the aggregate's number in its batch (column ``g``; payload
-            columns are suffixed ``_<g>``).
+        g: the aggregate's number in its batch (column ``g``). Payload
+            columns are named by kernel name and type (``p_<tag>``), so the
+            parts of a batch share them: a unioned row carries a few columns,
+            not a few per aggregate.
 
     Returns:
         A :class:`SweepPart`: columns ``g``, ``rk``, ``t``, ``seq``,
@@ -623,7 +638,8 @@ def sweep_union(reads, writes, function: str, value_types, names, inclusive: boo
     elif fn == "HyperLogLog":
         slot, rho = hll_coupon_columns(encode_tuple_column(vals, value_types))
         payload["slot"], payload["rho"] = slot, rho
-    cols = {k: f"{k}_{g}" for k in payload}
+    probe = writes.select(*[c.alias(k) for k, c in payload.items()]).schema  # analysis only
+    cols = {k: f"{k}_{_type_tag(probe[k].dataType)}" for k in payload}
     w = writes.select(F.lit(g).alias("g"), F.col("w_rk").alias("rk"), "t", "seq", F.lit(0).cast("byte").alias("role"),
                       F.lit(None).cast("long").alias("ra"), *[c.alias(cols[k]) for k, c in payload.items()])
     typed = {f.name: f.dataType for f in w.schema.fields}
@@ -640,7 +656,7 @@ def sweep_union(reads, writes, function: str, value_types, names, inclusive: boo
     else:
         a_type = typed[cols["p"]]
     spec = SweepSpec(fn, int(window_ms), int(resolution_ms), limit, inclusive, int_values)
-    return SweepPart(w.unionByName(r), spec, tuple(cols.items()), a_type)
+    return SweepPart(w.unionByName(r), spec, tuple(cols.items()), a_type, f"a_{_type_tag(a_type)}")
 
 
 def sweep_stage(parts: list[SweepPart], buckets: int):
@@ -655,9 +671,9 @@ def sweep_stage(parts: list[SweepPart], buckets: int):
         buckets: number of key buckets (one Python call each).
 
     Returns:
-        A DataFrame ``r_seq``, ``g``, ``n`` (``-1`` for a null key) and
-        ``a_<g>`` per part (null on the other parts' rows): one row per
-        (part, read).
+        A DataFrame ``r_seq``, ``g``, ``n`` (``-1`` for a null key) and one
+        result column per result type (``SweepPart.a_column``; a row's
+        value is in its part's column): one row per (part, read).
 
     Raises:
         ValueError: (in the tasks) a function without a sweep.
@@ -670,22 +686,27 @@ def sweep_stage(parts: list[SweepPart], buckets: int):
         frame = frame.unionByName(p.frame, allowMissingColumns=True)
     frame = frame.withColumn("_b", F.pmod(F.xxhash64("g", "rk"), F.lit(buckets)))
     fields = [StructField("r_seq", LongType()), StructField("g", IntegerType()), StructField("n", LongType())]
-    fields += [StructField(f"a_{g}", p.a_type) for g, p in enumerate(parts)]
+    a_cols: dict[str, object] = {}
+    for p in parts:
+        a_cols.setdefault(p.a_column, p.a_type)
+    fields += [StructField(name, typ) for name, typ in a_cols.items()]
     schema = StructType(fields)
     from pyspark.sql.pandas.types import to_arrow_type
 
     specs = [p.spec for p in parts]
     payloads = [p.payload for p in parts]
-    a_types = [to_arrow_type(p.a_type) for p in parts]
+    outputs = [(name, to_arrow_type(typ)) for name, typ in a_cols.items()]
+    a_of = [p.a_column for p in parts]
 
     def sweep_bucket(table: pa.Table) -> pa.Table:
         # a plain function with type hints: applyInArrow infers its form from them
-        return _sweep_bucket(table, specs, payloads, a_types)
+        return _sweep_bucket(table, specs, payloads, outputs, a_of)
 
     return frame.groupBy("_b").applyInArrow(sweep_bucket, schema)
 
 
-def _sweep_bucket(table: pa.Table, specs: list[SweepSpec], payloads, a_types: list[pa.DataType]) -> pa.Table:
+def _sweep_bucket(table: pa.Table, specs: list[SweepSpec], payloads, outputs: list[tuple[str, pa.DataType]],
+                  a_of: list[str]) -> pa.Table:
     """One bucket of :func:`sweep_stage`: each aggregate present, swept apart; wide output."""
     gcol = table.column("g").to_numpy(zero_copy_only=False)
     parts = []
@@ -703,9 +724,9 @@ def _sweep_bucket(table: pa.Table, specs: list[SweepSpec], payloads, a_types: li
                                      [np.zeros(0, np.int32)])),
         "n": pa.concat_arrays([res.column("n").combine_chunks() for _, res in parts] or [pa.array([], pa.int64())]),
     }
-    for g, typ in enumerate(a_types):
+    for name, typ in outputs:
         pieces = []
         for h, res in parts:
-            pieces.append(res.column("a").combine_chunks().cast(typ) if h == g else pa.nulls(res.num_rows, typ))
-        out[f"a_{g}"] = pa.concat_arrays(pieces) if pieces else pa.nulls(total, typ)
+            pieces.append(res.column("a").combine_chunks().cast(typ) if a_of[h] == name else pa.nulls(res.num_rows, typ))
+        out[name] = pa.concat_arrays(pieces) if pieces else pa.nulls(total, typ)
     return pa.table(out)
