@@ -74,7 +74,8 @@ def with_features(
 
     Inputs and scalars are column expressions; an aggregate (a dependency
     stage, SPEC §5.6) is the value it had when the event was processed online
-    (SPEC §2.4, §3.3), from ``staged.values`` joined on ``_seq``.
+    (SPEC §2.4, §3.3), from ``staged.values_many`` joined on ``_seq`` (one
+    frame for all of them).
 
     Args:
         df: raw events of this type (``_time_ms``, ``_seq``, ``_raw`` columns);
@@ -126,11 +127,7 @@ def with_features(
         df = df.join(staged.values_many(event.name, aggregates), "_seq", "left")
     for n in needed:
         f = feats[n]
-        if f.kind == "input":
-            continue
-        if f.kind == "aggregate":
-            pass
-        else:
+        if f.kind != "input" and f.kind != "aggregate":
             df = df.withColumn(f"f_{n}", compile_column(f.expr, cols, t))
         cols[n] = F.col(f"f_{n}")
     return df

@@ -587,10 +587,6 @@ class PointInTime:
 
         spec = feature.aggregate
         state = self.plan.states[spec.definition_hash]
-        fn = state.function
-        W = state.window_s * 1000
-        r = state.resolution_s * 1000
-        decayed = fn.startswith("Decayed")
 
         # reads: every event of the reading type, its encoded key, time and after time
         read_names = list(spec.read_keys) + ([spec.after] if spec.after else [])
@@ -612,7 +608,6 @@ class PointInTime:
         # writes: the counted writes of the state by every scope event (where, non-null rules)
         frames = {x: self.frame(x, sorted(w.deps())) for x, w in state.writes.items()}
         writes = writes_of_state(frames, state)
-        nv = len(state.value_types)
         writes = writes.select(
             F.col("rk").alias("w_rk"), "t", "seq",
             *[F.col(f"v{i}").cast(SPARK_TYPES[t]).alias(f"v{i}") for i, t in enumerate(state.value_types)],

@@ -40,14 +40,19 @@ function:
   :data:`writer.pitreads.EPOCH_WINDOWS` windows, the previous epoch carried),
   as segmented scans; a read decays its key's latest write before it.
 
-Arrival order that is not time order (SPEC §3.3 as revised, issue 12):
-a read then counts writes with time in ``[lo, t]`` *and* arrival before it.
-The merge-sort tree already counts "in a range, below a bound"; sorting by
-(key, time) and bounding arrival instead of position turns every ``[lo, hi)``
-function above into that two-sided count (Count, Sum by a Fenwick-style
-tree of partial sums over arrival; Latest by a range-max of (time,
-arrival)). Not done here: replay keeps the time-order rule of
-``writer.pointintime`` that the online path implements today.
+Arrival order that is not time order (SPEC §3.3 as revised; issue 12 makes
+it exact everywhere): a read then counts the writes of its key with time in
+``[lo, t]`` *and* arrival before its own. Sorted by (key, time), that is the
+same range ``[lo, hi)`` with one more bound, ``seq < r_seq``: ``Count`` is
+:func:`count_below` over the writes' arrival numbers; ``Sum``/``Average``
+and ``Min``/``Max`` keep, per merge-sort-tree node, prefix sums or minima in
+arrival order (``O(log^2 m)`` per read); ``Latest``/``First`` and ``limit
+n`` are order statistics over the same nodes. ``CountUnique`` and the
+HyperLogLog histogram gain a third dimension (the previous occurrence among
+the writes that arrived earlier): an offline pass in arrival order with a
+Fenwick tree over time positions, or a persistent merge-sort tree, keeps
+them ``O(m log^2 m)``. None of that is done here: replay
+keeps the time-order rule that the online path implements today.
 
 Table exchanged with Spark (one bucket per call):
 
@@ -69,7 +74,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["SweepSpec", "sweep_table", "count_below", "range_ranks_min"]
+__all__ = ["SweepPart", "SweepSpec", "count_below", "range_ranks_min", "sweep_stage", "sweep_table", "sweep_union"]
 
 #: Functions whose value is taken from one write (its index in write order).
 _PICK = frozenset({"Latest", "LatestTime", "First", "FirstTime"})

@@ -1,7 +1,7 @@
 """``writer.sweep``: the numpy kernel of point-in-time reads against brute force (SPEC §3.2, §3.3).
 
 No Spark here: :func:`writer.sweep.sweep_table` is called on pyarrow tables
-shaped like the buckets ``sweep_values`` hands it, and compared with a
+shaped like the buckets ``sweep_union`` hands it, and compared with a
 quadratic oracle that applies the rule read by read.
 
 The rule (SPEC §3.2 with the window rule of section 2; ``writer.pointintime``'s
@@ -70,7 +70,7 @@ from writer.sweep import SweepSpec, count_below, range_ranks_min, sweep_table
 #: ``Sum`` is among them: its empty value is 0, and the kernel gives 0 (not null) for a read
 #: with no write when another read of the bucket has some.
 EMPTY_BY_CALLER = frozenset({"Count", "CountUnique", "HyperLogLog", "Sequence", "Set", "Sum"})
-#: The payload column each function reads (as ``sweep_values`` builds it); read rows hold nulls.
+#: The payload column each function reads (as ``sweep_union`` builds it); read rows hold nulls.
 X_FUNCTIONS = frozenset({"Sum", "Average", "DecayedSum", "DecayedAverage"})
 P_FUNCTIONS = frozenset({"Min", "Max", "Latest", "First", "Sequence", "Set"})
 
@@ -225,7 +225,7 @@ def _same(got: object, want: object) -> bool:
 
 # ------------------------------------------------------------------- buckets
 def to_table(spec: SweepSpec, events: list[Event], p_type: pa.DataType = pa.string()) -> pa.Table:
-    """The bucket ``sweep_values`` would hand the kernel: the function's payload columns, null on reads."""
+    """The bucket ``sweep_union`` would hand the kernel: the function's payload columns, null on reads."""
     fn = spec.function
 
     def on_writes(name: str) -> list:
