@@ -76,6 +76,9 @@ import pyarrow.compute as pc
 
 __all__ = ["SweepPart", "SweepSpec", "count_below", "range_ranks_min", "sweep_stage", "sweep_table", "sweep_union"]
 
+#: Rows per Arrow batch handed back to Spark by a bucket's sweep.
+_OUT_BATCH_ROWS = 65_536
+
 #: Functions whose value is taken from one write (its index in write order).
 _PICK = frozenset({"Latest", "LatestTime", "First", "FirstTime"})
 
@@ -734,4 +737,5 @@ def _sweep_bucket(table: pa.Table, specs: list[SweepSpec], payloads, outputs: li
         for h, res in parts:
             pieces.append(res.column("a").combine_chunks().cast(typ) if a_of[h] == name else pa.nulls(res.num_rows, typ))
         out[name] = pa.concat_arrays(pieces) if pieces else pa.nulls(total, typ)
-    return pa.table(out)
+    # in batches: one Arrow batch of a hot key's millions of rows would be one JVM allocation
+    return pa.Table.from_batches(pa.table(out).to_batches(max_chunksize=_OUT_BATCH_ROWS))
