@@ -738,4 +738,5 @@ def _sweep_bucket(table: pa.Table, specs: list[SweepSpec], payloads, outputs: li
             pieces.append(res.column("a").combine_chunks().cast(typ) if a_of[h] == name else pa.nulls(res.num_rows, typ))
         out[name] = pa.concat_arrays(pieces) if pieces else pa.nulls(total, typ)
     # in batches: one Arrow batch of a hot key's millions of rows would be one JVM allocation
-    return pa.Table.from_batches(pa.table(out).to_batches(max_chunksize=_OUT_BATCH_ROWS))
+    table = pa.table(out)
+    return pa.Table.from_batches(table.to_batches(max_chunksize=_OUT_BATCH_ROWS), schema=table.schema)

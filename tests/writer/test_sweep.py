@@ -533,3 +533,22 @@ def test_too_wide_bucket_is_refused():
     check(spec, ok)
     with pytest.raises(ValueError, match="too wide"):
         sweep_table(to_table(spec, [_ev("k", 0, 1, 0), _ev("k", 2**61, 2, 1)]), spec)
+
+
+def test_bucket_batches_and_writes_only_bucket():
+    """A stage bucket hands back its rows in bounded Arrow batches, and a bucket of writes only gives no rows."""
+    from writer.sweep import _sweep_bucket
+
+    spec = SweepSpec("Count", 60_000, 1_000, None, True)
+    n = 70_000
+    writes_only = pa.table({"g": pa.array([0, 0], pa.int32()), "rk": ["k", "k"], "t": pa.array([1, 2], pa.int64()),
+                            "seq": pa.array([0, 1], pa.int64()), "role": pa.array([0, 0], pa.int8()),
+                            "ra": pa.array([None, None], pa.int64())})
+    out = _sweep_bucket(writes_only, [spec], [()], [("a_x", pa.int64())], ["a_x"])
+    assert out.num_rows == 0 and out.column_names == ["r_seq", "g", "n", "a_x"]
+    reads = pa.table({"g": pa.array([0] * n, pa.int32()), "rk": ["k"] * n, "t": pa.array(range(n), pa.int64()),
+                      "seq": pa.array(range(n), pa.int64()), "role": pa.array([1] * n, pa.int8()),
+                      "ra": pa.array([None] * n, pa.int64())})
+    out = _sweep_bucket(pa.concat_tables([writes_only, reads]), [spec], [()], [("a_x", pa.int64())], ["a_x"])
+    assert out.num_rows == n and max(b.num_rows for b in out.to_batches()) <= 65_536
+    assert sorted(out.column("n").to_pylist())[-1] == 2  # the two writes, at t=1 and 2, before later reads
