@@ -400,12 +400,7 @@ class PointInTime:
         if key in self._cache:
             return self._cache[key]
         if key in self._active:
-            chain = " -> ".join(f"{e}.{n}" for e, n in [*self._active[self._active.index(key):], key])
-            raise StagedFeatureError(
-                f"aggregates depend on each other across event types ({chain}); each value needs the "
-                "other's earlier values, which no dependency stage provides: backfill of this topology "
-                "is not supported (the online path evaluates it)"
-            )
+            raise self._cycle_error(key)
         feature = self.plan.events[event].feature(name)
         if feature.kind != "aggregate" or feature.aggregate is None:
             raise ValueError(f"{event}.{name} is a {feature.kind} feature, not an aggregate")
@@ -477,20 +472,23 @@ class PointInTime:
             for ev, name in stage:
                 self.values(ev, name)
 
+    def _cycle_error(self, key: tuple[str, str]) -> StagedFeatureError:
+        """The error for an aggregate whose value needs itself (the chain from ``key`` back to it)."""
+        chain = " -> ".join(f"{e}.{n}" for e, n in [*self._active[self._active.index(key):], key])
+        return StagedFeatureError(
+            f"aggregates depend on each other across event types ({chain}); each value needs the "
+            "other's earlier values, which no dependency stage provides: backfill of this topology "
+            "is not supported (the online path evaluates it)"
+        )
+
     def _sweep_stages(self, needs: dict[str, Iterable[str]]) -> None:
         """Compute and cache, stage by stage, every aggregate ``needs`` depends on (one sweep per stage)."""
-
         needs = {ev: list(ns) for ev, ns in needs.items()}
         asked = [(ev, n) for ev, ns in needs.items() for n in ns
                  if (ev, n) not in self._cache and self.plan.events[ev].feature(n).kind == "aggregate"]
         for key in asked:
             if key in self._active:  # computing it needs itself: a cross-event cycle
-                chain = " -> ".join(f"{e}.{n}" for e, n in [*self._active[self._active.index(key):], key])
-                raise StagedFeatureError(
-                    f"aggregates depend on each other across event types ({chain}); each value needs the "
-                    "other's earlier values, which no dependency stage provides: backfill of this topology "
-                    "is not supported (the online path evaluates it)"
-                )
+                raise self._cycle_error(key)
         self._active.extend(asked)
         try:
             self._sweep_needs(needs)

@@ -67,6 +67,7 @@ Table exchanged with Spark (one bucket per call):
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -237,16 +238,14 @@ def _ranges_index(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return offsets, idx
 
 
+@functools.lru_cache(maxsize=1)
 def _hll_tables() -> tuple[np.ndarray, np.ndarray]:
-    from compiler.algebra.ops import HLL_M, HLL_Q, _sigma, _tau
+    """``tau`` and ``sigma`` of ``ops.hll_estimate`` for every register count 0..m (computed by those functions)."""
+    from compiler.algebra.ops import HLL_M, _sigma, _tau
 
     tau = np.array([_tau(1.0 - c / HLL_M) for c in range(HLL_M + 1)], dtype=np.float64)
     sigma = np.array([_sigma(c / HLL_M) if c < HLL_M else math.inf for c in range(HLL_M + 1)], dtype=np.float64)
-    del HLL_Q
     return tau, sigma
-
-
-_HLL_TABLES: tuple[np.ndarray, np.ndarray] | None = None
 
 
 # ---------------------------------------------------------------------- sweep
@@ -331,7 +330,7 @@ def sweep_table(table: pa.Table, spec: SweepSpec) -> pa.Table:
     r_index = np.searchsorted(read_rows, r_rows)
     n_out[r_index] = n
     if (n > 0).any():
-        a_vals = _compute(fn, spec, table, w_rows, w_kid, w_t, lo, hi, n, key_start, r_t, m)
+        a_vals = _compute(fn, spec, table, w_rows, w_kid, w_t, lo, hi, n, r_t, m)
     else:
         a_vals = pa.nulls(len(lo), a_type)
     a_full = _scatter(a_vals, r_index, len(read_rows), a_type)
@@ -375,7 +374,7 @@ def _masked(values: np.ndarray, keep: np.ndarray, typ: pa.DataType) -> pa.Array:
     return pa.array(values, typ, mask=~keep)
 
 
-def _compute(fn: str, spec: SweepSpec, table: pa.Table, w_rows, w_kid, w_t, lo, hi, n, key_start, r_t,
+def _compute(fn: str, spec: SweepSpec, table: pa.Table, w_rows, w_kid, w_t, lo, hi, n, r_t,
              m: int) -> pa.Array:
     """The aggregate per keyed read (merged-read order), null where no write counts."""
     has = n > 0
@@ -497,12 +496,9 @@ def _previous(kid: np.ndarray, vid: np.ndarray) -> np.ndarray:
 
 def _hll(kid, slot, rho, lo, hi) -> np.ndarray:
     """Ertl's estimate per read over the register-wise max of the writes in ``[lo, hi)`` (module docstring)."""
-    global _HLL_TABLES
     from compiler.algebra.ops import HLL_M, HLL_Q
 
-    if _HLL_TABLES is None:
-        _HLL_TABLES = _hll_tables()
-    tau, sigma = _HLL_TABLES
+    tau, sigma = _hll_tables()
     q = len(lo)
     at_least = np.zeros((HLL_Q + 3, q), dtype=np.int64)  # at_least[v]: registers >= v
     for v in range(1, HLL_Q + 2):
@@ -552,8 +548,7 @@ def _decayed(fn, spec, table, w_rows, w_kid, w_t, lo, hi, n, r_t, m) -> pa.Array
     want = seg - 1
     j = np.searchsorted(seg_ids, want)
     j_ok = (j < len(seg_ids)) & (seg_ids[np.minimum(j, len(seg_ids) - 1)] == want)
-    # the same key: (key, e - 1) encodes as seg - 1 only when e - 1 >= min e (else it is another key's)
-    j_ok &= e - 1 >= int(e.min())
+    # (key, e - 1) is seg - 1: ids leave a gap between keys (span of epochs + 2), so seg - 1 is never another key's
     src = seg_last[np.minimum(j, len(seg_ids) - 1)]
     qv = np.where(j_ok, pv[src], 0.0)
     qw = np.where(j_ok, pw[src], 0.0)
