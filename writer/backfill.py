@@ -71,6 +71,7 @@ from writer.pointintime import staged_stage_count
 from writer.sink import write_partition
 from writer.sources import read_events, valid
 from writer.status import read_coverage, read_online_starts, record_coverage, state_features
+from writer.tilepass import form, state_rows_all
 from writer.tiles import feature_frames, state_rows, writes_of_state
 
 Progress = Callable[[str, int, int], None]
@@ -350,6 +351,19 @@ def _read_input(spark: SparkSession, plan: Plan, paths: Sequence[str | Path], re
     return _Input(raw, raw.where(ok), (span[0], span[1] + 1), rejected, rejected_path, time.perf_counter() - t0)
 
 
+def _write_counting(rows: Iterable, url: str, forced: bool) -> dict[int, int]:
+    """``writer.sink.write_partition`` of rows that carry their state's index ``g``; return rows written per ``g``."""
+    counts: dict[int, int] = {}
+
+    def counted():
+        for row in rows:
+            counts[row["g"]] = counts.get(row["g"], 0) + 1
+            yield row
+
+    write_partition(counted(), url, forced)
+    return counts
+
+
 def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_url: str,
              progress: Progress) -> BackfillReport:
     """Compute and write the tiles of one window, then record its coverage (module docstring)."""
@@ -385,21 +399,43 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
     t1 = time.perf_counter()
     url = redis_url
 
+    forced = win.force
+
+    def write(rows: DataFrame) -> int:
+        return int(rows.rdd.mapPartitions(lambda it: [write_partition(it, url, forced)]).sum())
+
     def write_state(st: StateSpec) -> tuple[str, int]:
         end = win.decay_end.get(st.definition_hash, we)
-        rows = state_rows(writes_of_state(frames, st), st, end, ws)
-        forced = win.force
-        return st.definition_hash, int(rows.rdd.mapPartitions(lambda it: [write_partition(it, url, forced)]).sum())
+        return st.definition_hash, write(state_rows(writes_of_state(frames, st), st, end, ws))
 
-    # One Spark job per state, several in flight at once: each job is small,
-    # so concurrent jobs keep the cores busy during the others' planning,
+    # The merged-tile states in one pass (writer.tilepass: one job for all),
+    # write logs and Decayed* one job per state, several in flight at once:
+    # concurrent jobs keep the cores busy during the others' planning,
     # scheduling and Redis round trips.
+    together = [st for st in states if form(st) is not None]
+    apart = [st for st in states if form(st) is None]
     progress("tiles", 0, len(states))
+    done = 0
     with ThreadPoolExecutor(max_workers=CONCURRENT_JOBS) as pool:
-        for i, fut in enumerate(as_completed([pool.submit(write_state, st) for st in states]), start=1):
+        futures = [pool.submit(write_state, st) for st in apart]
+        if together:
+            def write_together() -> tuple[None, dict[str, int]]:
+                rows = state_rows_all(frames, together, ws, we)
+                per_g: dict[int, int] = {}
+                for part in rows.rdd.mapPartitions(lambda it: [_write_counting(it, url, forced)]).collect():
+                    for g, n in part.items():
+                        per_g[g] = per_g.get(g, 0) + n
+                return None, {st.definition_hash: per_g.get(g, 0) for g, st in enumerate(together)}
+            futures.append(pool.submit(write_together))
+        for fut in as_completed(futures):
             h, written = fut.result()
-            report.rows[h] = written
-            progress("tiles", i, len(states))
+            if h is None:
+                report.rows.update(written)
+                done += len(together)
+            else:
+                report.rows[h] = written
+                done += 1
+            progress("tiles", done, len(states))
     for df in frames.values():
         df.unpersist()
     events.unpersist()

@@ -21,7 +21,9 @@ Each micro-batch (``foreachBatch``, :class:`BatchProcessor`):
    (``<checkpoint>/scowl/batches/<id>.json``) *before* touching the store, so
    a batch re-run after a crash uses the same watermark;
 4. computes, with Spark built-ins, each state's partial aggregates of the
-   batch per (aggregate, key, tile) (``writer.tiles.merge_rows``) and merges
+   batch per (aggregate, key, tile), all merged-tile states in one pass
+   (``writer.tilepass.merge_rows_all``; write logs and ``Decayed*`` per
+   state, ``writer.tiles.merge_rows``), and merges
    them into Redis from the executors (``writer.sink.merge_partition``): one
    atomic ``event.lua`` call per key that applies the key's merges only if
    the key has not yet recorded this batch id for this stream
@@ -66,7 +68,8 @@ from compiler.plan import Plan, StateSpec
 from compiler.typesystem import time_column
 from writer.sink import merge_params, merge_partition
 from writer.sources import valid
-from writer.tiles import feature_frames, merge_rows, writes_of_state
+from writer.tilepass import merge_rows_all
+from writer.tiles import feature_frames
 
 #: Batch records older than this many batches are deleted (their totals live on in later records).
 KEEP_RECORDS = 100
@@ -448,15 +451,8 @@ class BatchProcessor:
         finally:
             spark.conf.set("spark.sql.codegen.wholeStage", previous)
         try:
-            # hash-partition each state's writes by key once: its aggregations
-            # (grouped by rk and more) then need no other shuffle, and every key's
-            # rows end up in one partition of the union
-            n = int(spark.conf.get("spark.sql.shuffle.partitions"))
-            parts = [merge_rows(writes_of_state(frames, st).repartition(n, "rk"), st) for st in self.states]
-            rows = parts[0]
-            for p in parts[1:]:
-                rows = rows.unionByName(p)
-            rows = rows.sortWithinPartitions("rk")
+            # all merged-tile states in one pass (writer.tilepass), grouped by key
+            rows = merge_rows_all(frames, self.states, int(spark.conf.get("spark.sql.shuffle.partitions")))
             url, marker, params, fault = self.url, self.marker, self.params, self.fault
             out = rows.rdd.mapPartitions(
                 lambda it: [merge_partition(it, url, batch_id, marker, params, fault)]).collect()

@@ -1,0 +1,108 @@
+"""``writer.tilepass``: all states in one pass give the rows ``writer.tiles`` gives state by state.
+
+The per-state forms in ``writer.tiles`` (``state_rows`` for backfill,
+``merge_rows`` for stream micro-batches) are what the consistency tests
+(online = backfill-then-online = stream) hold to the online path; the
+one-pass forms must produce the same store image, row for row:
+
+* :func:`writer.tilepass.state_rows_all` equals the union of ``state_rows``
+  over the merged-tile states (same ``rk``, ``field``, stored text, ``mode``
+  and ``ttl_ms``), for a run window inside the timeline (tiles before the
+  cutoff ``end - W - r`` left out, writes before the start left out);
+* :func:`writer.tilepass.merge_rows_all` equals the union of ``merge_rows``
+  over every state, and puts all rows of one key in one partition, sorted.
+
+Timeline and topology: ``tests/writer/test_pitreads.py`` (every function and
+clause, same-ms ties, hot keys), plus extrema and averages over the value
+types it leaves out.
+"""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from compiler import compile_sources
+from tests.writer.test_pitreads import TOPOLOGY, _timeline
+from writer.sources import read_events, valid
+from writer.tilepass import form, merge_rows_all, state_rows_all
+from writer.tiles import feature_frames, merge_rows, state_rows, writes_of_state
+
+EXTRA = """
+event login
+a2 := $.a as time?
+mn_t := Min(a2 by ip last 1 hour)
+mx_f := Max(f by user last 10 minutes)
+mn_f := Min(f by ip last 1 hour)
+mn_i := Min(x last 50 days)
+avg_i := Average(x by ip last 1 day)
+"""
+
+
+@pytest.fixture(scope="module")
+def frames(spark, tmp_path_factory):
+    result = compile_sources({"t.scowl": TOPOLOGY, "x.scowl": EXTRA})
+    assert result.plan is not None, result.render()
+    plan = result.plan
+    events = _timeline(11, 900)
+    for e in events:  # an int64 tile sum that overflows fails the job in both forms (ANSI): keep sums in range
+        if e.get("x") == 2**62:
+            e["x"] = 2**40
+    path = tmp_path_factory.mktemp("tilepass") / "t.jsonl"
+    path.write_bytes(b"\n".join(orjson.dumps(e) for e in events) + b"\n")
+    raw = read_events(spark, [path]).where(valid(list(plan.events))).cache()
+    states = sorted(plan.states.values(), key=lambda s: s.definition_hash)
+    fr = {ev: df.cache() for ev, df in feature_frames(raw, plan, states).items()}
+    times = sorted(e["_time"] for e in events)
+    yield plan, states, fr, times
+    for df in fr.values():
+        df.unpersist()
+    raw.unpersist()
+
+
+def test_every_merged_tile_function_has_a_form(frames):
+    _, states, _, _ = frames
+    together = {st.function for st in states if form(st) is not None}
+    assert together == {"Count", "Sum", "Average", "Min", "Max", "CountUnique", "HyperLogLog", "First",
+                        "FirstTime", "Latest", "LatestTime"}
+    assert all(form(st) is None for st in states if st.limit is not None or st.function.startswith("Decayed"))
+
+
+@pytest.mark.parametrize("cut", [(0.0, 1.0), (0.3, 0.55)])
+def test_state_rows_all_equals_state_rows(frames, cut):
+    _, states, fr, times = frames
+    start, end = times[int(cut[0] * (len(times) - 1))], times[int(cut[1] * (len(times) - 1))] + 1
+    together = [st for st in states if form(st) is not None]
+    got = state_rows_all(fr, together, start, end)
+    rows = got.collect()
+    new = {(r["rk"], r["field"], r["value"], r["mode"], r["ttl_ms"]) for r in rows}
+    assert len(new) == len(rows), "a field written twice"
+    old = set()
+    for st in together:
+        old |= {(r["rk"], r["field"], r["value"], r["mode"], r["ttl_ms"])
+                for r in state_rows(writes_of_state(fr, st), st, end, start).collect()}
+    assert new == old
+    assert len(old) > 500
+    # g indexes the states given
+    by_hash = {st.definition_hash: g for g, st in enumerate(together)}
+    assert all(r["g"] == by_hash[r["rk"].rsplit(":", 1)[1]] for r in rows)
+
+
+def test_merge_rows_all_equals_merge_rows(frames, spark):
+    _, states, fr, _ = frames
+    got = merge_rows_all(fr, states, 3)
+    assert got.rdd.getNumPartitions() == 3
+    parts = got.rdd.glom().collect()
+    seen: dict[str, int] = {}
+    for i, part in enumerate(parts):
+        keys = [r["rk"] for r in part]
+        assert keys == sorted(keys), "rows of a partition not sorted by key"
+        for k in keys:
+            assert seen.setdefault(k, i) == i, f"key {k} in two partitions"
+    new = sorted((r["rk"], r["field"], r["value"], r["mode"], r["t"])
+                 for part in parts for r in part)
+    old = sorted((r["rk"], r["field"], r["value"], r["mode"], r["t"]) for st in states
+                 for r in merge_rows(writes_of_state(fr, st), st).collect())
+    assert new == old
+    assert {m for _, _, _, m, _ in new} >= {"I", "F", "MIN:n", "MIN:i", "MIN:s", "MAX:n", "MAX:i", "FI", "HMS",
+                                           "SEEN", "LA", "DM", "ZM"}

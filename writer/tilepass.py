@@ -1,0 +1,415 @@
+"""Partial aggregates of many states in one pass: one explode and two ``groupBy`` for all of them.
+
+``writer.tiles`` builds each state's tiles with its own ``groupBy``: one
+shuffle, one Spark job and a few thousand py4j calls per state. For a stream
+micro-batch that planning alone took longer than the batch's work (5 s of
+py4j calls for the 20 states of the demo topology), and a backfill ran one
+job per state. This module computes the partial aggregates of every
+*merged-tile* state (``Count``, ``Sum``, ``Average``, ``Min``, ``Max``,
+``First*``, ``HyperLogLog``, ``CountUnique``, ``Latest*``; not write logs
+nor ``Decayed*``) together, in the shape of Chronon's UnionJoin:
+
+1. per writer event type, ONE projection turns each event into an array of
+   write structs, one per state it writes (``g``: the state's index; its
+   ``where`` filter and non-null rules applied, SPEC §2.4), exploded once;
+2. each write is exploded once more to its stored tile sizes (the state's
+   ladder, ``compiler.algebra.windows.levels_s``; size 0 for the untiled
+   ``CountUnique`` and ``Latest*``);
+3. two built-in aggregations group by ``(g, rk, size, tile, sub)``: the
+   *numeric* one (fixed-width buffers, so Spark's hash aggregate: counts,
+   long and double sums, minima and maxima, HyperLogLog's max rho per slot)
+   and the *object* one (string extrema, ``First``/``Latest`` by
+   ``min_by``/``max_by`` over ``(t, seq)``, ``CountUnique``'s last-seen time
+   per value tuple); HyperLogLog's per-slot maxima are then joined into its
+   register text by one more ``groupBy``;
+4. each group becomes the stored field(s) of its state, with the merge op
+   ``event.lua`` applies (:data:`OPS`).
+
+The stored text is the one ``writer.tiles`` produced per state (the same
+Spark expressions: ``cast(... as string)``, ``to_json``, the MD5 coupon), so
+the store image does not change: ``tests/writer/test_tilepass.py`` compares
+the two row for row.
+
+Callers: ``writer.stream`` (merge ops, :func:`merge_rows_all`) and
+``writer.backfill`` (store-image rows, :func:`state_rows_all`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from compiler.algebra.keys import PREFIX
+from compiler.algebra.windows import LEVEL_CODE, levels_s
+from compiler.plan import StateSpec
+
+#: merge ops (``event.lua``) of the rows, by how ``writer.backfill`` writes them
+OPS = {
+    "I": "set", "F": "set", "FI": "set", "HMS": "set",
+    "MIN:i": "set", "MIN:n": "set", "MIN:s": "set", "MAX:i": "set", "MAX:n": "set", "MAX:s": "set",
+    "SEEN": "seen", "LA": "latest",
+}
+
+#: states per exploding projection: more make one projection's generated
+#: code exceed the JVM's 64 KB method limit (Spark then compiles, fails and
+#: falls back to interpreting it, slowly)
+STRUCTS_PER_PROJECTION = 4
+
+#: columns of :func:`partial_rows`
+PARTIAL_COLUMNS = ("g", "rk", "field", "value", "op", "t")
+
+
+@dataclass(frozen=True)
+class _Form:
+    """How one state's writes become partials: its aggregation group and stored components.
+
+    Attributes:
+        group: its aggregation (:data:`_SCHEMAS`): ``"num"`` (fixed-width
+            buffers: Spark's hash aggregate), ``"hll"`` (max rho per register,
+            then the register text), ``"uniq"`` (last-seen time per value
+            tuple) or ``"obj"`` (string extrema, ``min_by``/``max_by``: a sort
+            aggregate, so kept apart from the others).
+        tiled: stored per tile (else one field per key or value tuple, size 0).
+        components: ``(field suffix, merge op, value column name)`` per stored
+            component, in the aggregated frame's columns (``n``, ``sl``,
+            ``sd``, ``mnl``, ``mxl``, ``mnd``, ``mxd``, ``mns``, ``mxs``,
+            ``fi``, ``la``, ``hms``, ``seen``).
+    """
+
+    group: str
+    tiled: bool
+    components: tuple[tuple[str, str, str], ...]
+
+
+def _kind(type_name: str) -> str:
+    return "s" if type_name == "string" else "i" if type_name in ("int", "time") else "n"
+
+
+def _int_sum(state: StateSpec) -> bool:
+    from compiler.algebra.ops import SumOp
+
+    return SumOp(tuple(state.value_types)).is_int
+
+
+def form(state: StateSpec) -> _Form | None:
+    """Return the :class:`_Form` of a state, or ``None`` if this pass does not compute it (logs, ``Decayed*``).
+
+    Mirrors ``writer.tiles._tile_partials`` and ``state_rows`` (one entry per
+    function; ``compiler.algebra.ops`` holds the online algebra).
+    """
+    fn = state.function
+    if state.limit is not None or fn.startswith("Decayed") or fn in ("Sequence", "Set"):
+        return None
+    if fn == "Count":
+        return _Form("num", True, (("", "I", "n"),))
+    if fn == "Sum":
+        return _Form("num", True, (("", "I", "sl") if _int_sum(state) else ("", "F", "sd"),))
+    if fn == "Average":
+        return _Form("num", True, ((".s", "F", "sd"), (".c", "I", "n")))
+    if fn in ("Min", "Max"):
+        kind = _kind(state.value_types[0])
+        col = {"s": "s", "i": "l", "n": "d"}[kind]
+        return _Form("obj" if kind == "s" else "num", True,
+                     (("", f"{fn.upper()}:{kind}", f"{'mn' if fn == 'Min' else 'mx'}{col}"),))
+    if fn in ("First", "FirstTime"):
+        return _Form("obj", True, (("", "FI", "fi"),))
+    if fn == "HyperLogLog":
+        return _Form("hll", True, (("", "HMS", "hms"),))
+    if fn == "CountUnique":
+        return _Form("uniq", False, (("", "SEEN", "seen"),))
+    if fn in ("Latest", "LatestTime"):
+        return _Form("obj", False, (("", "LA", "la"),))
+    raise NotImplementedError(f"no partial aggregate form for {fn}")
+
+
+def _prepared(state: StateSpec, vals: list[Column]) -> dict[str, Column]:
+    """The columns a state's write contributes, beyond ``rk``, ``t``, ``seq`` (``writer.tiles`` twins)."""
+    from writer.tiles import _values_json_column, encode_tuple_column, hll_coupon_columns
+
+    fn, types = state.function, state.value_types
+    nv = len(types)
+    if fn == "Sum":
+        return {"vi": vals[0].cast("long")} if _int_sum(state) else {"vd": vals[0].cast("double")}
+    if fn == "Average":
+        return {"vd": vals[0].cast("double")}
+    if fn in ("Min", "Max"):
+        t = types[0]
+        if t == "string":
+            return {"vs": vals[0]}
+        return {"vl": vals[0].cast("long")} if t in ("int", "time") else {"vd": vals[0].cast("double")}
+    if fn in ("First", "FirstTime", "Latest", "LatestTime"):
+        n = 0 if fn == "FirstTime" else nv
+        if n == 0:
+            j = F.lit("{}") if fn.startswith("First") else F.lit("")
+        else:
+            j = F.to_json(F.struct(*[v.alias(f"v{i}") for i, v in enumerate(vals[:n])]))
+        return {"j": j}
+    if fn == "HyperLogLog":
+        slot, rho = hll_coupon_columns(encode_tuple_column(vals, types))
+        return {"slot": slot, "rho": rho}
+    if fn == "CountUnique":
+        return {"u": encode_tuple_column(vals, types)}
+    return {}
+
+
+#: the write columns of each aggregation group
+_SCHEMAS = {
+    "num": {"g": "int", "rk": "string", "t": "long", "vi": "long", "vl": "long", "vd": "double"},
+    "hll": {"g": "int", "rk": "string", "t": "long", "slot": "int", "rho": "int"},
+    "uniq": {"g": "int", "rk": "string", "t": "long", "u": "string"},
+    "obj": {"g": "int", "rk": "string", "t": "long", "seq": "long", "vs": "string", "j": "string"},
+}
+
+
+def _write_structs(frames: dict[str, DataFrame], states: Sequence[StateSpec], group: str) -> DataFrame | None:
+    """Step 1: one row per counted write of every state of ``group`` (columns ``_SCHEMAS[group]``)."""
+    from compiler.codegen.spark import compile_column
+    from writer.tiles import encode_tuple_column
+
+    schema = _SCHEMAS[group]
+    parts = []
+    for ev in sorted(frames):
+        structs = []
+        for g, st in enumerate(states):
+            f = form(st)
+            if f is None or f.group != group or ev not in st.writes:
+                continue
+            w = st.writes[ev]
+            cond = F.lit(True)
+            if w.where is not None:
+                cond = F.coalesce(compile_column(w.where, {n: F.col(f"f_{n}") for n in w.where.refs()},
+                                                 F.col("_time_ms")), F.lit(False))
+            for n in list(w.values) + list(w.keys):
+                cond = cond & F.col(f"f_{n}").isNotNull()
+            key = encode_tuple_column([F.col(f"f_{k}") for k in w.keys], st.key_types)
+            cols = {"g": F.lit(g), "rk": F.concat(F.lit(PREFIX + "{"), key, F.lit("}:" + st.definition_hash)),
+                    "t": F.col("_time_ms"), "seq": F.col("_seq"),
+                    **_prepared(st, [F.col(f"f_{n}") for n in w.values])}
+            structs.append(F.when(cond, F.struct(*[
+                (cols[c] if c in cols else F.lit(None)).cast(tp).alias(c) for c, tp in schema.items()])))
+        for i in range(0, len(structs), STRUCTS_PER_PROJECTION):
+            arr = F.array(*structs[i:i + STRUCTS_PER_PROJECTION])
+            df = frames[ev].select(F.explode(arr).alias("w")).where(F.col("w").isNotNull())
+            parts.append(df.select("w.*"))
+    if not parts:
+        return None
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.unionByName(p)
+    return out
+
+
+def _sql(v) -> str:
+    """A SQL literal of a str or int constant."""
+    if isinstance(v, str):
+        return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return str(int(v))
+
+
+def _by_state(states: Sequence[StateSpec], value: Callable[[StateSpec], object], raw: bool = False) -> Column:
+    """``element_at(map(g -> value(state)), g)``: a per-state constant as a column (one SQL expression:
+    a py4j call per literal costs more than planning the job)."""
+    pairs = [f"{g}, {v if raw else _sql(v)}" for g, st in enumerate(states) if (v := value(st)) is not None]
+    return F.expr(f"element_at(map({', '.join(pairs)}), g)") if pairs else F.lit(None)
+
+
+def _span_ms(st: StateSpec) -> int:
+    """``W + r`` in ms: how long a state's tile or value stays readable (SPEC §5.3)."""
+    return st.window_s * 1000 + st.resolution_s * 1000
+
+
+def _leveled(writes: DataFrame, states: Sequence[StateSpec], time_range: tuple[int | None, int | None],
+             read_from_ms: int | None = None) -> DataFrame:
+    """Step 2: each write once per stored tile size (``size`` s, ``tile`` index; size 0: untiled).
+
+    With ``read_from_ms``, only tiles ending after ``read_from_ms - W - r``
+    (untiled: writes after it) are kept.
+    """
+    sizes = _by_state(states, lambda st: None if form(st) is None else "array(" + ", ".join(
+        f"{s}L" for s in (levels_s(st.window_s) if form(st).tiled else (0,))) + ")", raw=True)
+    lo, hi = time_range
+    if lo is not None:
+        writes = writes.where(F.col("t") >= F.lit(lo))
+    if hi is not None:
+        writes = writes.where(F.col("t") < F.lit(hi))
+    if read_from_ms is not None:
+        # a write at t lands in tiles ending at most t + (coarsest size) later
+        reach = _by_state(states, lambda st: None if form(st) is None else
+                          read_from_ms - _span_ms(st) - (max(levels_s(st.window_s)) * 1000 if form(st).tiled else 0))
+        writes = writes.where(F.col("t") > reach)
+    out = writes.select("*", F.explode(sizes).alias("size"))
+    tile = F.when(F.col("size") > 0, F.floor(F.col("t") / (F.col("size") * F.lit(1000)))).otherwise(F.lit(0))
+    out = out.withColumn("tile", tile.cast("long"))
+    if read_from_ms is not None:
+        cutoff = _by_state(states, lambda st: None if form(st) is None else read_from_ms - _span_ms(st))
+        end = F.when(F.col("size") > 0, (F.col("tile") + 1) * F.col("size") * F.lit(1000)).otherwise(F.col("t"))
+        out = out.where(end > cutoff)
+    return out
+
+
+def _fields(agg: DataFrame, states: Sequence[StateSpec], group: str) -> DataFrame:
+    """Step 4: the aggregated groups of ``group`` as rows ``PARTIAL_COLUMNS`` (one per stored component)."""
+    codes = ", ".join(f"{s}L, '{c}'" for s, c in LEVEL_CODE.items())
+    tile_field = F.expr(f"concat(element_at(map({codes}), size), cast(tile as string))")
+    width = max((len(form(st).components) for st in states if form(st) is not None and form(st).group == group),
+                default=1)
+    comps = []
+    for k in range(width):
+        suffix = _by_state(states, lambda st: _component(st, group, k, 0))
+        op = _by_state(states, lambda st: _component(st, group, k, 1))
+        name = _by_state(states, lambda st: _component(st, group, k, 2))
+        value = F.lit(None).cast("string")
+        for col in sorted({c[2] for st in states if form(st) is not None and form(st).group == group
+                           for c in form(st).components[k:k + 1]}):
+            value = F.when(name == F.lit(col), F.col(col).cast("string")).otherwise(value)
+        if group == "uniq":
+            field = F.concat(F.lit("u"), F.col("u"))
+        elif group == "obj":
+            field = F.when(op == F.lit("LA"), F.lit("lt")).otherwise(F.concat(tile_field, suffix))
+        else:
+            field = F.concat(tile_field, suffix)
+        comps.append(F.when(op.isNotNull(), F.struct(field.alias("field"), value.alias("value"), op.alias("op"))))
+    if width == 1:  # one component per group: no explode
+        return agg.select("g", "rk", comps[0].getField("field").alias("field"), comps[0].getField("value").alias("value"),
+                          comps[0].getField("op").alias("op"), "t")
+    out = agg.select("g", "rk", "t", F.explode(F.array(*comps)).alias("c"))
+    return out.where(F.col("c").isNotNull()).select("g", "rk", "c.field", "c.value", "c.op", "t")
+
+
+def _component(st: StateSpec, group: str, k: int, part: int):
+    f = form(st)
+    if f is None or f.group != group or k >= len(f.components):
+        return None
+    return f.components[k][part]
+
+
+def partial_rows(frames: dict[str, DataFrame], states: Sequence[StateSpec],
+                 time_range: tuple[int | None, int | None] = (None, None),
+                 read_from_ms: int | None = None) -> DataFrame | None:
+    """Return every merged-tile state's partial aggregates of the writes in ``frames``.
+
+    Args:
+        frames: ``writer.tiles.feature_frames`` output (``_time_ms``, ``_seq``,
+            ``f_<feature>`` per writer event type).
+        states: the states; those :func:`form` gives ``None`` are left out
+            (the caller computes them with ``writer.tiles``). ``g`` in the
+            output indexes this sequence.
+        time_range: ``[lo, hi)`` event times (ms) of the writes counted
+            (``None``: unbounded).
+        read_from_ms: only what a read at or after this time can use (ms;
+            ``None``: everything): tiles ending after ``read_from_ms - W - r``
+            and untiled values written after it (SPEC §5.3). Filtered before
+            aggregating, on the grouping keys, so older tiles cost nothing.
+
+    Returns:
+        Columns :data:`PARTIAL_COLUMNS`: ``g`` (state index), ``rk``,
+        ``field``, ``value`` (stored text), ``op`` (``event.lua`` merge op),
+        ``t`` (latest write time in the group, ms); ``None`` when no state
+        has a form here.
+
+    Raises:
+        NotImplementedError: a function without a form.
+    """
+    out = []
+    keys = ["g", "rk", "size", "tile"]
+    for group in _SCHEMAS:
+        writes = _write_structs(frames, states, group)
+        if writes is None:
+            continue
+        lv = _leveled(writes, states, time_range, read_from_ms)
+        if group == "num":
+            agg = lv.groupBy(*keys).agg(
+                F.count(F.lit(1)).alias("n"), F.sum("vi").alias("sl"), F.sum("vd").alias("sd"),
+                F.min("vl").alias("mnl"), F.max("vl").alias("mxl"), F.min("vd").alias("mnd"),
+                F.max("vd").alias("mxd"), F.max("t").alias("t"))
+        elif group == "hll":
+            slots = lv.groupBy(*keys, "slot").agg(F.max("rho").alias("rho"), F.max("t").alias("t"))
+            entry = F.concat(F.lit(";"), F.col("slot").cast("string"), F.lit(":"), F.col("rho").cast("string"))
+            agg = slots.groupBy(*keys).agg(F.concat_ws("", F.array_sort(F.collect_list(entry))).alias("hms"),
+                                           F.max("t").alias("t"))
+        elif group == "uniq":
+            agg = lv.groupBy(*keys, "u").agg(F.max("t").alias("t"))
+            agg = agg.withColumn("seen", F.col("t").cast("string"))
+        else:
+            tj = F.struct(F.col("t"), F.col("j"))
+            order = F.struct(F.col("t"), F.col("seq"))
+            agg = lv.groupBy(*keys).agg(
+                F.min("vs").alias("mns"), F.max("vs").alias("mxs"),
+                F.min_by(tj, order).alias("first"), F.max_by(tj, order).alias("last"), F.max("t").alias("t"))
+            agg = agg.select(
+                "*",
+                F.concat(F.col("first.t").cast("string"), F.lit("\t"), F.col("first.j")).alias("fi"),
+                F.concat(F.col("last.t").cast("string"), F.lit("\t"), F.col("last.j")).alias("la"))
+        out.append(_fields(agg, states, group))
+    if not out:
+        return None
+    rows = out[0]
+    for o in out[1:]:
+        rows = rows.unionByName(o)
+    return rows
+
+
+def merge_rows_all(frames: dict[str, DataFrame], states: Sequence[StateSpec], partitions: int) -> DataFrame:
+    """A micro-batch's merge ops of every state (``writer.tiles.merge_rows`` columns), grouped by key.
+
+    Merged-tile states come from :func:`partial_rows` (one pass for all of
+    them); write logs and ``Decayed*`` from ``writer.tiles.merge_rows``, per
+    state.
+
+    Args:
+        frames: ``writer.tiles.feature_frames`` output for the batch's events.
+        states: the states written.
+        partitions: output partitions; every row of one ``rk`` is in one of
+            them, and rows are sorted by ``rk`` within it (what
+            ``writer.sink.merge_partition`` needs).
+
+    Returns:
+        Columns ``writer.tiles.MERGE_COLUMNS`` (``rk``, ``field``, ``value``, ``mode``, ``t``).
+    """
+    from writer.tiles import merge_rows, writes_of_state
+
+    parts = []
+    rows = partial_rows(frames, states)
+    if rows is not None:
+        parts.append(rows.select("rk", "field", "value", F.col("op").alias("mode"), "t"))
+    for st in states:
+        if form(st) is None:
+            parts.append(merge_rows(writes_of_state(frames, st).repartition(partitions, "rk"), st))
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.unionByName(p)
+    return out.repartition(partitions, "rk").sortWithinPartitions("rk")
+
+
+def state_rows_all(frames: dict[str, DataFrame], states: Sequence[StateSpec], start_ms: int,
+                   end_ms: int) -> DataFrame | None:
+    """The store image rows (``writer.tiles.ROW_COLUMNS``) of every merged-tile state, for a backfill.
+
+    The rows ``writer.tiles.state_rows`` gives each such state, in one pass:
+    writes in ``[start_ms, end_ms)``, only what a read at or after
+    ``end_ms`` can use (a tile or value whose end is after
+    ``end_ms - W - r``, SPEC §5.3), tiles as ``set``, ``CountUnique`` as
+    ``seen`` and ``Latest*`` as ``latest`` rows, expiring ``W + r`` ms after
+    the store's clock (the sink's ``PEXPIRE``).
+
+    Args:
+        frames: ``writer.tiles.feature_frames`` output.
+        states: the states; only those with a :func:`form` are computed.
+        start_ms: start of the (widened) run window, epoch ms.
+        end_ms: its end (exclusive), epoch ms.
+
+    Returns:
+        Columns ``rk``, ``field``, ``value``, ``mode``, ``ttl_ms`` and ``g``
+        (the state's index in ``states``); ``None`` when no state has a form.
+    """
+    rows = partial_rows(frames, states, (start_ms, end_ms), read_from_ms=end_ms)
+    if rows is None:
+        return None
+    span = _by_state(states, lambda st: _span_ms(st) if form(st) else None)
+    modes = ", ".join(f"'{op}', '{mode}'" for op, mode in OPS.items())
+    mode = F.expr(f"element_at(map({modes}), op)")
+    return rows.select(
+        "rk", "field", "value", mode.alias("mode"), span.cast("long").alias("ttl_ms"), "g")
