@@ -68,7 +68,7 @@ from compiler.algebra.windows import levels_s
 from compiler.plan import Plan, StateSpec
 from compiler.typesystem import format_time
 from writer.pointintime import staged_stage_count
-from writer.sink import write_partition
+from writer.sink import write_keys, write_partition
 from writer.sources import read_events, valid
 from writer.status import read_coverage, read_online_starts, record_coverage, state_features
 from writer.tilepass import form, state_rows_all
@@ -351,19 +351,6 @@ def _read_input(spark: SparkSession, plan: Plan, paths: Sequence[str | Path], re
     return _Input(raw, raw.where(ok), (span[0], span[1] + 1), rejected, rejected_path, time.perf_counter() - t0)
 
 
-def _write_counting(rows: Iterable, url: str, forced: bool) -> dict[int, int]:
-    """``writer.sink.write_partition`` of rows that carry their state's index ``g``; return rows written per ``g``."""
-    counts: dict[int, int] = {}
-
-    def counted():
-        for row in rows:
-            counts[row["g"]] = counts.get(row["g"], 0) + 1
-            yield row
-
-    write_partition(counted(), url, forced)
-    return counts
-
-
 def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_url: str,
              progress: Progress) -> BackfillReport:
     """Compute and write the tiles of one window, then record its coverage (module docstring)."""
@@ -420,9 +407,10 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
         futures = [pool.submit(write_state, st) for st in apart]
         if together:
             def write_together() -> tuple[None, dict[str, int]]:
-                rows = state_rows_all(frames, together, ws, we)
+                n = int(spark.conf.get("spark.sql.shuffle.partitions"))
+                rows = state_rows_all(frames, together, ws, we, key_partitions=n)
                 per_g: dict[int, int] = {}
-                for part in rows.rdd.mapPartitions(lambda it: [_write_counting(it, url, forced)]).collect():
+                for part in rows.rdd.mapPartitions(lambda it: [write_keys(it, url, forced)]).collect():
                     for g, n in part.items():
                         per_g[g] = per_g.get(g, 0) + n
                 return None, {st.definition_hash: per_g.get(g, 0) for g, st in enumerate(together)}

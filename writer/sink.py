@@ -99,6 +99,70 @@ def write_partition(rows: Iterable, url: str, forced: bool = False) -> int:
     return n
 
 
+#: Fields per pipeline in :func:`write_keys`.
+KEY_BATCH_FIELDS = 5000
+
+
+def write_keys(rows: Iterable, url: str, forced: bool = False) -> dict[int, int]:
+    """Write one partition of per-key rows (``writer.tilepass.state_rows_all``); return fields written per state.
+
+    Each row is one key's store image: ``set`` -> one ``HSET rk f1 v1 f2 v2
+    ..`` (and ``HDEL rk _m`` when ``forced``, as :func:`write_partition`),
+    ``seen`` -> one ``event.lua`` call with a ``SEEN`` op per field,
+    ``latest`` -> its ``LA`` op; then ``PEXPIRE rk ttl_ms``. Pipelined,
+    about :data:`KEY_BATCH_FIELDS` fields at a time. One command per key
+    instead of one per field: redis-py packs ~3x more fields per second.
+
+    Args:
+        rows: rows with ``g`` (state index), ``rk``, ``mode``, ``ttl_ms``,
+            ``kv`` (``[field, value, ..]``).
+        url: Redis URL.
+        forced: the run may overwrite online writes (module docstring).
+
+    Returns:
+        ``{g: fields written}``.
+
+    Raises:
+        redis.RedisError: the store failed (Spark retries the task; every write is idempotent).
+    """
+    import redis
+
+    from compiler.algebra.script import event_script
+
+    client = redis.Redis.from_url(url, socket_timeout=60)
+    script = client.register_script(event_script())
+    counts: dict[int, int] = {}
+    pipe = client.pipeline(transaction=False)
+    pending = 0
+    for row in rows:
+        rk, mode, kv = row["rk"], row["mode"], row["kv"]
+        if mode == "set":
+            pipe.execute_command("HSET", rk, *kv)
+            if forced:
+                pipe.hdel(rk, "_m")
+        elif mode == "seen":
+            args: list = []
+            for i in range(0, len(kv), 2):
+                args += ["SEEN", 1, kv[i], kv[i + 1]]
+            script(keys=[rk], args=args, client=pipe)
+        elif mode == "latest":
+            t, _, j = kv[1].partition("\t")
+            script(keys=[rk], args=["LA", 1, t, j], client=pipe)
+        else:  # pragma: no cover - rows come from state_rows_all
+            raise ValueError(f"unknown row mode {mode}")
+        pipe.pexpire(rk, int(row["ttl_ms"]))
+        n = len(kv) // 2
+        counts[row["g"]] = counts.get(row["g"], 0) + n
+        pending += n
+        if pending >= KEY_BATCH_FIELDS:
+            pipe.execute()
+            pipe = client.pipeline(transaction=False)
+            pending = 0
+    pipe.execute()
+    client.close()
+    return counts
+
+
 #: Suffix of the companion hash holding the stream batch markers of a write
 #: log (a sorted set cannot hold them): ``sc:{<entity key>}:<hash>:b``.
 LOG_MARK_SUFFIX = ":b"

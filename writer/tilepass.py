@@ -288,7 +288,8 @@ def _component(st: StateSpec, group: str, k: int, part: int):
 
 def partial_rows(frames: dict[str, DataFrame], states: Sequence[StateSpec],
                  time_range: tuple[int | None, int | None] = (None, None),
-                 read_from_ms: int | None = None) -> DataFrame | None:
+                 read_from_ms: int | None = None, key_partitions: int | None = None,
+                 finish: Callable[[DataFrame], DataFrame] | None = None) -> DataFrame | None:
     """Return every merged-tile state's partial aggregates of the writes in ``frames``.
 
     Args:
@@ -303,6 +304,14 @@ def partial_rows(frames: dict[str, DataFrame], states: Sequence[StateSpec],
             ``None``: everything): tiles ending after ``read_from_ms - W - r``
             and untiled values written after it (SPEC §5.3). Filtered before
             aggregating, on the grouping keys, so older tiles cost nothing.
+        key_partitions: hash-partition the writes by ``rk`` into this many
+            partitions before aggregating: the aggregations then need no
+            other shuffle, and all rows of a key stay in one partition (what a
+            per-key ``finish`` or sink needs). ``None``: Spark's own
+            exchange after a partial aggregation.
+        finish: applied to each aggregation group's rows before they are
+            unioned (a per-key ``groupBy`` there reuses ``key_partitions``;
+            after the union Spark would shuffle again).
 
     Returns:
         Columns :data:`PARTIAL_COLUMNS`: ``g`` (state index), ``rk``,
@@ -319,6 +328,8 @@ def partial_rows(frames: dict[str, DataFrame], states: Sequence[StateSpec],
         writes = _write_structs(frames, states, group)
         if writes is None:
             continue
+        if key_partitions is not None:
+            writes = writes.repartition(key_partitions, "rk")
         lv = _leveled(writes, states, time_range, read_from_ms)
         if group == "num":
             agg = lv.groupBy(*keys).agg(
@@ -343,7 +354,8 @@ def partial_rows(frames: dict[str, DataFrame], states: Sequence[StateSpec],
                 "*",
                 F.concat(F.col("first.t").cast("string"), F.lit("\t"), F.col("first.j")).alias("fi"),
                 F.concat(F.col("last.t").cast("string"), F.lit("\t"), F.col("last.j")).alias("la"))
-        out.append(_fields(agg, states, group))
+        rows = _fields(agg, states, group)
+        out.append(finish(rows) if finish is not None else rows)
     if not out:
         return None
     rows = out[0]
@@ -385,31 +397,38 @@ def merge_rows_all(frames: dict[str, DataFrame], states: Sequence[StateSpec], pa
 
 
 def state_rows_all(frames: dict[str, DataFrame], states: Sequence[StateSpec], start_ms: int,
-                   end_ms: int) -> DataFrame | None:
-    """The store image rows (``writer.tiles.ROW_COLUMNS``) of every merged-tile state, for a backfill.
+                   end_ms: int, key_partitions: int) -> DataFrame | None:
+    """Every merged-tile state's store image for a backfill, one row per key (``writer.sink.write_keys``).
 
-    The rows ``writer.tiles.state_rows`` gives each such state, in one pass:
-    writes in ``[start_ms, end_ms)``, only what a read at or after
+    The fields ``writer.tiles.state_rows`` gives each such state, in one
+    pass: writes in ``[start_ms, end_ms)``, only what a read at or after
     ``end_ms`` can use (a tile or value whose end is after
     ``end_ms - W - r``, SPEC §5.3), tiles as ``set``, ``CountUnique`` as
-    ``seen`` and ``Latest*`` as ``latest`` rows, expiring ``W + r`` ms after
-    the store's clock (the sink's ``PEXPIRE``).
+    ``seen`` and ``Latest*`` as ``latest``, expiring ``W + r`` ms after the
+    store's clock (the sink's ``PEXPIRE``). A key's fields are gathered in
+    Spark (no extra shuffle: the writes are partitioned by key first), so
+    the sink sends one command per key, not one per field.
 
     Args:
         frames: ``writer.tiles.feature_frames`` output.
         states: the states; only those with a :func:`form` are computed.
         start_ms: start of the (widened) run window, epoch ms.
         end_ms: its end (exclusive), epoch ms.
+        key_partitions: partitions of the output (and of the shuffle).
 
     Returns:
-        Columns ``rk``, ``field``, ``value``, ``mode``, ``ttl_ms`` and ``g``
-        (the state's index in ``states``); ``None`` when no state has a form.
+        Columns ``g`` (the state's index in ``states``), ``rk``, ``mode``,
+        ``ttl_ms`` and ``kv`` (``[field, value, field, value, ..]``);
+        ``None`` when no state has a form.
     """
-    rows = partial_rows(frames, states, (start_ms, end_ms), read_from_ms=end_ms)
-    if rows is None:
-        return None
     span = _by_state(states, lambda st: _span_ms(st) if form(st) else None)
     modes = ", ".join(f"'{op}', '{mode}'" for op, mode in OPS.items())
     mode = F.expr(f"element_at(map({modes}), op)")
-    return rows.select(
-        "rk", "field", "value", mode.alias("mode"), span.cast("long").alias("ttl_ms"), "g")
+
+    def per_key(rows: DataFrame) -> DataFrame:
+        return rows.groupBy("g", "rk", mode.alias("mode")).agg(
+            F.flatten(F.collect_list(F.array("field", "value"))).alias("kv")
+        ).select("g", "rk", "mode", span.cast("long").alias("ttl_ms"), "kv")
+
+    return partial_rows(frames, states, (start_ms, end_ms), read_from_ms=end_ms,
+                        key_partitions=key_partitions, finish=per_key)

@@ -5,10 +5,11 @@ The per-state forms in ``writer.tiles`` (``state_rows`` for backfill,
 (online = backfill-then-online = stream) hold to the online path; the
 one-pass forms must produce the same store image, row for row:
 
-* :func:`writer.tilepass.state_rows_all` equals the union of ``state_rows``
-  over the merged-tile states (same ``rk``, ``field``, stored text, ``mode``
-  and ``ttl_ms``), for a run window inside the timeline (tiles before the
-  cutoff ``end - W - r`` left out, writes before the start left out);
+* :func:`writer.tilepass.state_rows_all` (one row per key, its fields
+  gathered) equals the union of ``state_rows`` over the merged-tile states
+  (same ``rk``, ``field``, stored text, ``mode`` and ``ttl_ms``), for a run
+  window inside the timeline (tiles before the cutoff ``end - W - r`` left
+  out, writes before the start left out);
 * :func:`writer.tilepass.merge_rows_all` equals the union of ``merge_rows``
   over every state, and puts all rows of one key in one partition, sorted.
 
@@ -73,10 +74,13 @@ def test_state_rows_all_equals_state_rows(frames, cut):
     _, states, fr, times = frames
     start, end = times[int(cut[0] * (len(times) - 1))], times[int(cut[1] * (len(times) - 1))] + 1
     together = [st for st in states if form(st) is not None]
-    got = state_rows_all(fr, together, start, end)
+    got = state_rows_all(fr, together, start, end, key_partitions=3)
+    assert got.rdd.getNumPartitions() == 3
     rows = got.collect()
-    new = {(r["rk"], r["field"], r["value"], r["mode"], r["ttl_ms"]) for r in rows}
-    assert len(new) == len(rows), "a field written twice"
+    assert len({r["rk"] for r in rows}) == len(rows), "a key's fields in two rows"
+    new = {(r["rk"], r["kv"][i], r["kv"][i + 1], r["mode"], r["ttl_ms"]) for r in rows
+           for i in range(0, len(r["kv"]), 2)}
+    assert len(new) == sum(len(r["kv"]) // 2 for r in rows), "a field written twice"
     old = set()
     for st in together:
         old |= {(r["rk"], r["field"], r["value"], r["mode"], r["ttl_ms"])
