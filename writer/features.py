@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from compiler.codegen.spark import compile_column
 from compiler.plan import EventPlan
 from compiler.typesystem import input_column
+from writer.session import memo_column
 
 if TYPE_CHECKING:  # pragma: no cover
     from writer.pointintime import PointInTime
@@ -113,13 +114,16 @@ def with_features(
             f"{'is an aggregate' if len(aggregates) == 1 else 'are aggregates'}: the value an aggregate had "
             "when each event was processed needs the event history (pass staged=writer.pointintime.PointInTime(...))"
         )
-    # inputs first, parsing each event's JSON once for all of them
+    # inputs first, parsing each event's JSON once for all of them (in one
+    # projection; the column trees are built once per process, memo_column)
     inputs = [n for n in needed if feats[n].kind == "input"]
     if inputs:
         df = df.withColumn("_v", F.try_parse_json(F.col("_raw")))
+        df = df.withColumns({
+            f"f_{n}": memo_column(("input", repr(feats[n].input), feats[n].type),
+                                  lambda f=feats[n]: input_column(F.col("_v"), f.input, f.type, parsed=True))
+            for n in inputs})
         for n in inputs:
-            f = feats[n]
-            df = df.withColumn(f"f_{n}", input_column(F.col("_v"), f.input, f.type, parsed=True))
             cols[n] = F.col(f"f_{n}")
         df = df.drop("_v")
     if aggregates:
@@ -128,6 +132,8 @@ def with_features(
     for n in needed:
         f = feats[n]
         if f.kind != "input" and f.kind != "aggregate":
-            df = df.withColumn(f"f_{n}", compile_column(f.expr, cols, t))
+            # its refs are the columns f_<name> (cols), so the tree depends on the expression only
+            df = df.withColumn(f"f_{n}", memo_column(("scalar", repr(f.expr)),
+                                                     lambda f=f: compile_column(f.expr, cols, t)))
         cols[n] = F.col(f"f_{n}")
     return df

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import OrderedDict
+from typing import Callable
 
-from pyspark.sql import SparkSession
+from pyspark.sql import Column, SparkSession
 
 
 def _loopback(master: str) -> bool:
@@ -63,3 +65,40 @@ def get_spark(master: str | None = None, app_name: str = "scowl") -> SparkSessio
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+#: column expressions kept by :func:`memo_column` (least recently used dropped first)
+MEMO_COLUMNS = 4096
+_memo: "OrderedDict[tuple, object]" = OrderedDict()
+
+
+def memo_column(key: tuple, build: Callable[[], Column]) -> Column:
+    """Return the column expression ``build()`` made for ``key`` in this JVM, building it once.
+
+    A ``Column`` is an unresolved expression tree (names, not data), so one
+    object can serve every DataFrame with those column names. Building the
+    trees of a topology's input coercion and tile structs costs ~10-25k py4j
+    round trips (2-5 s); a stream builds them for every micro-batch, so it
+    keeps them here and pays that once.
+
+    Args:
+        key: what ``build`` depends on, by value (use ``repr`` of plan
+            objects: ``-0.0 == 0.0`` and ``1 == 1.0`` would otherwise share
+            an entry).
+        build: makes the column (called at most once per key and JVM).
+
+    Returns:
+        The column.
+    """
+    from pyspark import SparkContext
+
+    k = (id(SparkContext._gateway), key)
+    col = _memo.get(k)
+    if col is None:
+        col = build()
+        _memo[k] = col
+        if len(_memo) > MEMO_COLUMNS:
+            _memo.popitem(last=False)
+    else:
+        _memo.move_to_end(k)
+    return col

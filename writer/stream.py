@@ -439,15 +439,15 @@ class BatchProcessor:
 
     def _merge(self, spark: SparkSession, events: DataFrame, batch_id: int) -> tuple[int, int]:
         """Merge the partial aggregates of ``events`` into the store; return ``(applied, skipped)`` keys."""
-        # wide input-coercion projections: materialise them without whole-stage
-        # codegen (as writer.backfill does), then aggregate with it
+        # Wide input-coercion projections: cache them with a plan made without
+        # whole-stage codegen (as writer.backfill does; the cached plan is
+        # made when persist() is called), then aggregate with it. No job
+        # here: the merge job below fills the cache (one job per batch).
         previous = spark.conf.get("spark.sql.codegen.wholeStage")
         spark.conf.set("spark.sql.codegen.wholeStage", "false")
         try:
             frames = {ev: df.persist(StorageLevel.MEMORY_AND_DISK)
                       for ev, df in feature_frames(events, self.plan, self.states).items()}
-            for df in frames.values():
-                df.count()
         finally:
             spark.conf.set("spark.sql.codegen.wholeStage", previous)
         try:

@@ -164,34 +164,41 @@ _SCHEMAS = {
 }
 
 
-def _write_structs(frames: dict[str, DataFrame], states: Sequence[StateSpec], group: str) -> DataFrame | None:
-    """Step 1: one row per counted write of every state of ``group`` (columns ``_SCHEMAS[group]``)."""
+def _write_struct(st: StateSpec, g: int, ev: str, group: str) -> Column:
+    """One state's write of an ``ev`` event as a struct of ``_SCHEMAS[group]``, null when not counted."""
     from compiler.codegen.spark import compile_column
     from writer.tiles import encode_tuple_column
 
-    schema = _SCHEMAS[group]
+    w = st.writes[ev]
+    cond = F.lit(True)
+    if w.where is not None:
+        cond = F.coalesce(compile_column(w.where, {n: F.col(f"f_{n}") for n in w.where.refs()},
+                                         F.col("_time_ms")), F.lit(False))
+    for n in list(w.values) + list(w.keys):
+        cond = cond & F.col(f"f_{n}").isNotNull()
+    key = encode_tuple_column([F.col(f"f_{k}") for k in w.keys], st.key_types)
+    cols = {"g": F.lit(g), "rk": F.concat(F.lit(PREFIX + "{"), key, F.lit("}:" + st.definition_hash)),
+            "t": F.col("_time_ms"), "seq": F.col("_seq"),
+            **_prepared(st, [F.col(f"f_{n}") for n in w.values])}
+    return F.when(cond, F.struct(*[
+        (cols[c] if c in cols else F.lit(None)).cast(tp).alias(c) for c, tp in _SCHEMAS[group].items()]))
+
+
+def _write_structs(frames: dict[str, DataFrame], states: Sequence[StateSpec], group: str) -> DataFrame | None:
+    """Step 1: one row per counted write of every state of ``group`` (columns ``_SCHEMAS[group]``).
+
+    The struct expressions are built once per process (``writer.session.memo_column``).
+    """
+    from writer.session import memo_column
+
     parts = []
     for ev in sorted(frames):
-        structs = []
-        for g, st in enumerate(states):
-            f = form(st)
-            if f is None or f.group != group or ev not in st.writes:
-                continue
-            w = st.writes[ev]
-            cond = F.lit(True)
-            if w.where is not None:
-                cond = F.coalesce(compile_column(w.where, {n: F.col(f"f_{n}") for n in w.where.refs()},
-                                                 F.col("_time_ms")), F.lit(False))
-            for n in list(w.values) + list(w.keys):
-                cond = cond & F.col(f"f_{n}").isNotNull()
-            key = encode_tuple_column([F.col(f"f_{k}") for k in w.keys], st.key_types)
-            cols = {"g": F.lit(g), "rk": F.concat(F.lit(PREFIX + "{"), key, F.lit("}:" + st.definition_hash)),
-                    "t": F.col("_time_ms"), "seq": F.col("_seq"),
-                    **_prepared(st, [F.col(f"f_{n}") for n in w.values])}
-            structs.append(F.when(cond, F.struct(*[
-                (cols[c] if c in cols else F.lit(None)).cast(tp).alias(c) for c, tp in schema.items()])))
-        for i in range(0, len(structs), STRUCTS_PER_PROJECTION):
-            arr = F.array(*structs[i:i + STRUCTS_PER_PROJECTION])
+        mine = [(g, st) for g, st in enumerate(states)
+                if form(st) is not None and form(st).group == group and ev in st.writes]
+        for i in range(0, len(mine), STRUCTS_PER_PROJECTION):
+            chunk = mine[i:i + STRUCTS_PER_PROJECTION]
+            key = ("tilepass", group, ev, tuple((g, repr(st)) for g, st in chunk))
+            arr = memo_column(key, lambda chunk=chunk: F.array(*[_write_struct(st, g, ev, group) for g, st in chunk]))
             df = frames[ev].select(F.explode(arr).alias("w")).where(F.col("w").isNotNull())
             parts.append(df.select("w.*"))
     if not parts:
@@ -374,9 +381,9 @@ def merge_rows_all(frames: dict[str, DataFrame], states: Sequence[StateSpec], pa
     Args:
         frames: ``writer.tiles.feature_frames`` output for the batch's events.
         states: the states written.
-        partitions: output partitions; every row of one ``rk`` is in one of
-            them, and rows are sorted by ``rk`` within it (what
-            ``writer.sink.merge_partition`` needs).
+        partitions: output partitions (and of the shuffles); every row of
+            one ``rk`` is in one of them, and a key's rows are contiguous
+            there (what ``writer.sink.merge_partition`` needs).
 
     Returns:
         Columns ``writer.tiles.MERGE_COLUMNS`` (``rk``, ``field``, ``value``, ``mode``, ``t``).
@@ -384,16 +391,21 @@ def merge_rows_all(frames: dict[str, DataFrame], states: Sequence[StateSpec], pa
     from writer.tiles import merge_rows, writes_of_state
 
     parts = []
-    rows = partial_rows(frames, states)
+    rows = partial_rows(frames, states, key_partitions=partitions,
+                        finish=lambda rows: rows.sortWithinPartitions("rk"))
     if rows is not None:
         parts.append(rows.select("rk", "field", "value", F.col("op").alias("mode"), "t"))
     for st in states:
         if form(st) is None:
-            parts.append(merge_rows(writes_of_state(frames, st).repartition(partitions, "rk"), st))
+            parts.append(merge_rows(writes_of_state(frames, st).repartition(partitions, "rk"), st)
+                         .sortWithinPartitions("rk"))
     out = parts[0]
     for p in parts[1:]:
         out = out.unionByName(p)
-    return out.repartition(partitions, "rk").sortWithinPartitions("rk")
+    # each part holds whole keys per partition, sorted (a key's rk names its
+    # state, and a state is in one part): coalescing keeps every key's rows
+    # contiguous in one partition, without another shuffle
+    return out.coalesce(partitions)
 
 
 def state_rows_all(frames: dict[str, DataFrame], states: Sequence[StateSpec], start_ms: int,
