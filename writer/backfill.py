@@ -323,6 +323,7 @@ class _Input:
     rejected: int
     rejected_path: str | None
     seconds: float
+    valid: int = 0
 
 
 def _read_input(spark: SparkSession, plan: Plan, paths: Sequence[str | Path], rejected_dir: str | Path | None,
@@ -337,9 +338,11 @@ def _read_input(spark: SparkSession, plan: Plan, paths: Sequence[str | Path], re
     progress("read", 0, 1)
     raw = read_events(spark, paths).persist(StorageLevel.MEMORY_AND_DISK)
     ok = valid(list(plan.events))
-    span = raw.where(ok).agg(F.min("_time_ms"), F.max("_time_ms"), F.count(F.lit(1))).collect()[0]
+    # one pass over the cached events for the span and both counts
+    span = raw.agg(F.min(F.when(ok, F.col("_time_ms"))), F.max(F.when(ok, F.col("_time_ms"))),
+                   F.count(F.when(ok, 1)), F.count(F.when(~ok | ok.isNull(), 1))).collect()[0]
     bad = raw.where(~ok | ok.isNull())
-    rejected = bad.count()
+    rejected = span[3]
     rejected_path = None
     if rejected and rejected_dir is not None:
         rejected_path = str(Path(rejected_dir) / f"backfill-{int(time.time() * 1000)}")
@@ -348,7 +351,8 @@ def _read_input(spark: SparkSession, plan: Plan, paths: Sequence[str | Path], re
         raw.unpersist()
         raise BackfillError("no valid events in the input (each record needs a known _type and a parseable _time)")
     progress("read", 1, 1)
-    return _Input(raw, raw.where(ok), (span[0], span[1] + 1), rejected, rejected_path, time.perf_counter() - t0)
+    return _Input(raw, raw.where(ok), (span[0], span[1] + 1), rejected, rejected_path, time.perf_counter() - t0,
+                  valid=span[2])
 
 
 def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_url: str,
@@ -362,11 +366,21 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
     # Decayed* states have no window: they are computed from every event
     # before their end; the others from the widened run window only.
     read_end = max([we, *win.decay_end.values()])
-    events = inp.events.where(F.col("_time_ms") < F.lit(read_end))
-    if not win.decay_end:
-        events = events.where(F.col("_time_ms") >= F.lit(ws))
-    events = events.persist(StorageLevel.MEMORY_AND_DISK)
-    report.events = events.where((F.col("_time_ms") >= F.lit(ws)) & (F.col("_time_ms") < F.lit(we))).count()
+    lo = ws if not win.decay_end else None
+    if (lo is None or lo <= inp.span[0]) and read_end >= inp.span[1]:
+        # the run reads every valid event: use the cached input as it is
+        # (no second copy in the cache, no counting job)
+        events = inp.events
+        owned = False
+        report.events = inp.valid if ws <= inp.span[0] and we >= inp.span[1] else \
+            events.where((F.col("_time_ms") >= F.lit(ws)) & (F.col("_time_ms") < F.lit(we))).count()
+    else:
+        events = inp.events.where(F.col("_time_ms") < F.lit(read_end))
+        if lo is not None:
+            events = events.where(F.col("_time_ms") >= F.lit(lo))
+        events = events.persist(StorageLevel.MEMORY_AND_DISK)
+        owned = True
+        report.events = events.where((F.col("_time_ms") >= F.lit(ws)) & (F.col("_time_ms") < F.lit(we))).count()
     states = sorted(win.states, key=lambda st: st.definition_hash)
     # Input coercion makes wide projections; whole-stage code generation of
     # them can exceed the JVM's 64 KB method limit (Spark then falls back,
@@ -426,7 +440,8 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
             progress("tiles", done, len(states))
     for df in frames.values():
         df.unpersist()
-    events.unpersist()
+    if owned:
+        events.unpersist()
     report.seconds["tiles"] = time.perf_counter() - t1
     # only now, with every tile written, is the window covered
     progress("coverage", 0, 1)
