@@ -1,7 +1,9 @@
 """Pipelined writes of store-image rows to Redis from the executors (SPEC §5.6).
 
 Rows come from ``writer.tiles.state_rows`` (columns ``rk``, ``field``,
-``value``, ``mode``, ``ttl_ms``). Each executor partition opens one
+``value``, ``mode``, ``ttl_ms``; :func:`write_partition`) or, one row per
+key with its fields gathered, from ``writer.tilepass.state_rows_all``
+(:func:`write_keys`: one command per key). Each executor partition opens one
 connection and sends pipelines of :data:`BATCH` rows (no MULTI: each command
 is atomic on its own, and every mode is idempotent, so a retried partition
 converges to the same state):

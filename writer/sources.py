@@ -70,7 +70,7 @@ def _raw_lines(spark: SparkSession, path: str) -> DataFrame:
     return spark.read.text(path).withColumnRenamed("value", "_raw")
 
 
-def read_events(spark: SparkSession, paths: Sequence[str | Path]) -> DataFrame:
+def read_events(spark: SparkSession, paths: Sequence[str | Path], dense_seq: bool = True) -> DataFrame:
     """Read JSONL and Parquet timelines into the raw event DataFrame (module docstring).
 
     ``_seq`` is computed with built-ins: ``monotonically_increasing_id`` gives
@@ -82,6 +82,11 @@ def read_events(spark: SparkSession, paths: Sequence[str | Path]) -> DataFrame:
     Args:
         spark: the session.
         paths: files, globs or directories (``*.jsonl``, ``*.json``, ``*.parquet``).
+        dense_seq: number the records 0, 1, 2, .. (SPEC §6, what ``scowl
+            replay`` writes). ``False``: ``_seq`` keeps file order but has
+            gaps (``monotonically_increasing_id``), and the counting job,
+            a second read of every input, is skipped (backfill only orders
+            by it).
 
     Returns:
         Columns ``_type``, ``_time_ms``, ``_seq``, ``_raw``; ``_type`` or
@@ -96,6 +101,13 @@ def read_events(spark: SparkSession, paths: Sequence[str | Path]) -> DataFrame:
         df = df.unionByName(_raw_lines(spark, f))
     df = df.where(F.col("_raw").isNotNull() & (F.length(F.trim(F.col("_raw"))) > 0))
     df = df.select("_raw", F.spark_partition_id().alias("_pid"), F.monotonically_increasing_id().alias("_mid"))
+    if not dense_seq:
+        return df.select(
+            F.get_json_object("_raw", "$._type").alias("_type"),
+            time_column(F.get_json_object("_raw", "$._time")).alias("_time_ms"),
+            F.col("_mid").alias("_seq"),
+            "_raw",
+        )
     counts = dict(df.groupBy("_pid").count().collect())
     offsets, total = [], 0
     for pid in range(max(counts, default=-1) + 1):

@@ -1,4 +1,4 @@
-"""Partial aggregates of many states in one pass: one explode and two ``groupBy`` for all of them.
+"""Partial aggregates of many states in one pass: one explode per event type, one ``groupBy`` per kind of partial.
 
 ``writer.tiles`` builds each state's tiles with its own ``groupBy``: one
 shuffle, one Spark job and a few thousand py4j calls per state. For a stream
@@ -9,26 +9,30 @@ job per state. This module computes the partial aggregates of every
 ``First*``, ``HyperLogLog``, ``CountUnique``, ``Latest*``; not write logs
 nor ``Decayed*``) together, in the shape of Chronon's UnionJoin:
 
-1. per writer event type, ONE projection turns each event into an array of
-   write structs, one per state it writes (``g``: the state's index; its
+1. per writer event type, a projection (a few states per projection, see
+   :data:`STRUCTS_PER_PROJECTION`) turns each event into an array of write
+   structs, one per state it writes (``g``: the state's index; its
    ``where`` filter and non-null rules applied, SPEC §2.4), exploded once;
 2. each write is exploded once more to its stored tile sizes (the state's
    ladder, ``compiler.algebra.windows.levels_s``; size 0 for the untiled
-   ``CountUnique`` and ``Latest*``);
-3. two built-in aggregations group by ``(g, rk, size, tile, sub)``: the
-   *numeric* one (fixed-width buffers, so Spark's hash aggregate: counts,
-   long and double sums, minima and maxima, HyperLogLog's max rho per slot)
-   and the *object* one (string extrema, ``First``/``Latest`` by
-   ``min_by``/``max_by`` over ``(t, seq)``, ``CountUnique``'s last-seen time
-   per value tuple); HyperLogLog's per-slot maxima are then joined into its
-   register text by one more ``groupBy``;
+   ``CountUnique`` and ``Latest*``); a backfill keeps only the tiles a read
+   at its end can use, before aggregating (on the grouping keys);
+3. one built-in aggregation per kind of partial (:data:`_SCHEMAS`), grouped
+   by ``(g, rk, size, tile)``: ``num`` (fixed-width buffers, so Spark's
+   hash aggregate: counts, long and double sums, numeric extrema), ``hll``
+   (max rho per register slot, then the register text), ``uniq``
+   (``CountUnique``'s last-seen time per value tuple) and ``obj`` (string
+   extrema, ``First``/``Latest`` by ``min_by``/``max_by`` over ``(t, seq)``:
+   a sort aggregate, kept apart so the others stay hash aggregates);
 4. each group becomes the stored field(s) of its state, with the merge op
    ``event.lua`` applies (:data:`OPS`).
 
 The stored text is the one ``writer.tiles`` produced per state (the same
 Spark expressions: ``cast(... as string)``, ``to_json``, the MD5 coupon), so
 the store image does not change: ``tests/writer/test_tilepass.py`` compares
-the two row for row.
+the two row for row. The column trees are built once per process
+(``writer.session.memo_column``): a stream rebuilds the plan every
+micro-batch.
 
 Callers: ``writer.stream`` (merge ops, :func:`merge_rows_all`) and
 ``writer.backfill`` (store-image rows, :func:`state_rows_all`).
@@ -37,6 +41,7 @@ Callers: ``writer.stream`` (merge ops, :func:`merge_rows_all`) and
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import reduce
 from typing import Callable, Sequence
 
 from pyspark.sql import Column, DataFrame
@@ -201,12 +206,7 @@ def _write_structs(frames: dict[str, DataFrame], states: Sequence[StateSpec], gr
             arr = memo_column(key, lambda chunk=chunk: F.array(*[_write_struct(st, g, ev, group) for g, st in chunk]))
             df = frames[ev].select(F.explode(arr).alias("w")).where(F.col("w").isNotNull())
             parts.append(df.select("w.*"))
-    if not parts:
-        return None
-    out = parts[0]
-    for p in parts[1:]:
-        out = out.unionByName(p)
-    return out
+    return reduce(DataFrame.unionByName, parts) if parts else None
 
 
 def _sql(v) -> str:
@@ -363,12 +363,7 @@ def partial_rows(frames: dict[str, DataFrame], states: Sequence[StateSpec],
                 F.concat(F.col("last.t").cast("string"), F.lit("\t"), F.col("last.j")).alias("la"))
         rows = _fields(agg, states, group)
         out.append(finish(rows) if finish is not None else rows)
-    if not out:
-        return None
-    rows = out[0]
-    for o in out[1:]:
-        rows = rows.unionByName(o)
-    return rows
+    return reduce(DataFrame.unionByName, out) if out else None
 
 
 def merge_rows_all(frames: dict[str, DataFrame], states: Sequence[StateSpec], partitions: int) -> DataFrame:
@@ -399,9 +394,7 @@ def merge_rows_all(frames: dict[str, DataFrame], states: Sequence[StateSpec], pa
         if form(st) is None:
             parts.append(merge_rows(writes_of_state(frames, st).repartition(partitions, "rk"), st)
                          .sortWithinPartitions("rk"))
-    out = parts[0]
-    for p in parts[1:]:
-        out = out.unionByName(p)
+    out = reduce(DataFrame.unionByName, parts)
     # each part holds whole keys per partition, sorted (a key's rk names its
     # state, and a state is in one part): coalescing keeps every key's rows
     # contiguous in one partition, without another shuffle
