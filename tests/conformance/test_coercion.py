@@ -189,7 +189,13 @@ def test_time_column_matches_parse_time(spark):
     from compiler.typesystem import parse_time
 
     texts = ["2013-01-01T10:17:00Z", "1357035420000", "1.35703542E12", "2013-01-01", "nope", None,
-             "2013-01-01T10:17:00.999999Z", "0000-01-01T00:00:00Z"]
+             "2013-01-01T10:17:00.999999Z", "0000-01-01T00:00:00Z",
+             # the canonical form's fast path (typesystem._J_CANONICAL) and texts of its shape it must leave alone
+             "2024-03-01T00:00:01.779Z", "1900-01-01T00:00:00.000Z", "2099-12-31T23:59:59.999Z",
+             "1969-12-31T23:59:59.999Z", "2012-02-29T12:00:00.500Z", "2013-02-29T00:00:00.000Z",
+             "2013-13-01T00:00:00.000Z", "2013-01-32T00:00:00.000Z", "2013-01-01T24:00:00.000Z",
+             "2013-01-01T23:60:00.000Z", "2013-01-01T23:59:60.000Z", "1899-12-31T23:59:59.999Z",
+             "2100-01-01T00:00:00.000Z", "2013-01-01T10:17:00.000z", "2013-01-01T10:17:00.000Z "]
     rows = spark.createDataFrame([(x,) for x in texts], "raw string").select(
         "raw", time_column(F.col("raw")).alias("ms")).collect()
     for r in rows:
