@@ -368,19 +368,17 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
     # before their end; the others from the widened run window only.
     read_end = max([we, *win.decay_end.values()])
     lo = ws if not win.decay_end else None
-    if (lo is None or lo <= inp.span[0]) and read_end >= inp.span[1]:
-        # the run reads every valid event: use the cached input as it is
-        # (no second copy in the cache, no counting job)
-        events = inp.events
-        owned = False
-        report.events = inp.valid if ws <= inp.span[0] and we >= inp.span[1] else \
-            events.where((F.col("_time_ms") >= F.lit(ws)) & (F.col("_time_ms") < F.lit(we))).count()
-    else:
-        events = inp.events.where(F.col("_time_ms") < F.lit(read_end))
+    # a run that reads every valid event uses the cached input as it is (no second copy in the cache)
+    owned = not ((lo is None or lo <= inp.span[0]) and read_end >= inp.span[1])
+    events = inp.events
+    if owned:
+        events = events.where(F.col("_time_ms") < F.lit(read_end))
         if lo is not None:
             events = events.where(F.col("_time_ms") >= F.lit(lo))
         events = events.persist(StorageLevel.MEMORY_AND_DISK)
-        owned = True
+    if ws <= inp.span[0] and we >= inp.span[1]:
+        report.events = inp.valid  # counted when the input was read
+    else:
         report.events = events.where((F.col("_time_ms") >= F.lit(ws)) & (F.col("_time_ms") < F.lit(we))).count()
     states = sorted(win.states, key=lambda st: st.definition_hash)
     # Input coercion makes wide projections; whole-stage code generation of
@@ -422,11 +420,11 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
         futures = [pool.submit(write_state, st) for st in apart]
         if together:
             def write_together() -> tuple[None, dict[str, int]]:
-                n = int(spark.conf.get("spark.sql.shuffle.partitions"))
-                rows = state_rows_all(frames, together, ws, we, key_partitions=n)
+                parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
+                rows = state_rows_all(frames, together, ws, we, key_partitions=parts)
                 per_g: dict[int, int] = {}
-                for part in rows.rdd.mapPartitions(lambda it: [write_keys(it, url, forced)]).collect():
-                    for g, n in part.items():
+                for counts in rows.rdd.mapPartitions(lambda it: [write_keys(it, url, forced)]).collect():
+                    for g, n in counts.items():
                         per_g[g] = per_g.get(g, 0) + n
                 return None, {st.definition_hash: per_g.get(g, 0) for g, st in enumerate(together)}
             futures.append(pool.submit(write_together))

@@ -101,21 +101,17 @@ def read_events(spark: SparkSession, paths: Sequence[str | Path], dense_seq: boo
         df = df.unionByName(_raw_lines(spark, f))
     df = df.where(F.col("_raw").isNotNull() & (F.length(F.trim(F.col("_raw"))) > 0))
     df = df.select("_raw", F.spark_partition_id().alias("_pid"), F.monotonically_increasing_id().alias("_mid"))
-    if not dense_seq:
-        return df.select(
-            F.get_json_object("_raw", "$._type").alias("_type"),
-            time_column(F.get_json_object("_raw", "$._time")).alias("_time_ms"),
-            F.col("_mid").alias("_seq"),
-            "_raw",
-        )
-    counts = dict(df.groupBy("_pid").count().collect())
-    offsets, total = [], 0
-    for pid in range(max(counts, default=-1) + 1):
-        offsets.append(total)
-        total += counts.get(pid, 0)
-    offset = F.element_at(F.array(*[F.lit(o).cast("long") for o in offsets] or [F.lit(0).cast("long")]),
-                          F.col("_pid") + 1)
-    seq = offset + (F.col("_mid") - F.shiftleft(F.col("_pid").cast("long"), 33))
+    if dense_seq:
+        counts = dict(df.groupBy("_pid").count().collect())
+        offsets, total = [], 0
+        for pid in range(max(counts, default=-1) + 1):
+            offsets.append(total)
+            total += counts.get(pid, 0)
+        offset = F.element_at(F.array(*[F.lit(o).cast("long") for o in offsets] or [F.lit(0).cast("long")]),
+                              F.col("_pid") + 1)
+        seq = offset + (F.col("_mid") - F.shiftleft(F.col("_pid").cast("long"), 33))
+    else:
+        seq = F.col("_mid")
     return df.select(
         F.get_json_object("_raw", "$._type").alias("_type"),
         time_column(F.get_json_object("_raw", "$._time")).alias("_time_ms"),

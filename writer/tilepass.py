@@ -147,11 +147,8 @@ def _prepared(state: StateSpec, vals: list[Column]) -> dict[str, Column]:
         return {"vl": vals[0].cast("long")} if t in ("int", "time") else {"vd": vals[0].cast("double")}
     if fn in ("First", "FirstTime", "Latest", "LatestTime"):
         n = 0 if fn == "FirstTime" else nv
-        if n == 0:
-            j = F.lit("{}") if fn.startswith("First") else F.lit("")
-        else:
-            j = F.to_json(F.struct(*[v.alias(f"v{i}") for i, v in enumerate(vals[:n])]))
-        return {"j": j}
+        # writer.tiles: First's payload is the values' JSON ({} for none), Latest's "" for none
+        return {"j": F.lit("") if n == 0 and fn.startswith("Latest") else _values_json_column(n, vals[:n])}
     if fn == "HyperLogLog":
         slot, rho = hll_coupon_columns(encode_tuple_column(vals, types))
         return {"slot": slot, "rho": rho}

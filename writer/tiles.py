@@ -200,11 +200,17 @@ def _num_text(col: Column, type_name: str) -> Column:
     return col
 
 
-def _values_json_column(n: int) -> Column:
-    """Spark twin of ``ops.values_json``: ``{"v0": .., ..}`` (``{}`` for no values)."""
+def _values_json_column(n: int, cols: Sequence[Column] | None = None) -> Column:
+    """Spark twin of ``ops.values_json``: ``{"v0": .., ..}`` (``{}`` for no values).
+
+    Args:
+        n: number of values.
+        cols: the value columns (default the columns ``v0 .. v<n-1>``).
+    """
     if n == 0:
         return F.lit("{}")
-    return F.to_json(F.struct(*[F.col(f"v{i}").alias(f"v{i}") for i in range(n)]))
+    cols = [F.col(f"v{i}") for i in range(n)] if cols is None else cols
+    return F.to_json(F.struct(*[c.alias(f"v{i}") for i, c in enumerate(cols)]))
 
 
 def hll_coupon_columns(item: Column) -> tuple[Column, Column]:
