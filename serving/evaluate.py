@@ -150,7 +150,7 @@ class EventProgram:
 
     Raises:
         NotImplementedError: the event uses an aggregate function the tile
-            store does not implement (``compiler.algebra.ops.SUPPORTED``).
+            store does not implement (``compiler.algebra.registry.REGISTRY``).
         ValueError: the aggregates' dependencies cannot be scheduled (a cycle
             the compiler should have rejected).
     """

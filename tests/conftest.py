@@ -30,7 +30,7 @@ SLOW_MODULES = (
     "compiler/test_check_command.py",
     "compiler/test_compiler_fuzz.py",
     "conformance/test_random_arithmetic.py",
-    "writer/test_pitreads.py",
+    "writer/test_pit_oracle.py",
 )
 #: ... and these single tests (``module::test`` without parameters): the
 #: conformance tables through Spark (10-30 s each), point-in-time replay

@@ -64,6 +64,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from compiler.algebra.registry import storage_of
 from compiler.algebra.windows import levels_s
 from compiler.plan import Plan, StateSpec
 from compiler.typesystem import format_time
@@ -72,7 +73,8 @@ from writer.sink import write_keys, write_partition
 from writer.sources import read_events, valid
 from writer.status import read_coverage, read_online_starts, record_coverage, state_features
 from writer.tilepass import form, state_rows_all
-from writer.tiles import feature_frames, state_rows, writes_of_state
+from writer.tiles import feature_frames, state_rows
+from writer.writes import writes_of_state
 
 Progress = Callable[[str, int, int], None]
 
@@ -166,12 +168,12 @@ def coarsest_ms(state: StateSpec) -> int:
 
 def is_decayed(state: StateSpec) -> bool:
     """Return whether ``state`` is a ``Decayed*`` state (one value over all history, no window)."""
-    return state.function.startswith("Decayed")
+    return storage_of(state) == "decayed"
 
 
 def _tiled(state: StateSpec) -> bool:
     """Whether backfill writes the state as overwritten tiles (``mode`` ``set`` in ``writer.tiles``)."""
-    return state.limit is None and state.function not in ("CountUnique", "Latest", "LatestTime") and not is_decayed(state)
+    return storage_of(state) == "tiles"
 
 
 def online_limit(state: StateSpec, online_ms: int) -> int | None:

@@ -25,21 +25,15 @@ for a reading event ``e`` of type ``E`` at time ``t`` and arrival ``seq``:
   and, with ``after`` and a non-null ``a``, ``T(s) > T(a)``
   (``T(x) = floor(x / r)``). ``Decayed*`` have no window: every earlier write
   counts, weighed by ``exp(-(t - s) / W)``;
-* ``limit n``: the ``n`` latest counted writes by (time, arrival)
-  (``row_number``);
-* then the function (SPEC §2.4 table) per read: ``count``, ``try_sum``
-  (int sums stay exact ``long``; beyond 64 bits the value is null, where
-  the store's ``HINCRBY`` fails), ``avg``, ``min``/``max``,
-  ``count(distinct)`` of the encoded value tuple (``CountUnique``, as the
-  store's ``u<tuple>`` fields), ``max_by``/``min_by`` over
-  ``struct(time, arrival)`` (``Latest*``/``First*``), ``collect_list`` +
-  ``array_sort`` by (time, arrival) (``Sequence``), ``collect_set`` +
-  ``array_sort`` (``Set``), ``exp``-weighted sums (``Decayed*``;
-  ``DecayedAverage`` weighs relative to the latest counted write, as the
-  store does, so it never underflows to 0/0), and for ``HyperLogLog`` the
-  registers of ``writer.tiles.hll_coupon_columns`` with Ertl's estimate as
-  higher-order column functions (:func:`hll_estimate_column`); a read with
-  no counted write gets the empty-window value (``Count`` 0, ``Sum``
+* ``limit n``: the ``n`` latest counted writes by (time, arrival);
+* then the function (SPEC §2.4 table) per read, as the Arrow kernel of the
+  algebra registry computes it (``compiler.algebra.arrow``: int sums exact
+  ``long``, null beyond 64 bits where the store's ``HINCRBY`` fails;
+  ``DecayedAverage`` weighed relative to the latest counted write, as the
+  store does, so it never underflows to 0/0; HyperLogLog's estimate with
+  the same double operations as ``ops.hll_estimate``); a read with no
+  counted write gets the empty-window value
+  (``compiler.algebra.spark.SparkAggregate.empty``: ``Count`` 0, ``Sum``
   0 / 0.0, ``Average`` null, ``Sequence`` ``[]``, ...), a read with a null
   key null.
 
@@ -53,26 +47,15 @@ bool ``boolean``, ``struct{a:T,..}`` a Spark struct with those field names,
 ``array<T>`` a Spark array, ``tuple{T1,..}`` (items of a multi-value
 ``Set``) a struct with fields ``_1``, ``_2``, ...
 
-Cost. The default ``method="sweep"`` (:mod:`writer.sweep`) computes every
-aggregate of a dependency stage together: their reads and writes are
-unioned, shuffled once into (aggregate, key) buckets and swept with numpy in
-``O(n log n)`` per bucket, hot and global keys included (SPEC §5.8); each
-reading event type gets the stage's values as one wide frame, joined once.
-``"linear"`` (:mod:`writer.pitreads`, Spark built-ins, one job per
-aggregate) computes the same values; ``"join"`` is the oracle. For
-``"join"``, per aggregate: the inputs and plain scalars of each event type are
-parsed once for all aggregates (:meth:`PointInTime.prepare`); then one
-left outer join of reads to writes on ``(rk, bucket)``, the bucket being
-``floor(time / W)`` (each write is duplicated into its bucket and the next,
-so a read meets the writes of its key from the last ``W`` to ``2 W``), a
-``row_number`` window for ``limit``, and one aggregation per read: three
-shuffles and one Spark job. Work is ``O(sum over keys k of reads(k) x
-writes(k) within 2 W)`` -- quadratic in the events per key per window, where
-the tile store is linear: fine for staged aggregates over keys with up to
-thousands of events per window, slow for a hot key with millions (a global
-aggregate, with no ``by``, is one key).
-``Decayed*`` have no window: their join is on ``rk`` alone, quadratic in
-the events per key over the whole history. Each computed value (and each
+Cost. Every aggregate of a dependency stage is computed together
+(:mod:`writer.sweep`): their reads and writes are unioned, shuffled once
+into (aggregate, key) buckets and swept with the function's Arrow kernel
+(``compiler.algebra.arrow.KERNELS``) in ``O(n log n)`` per bucket, hot and
+global keys included (SPEC §5.8); each reading event type gets the stage's
+values as one wide frame, joined once. The inputs and plain scalars of each
+event type are parsed once for all aggregates (:meth:`PointInTime.prepare`).
+The tests hold the sweep to a quadratic join of each read to its key's
+writes (``tests/writer/pit_oracle.py``). Each computed value (and each
 event type's parsed inputs) is kept as a ``localCheckpoint``
 (``MEMORY_AND_DISK`` on the executors, lineage cut so that nested stages do
 not re-plan the large input-coercion expressions); losing an executor fails
@@ -93,26 +76,22 @@ but no dependency stage can compute either first.
 
 from __future__ import annotations
 
-import math
 from typing import Iterable
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from compiler.algebra.keys import PREFIX
-from compiler.algebra.ops import HLL_M, HLL_Q
+from compiler.algebra.registry import storage_of
+from compiler.algebra.spark import SPARK, encode_tuple_column
 from compiler.codegen.spark import spark_ddl
 from compiler.plan import Feature, Plan
 from compiler.typesystem import SPARK_TYPES
 from writer.features import StagedFeatureError, needed_features, with_features
-from writer.pitreads import TILED_FUNCTIONS, decayed_values, ranked_join, tiled_values
+from writer.writes import writes_of_state
 
-__all__ = ["PointInTime", "dependency_stages", "staged_stage_count", "lookback_ms", "point_in_time", "hll_estimate_column"]
-
-#: Fixed iteration counts of the HyperLogLog series (Python stops at convergence,
-#: which takes < 30 steps for ``HLL_P`` = 12; further steps leave the sums unchanged).
-_HLL_SERIES_STEPS = 64
+__all__ = ["PointInTime", "dependency_stages", "staged_stage_count", "lookback_ms", "point_in_time"]
 
 
 def lookback_ms(plan: Plan, event: str, names: Iterable[str]) -> int | None:
@@ -155,7 +134,7 @@ def lookback_ms(plan: Plan, event: str, names: Iterable[str]) -> int | None:
                 spec = f.aggregate
                 state = plan.states[spec.definition_hash]
                 read = [one(ev, k) for k in spec.read_keys] + ([one(ev, spec.after)] if spec.after else [])
-                if state.function.startswith("Decayed"):
+                if storage_of(state) == "decayed":  # no window: all history counts
                     out = None
                 else:
                     span = (state.window_s + state.resolution_s) * 1000
@@ -264,16 +243,6 @@ def _drop_checkpoint(df: DataFrame) -> None:
         pass
 
 
-def _floordiv(col: Column, n: int) -> Column:
-    """Exact ``floor(col / n)`` on longs (``n > 0``), for negative times too."""
-    return F.call_function("div", col - F.pmod(col, F.lit(n).cast("long")), F.lit(n).cast("long"))
-
-
-def _tile_start_after(col: Column, r_ms: int) -> Column:
-    """The first ms of the tile after the one holding ``col``: ``(floor(col / r) + 1) * r``."""
-    return col - F.pmod(col, F.lit(r_ms).cast("long")) + F.lit(r_ms).cast("long")
-
-
 class PointInTime:
     """Point-in-time aggregate values over a set of raw events (module docstring).
 
@@ -283,22 +252,9 @@ class PointInTime:
             the requested values need (:func:`lookback_ms`).
         plan: the compiled plan.
         storage: storage level of the checkpointed values and stage-0 frames.
-        method: ``"sweep"`` (default: :mod:`writer.sweep`, one shuffle and
-            one vectorised sweep per key bucket for each dependency stage),
-            ``"linear"`` (:mod:`writer.pitreads`, tiles, ranks or the decayed
-            recurrence by function, one Spark job per aggregate) or
-            ``"join"`` (each read joined to its key's writes within ``2 W``:
-            quadratic per key, kept as the tests' oracle).
-
-    Raises:
-        ValueError: an unknown ``method``.
     """
 
-    def __init__(self, events: DataFrame, plan: Plan, storage: StorageLevel = StorageLevel.MEMORY_AND_DISK,
-                 method: str = "sweep"):
-        if method not in ("sweep", "linear", "join"):
-            raise ValueError(f"unknown point-in-time method {method!r}")
-        self.method = method
+    def __init__(self, events: DataFrame, plan: Plan, storage: StorageLevel = StorageLevel.MEMORY_AND_DISK):
         self.events = events
         self.plan = plan
         self.storage = storage
@@ -404,23 +360,13 @@ class PointInTime:
         feature = self.plan.events[event].feature(name)
         if feature.kind != "aggregate" or feature.aggregate is None:
             raise ValueError(f"{event}.{name} is a {feature.kind} feature, not an aggregate")
-        if self.method == "sweep":
-            self._sweep_stages({event: [name]})
-            return self._cache[key]
-        self._active.append(key)
-        try:
-            df = self._compute(event, feature)
-            df = df.localCheckpoint(eager=True, storageLevel=self.storage)
-        finally:
-            self._active.pop()
-        self._cache[key] = df
-        return df
+        self._sweep_stages({event: [name]})
+        return self._cache[key]
 
     def values_many(self, event: str, names: Iterable[str]) -> DataFrame:
         """:meth:`values` of several aggregates of one event type, as one frame.
 
-        With the ``"sweep"`` method every aggregate of a dependency stage is
-        computed by one shuffle and one sweep per key bucket
+        Every aggregate of a dependency stage is computed by one shuffle and one sweep per key bucket
         (:func:`writer.sweep.sweep_stage`), and an event type's values of a
         stage come back as one wide frame: one join per stage, not one per
         aggregate.
@@ -437,8 +383,7 @@ class PointInTime:
             The errors of :meth:`values`.
         """
         names = list(dict.fromkeys(names))
-        if self.method == "sweep":
-            self._sweep_stages({event: names})
+        self._sweep_stages({event: names})
         groups: dict[int, tuple[DataFrame, list[str]]] = {}
         for n in names:
             wide = self._wide.get((event, n))
@@ -454,10 +399,9 @@ class PointInTime:
     def prefetch(self, needs: dict[str, Iterable[str]]) -> None:
         """Compute and cache every aggregate value ``needs`` depend on, stage by stage.
 
-        With the ``"sweep"`` method, each dependency stage is one shuffle and
-        one sweep per key bucket for all its aggregates, whatever their
-        event types (:func:`writer.sweep.sweep_stage`); the other methods
-        compute them one by one (:meth:`values`).
+        Each dependency stage is one shuffle and one sweep per key bucket
+        for all its aggregates, whatever their event types
+        (:func:`writer.sweep.sweep_stage`).
 
         Args:
             needs: event type -> feature names (any kind).
@@ -465,12 +409,7 @@ class PointInTime:
         Raises:
             The errors of :meth:`values`.
         """
-        if self.method == "sweep":
-            self._sweep_stages(needs)
-            return
-        for stage in dependency_stages(self.plan, {ev: list(ns) for ev, ns in needs.items()}):
-            for ev, name in stage:
-                self.values(ev, name)
+        self._sweep_stages(needs)
 
     def _cycle_error(self, key: tuple[str, str]) -> StagedFeatureError:
         """The error for an aggregate whose value needs itself (the chain from ``key`` back to it)."""
@@ -581,8 +520,6 @@ class PointInTime:
             (null for a null key), ``r_a``; writes ``w_rk``, ``t``, ``seq``,
             ``v0..``; whether a read counts its own event's write.
         """
-        from writer.tiles import encode_tuple_column, writes_of_state
-
         spec = feature.aggregate
         state = self.plan.states[spec.definition_hash]
 
@@ -615,150 +552,6 @@ class PointInTime:
         inclusive = event in state.writes and not spec.exclusive
         return reads, writes, inclusive
 
-    def _compute(self, event: str, feature: Feature) -> DataFrame:
-        spec = feature.aggregate
-        state = self.plan.states[spec.definition_hash]
-        fn = state.function
-        W = state.window_s * 1000
-        r = state.resolution_s * 1000
-        decayed = fn.startswith("Decayed")
-        reads, writes, inclusive = self._inputs(event, feature)
-        nv = len(state.value_types)
-        nv_cols = [f"v{i}" for i in range(nv)]
-        names = list(spec.value_names)
-        if self.method == "join":
-            agg = self._join_values(fn, state, spec, reads, writes, inclusive, W, r, names)
-        elif decayed:
-            agg = decayed_values(reads, writes, fn[len("Decayed"):].lower(), W, inclusive)
-        elif state.limit is not None or fn not in TILED_FUNCTIONS:
-            n = 1 if fn in ("Latest", "LatestTime") else state.limit
-            if n is None:
-                raise StagedFeatureError(f"aggregate function {fn} has no point-in-time implementation")
-            joined = ranked_join(reads, writes, n, inclusive, W, r, nv_cols)
-            agg = self._aggregate(fn, state.value_types, names, W, joined)
-        else:
-            agg = tiled_values(reads, writes, fn, list(state.value_types), names, inclusive, state.window_s, r)
-        result = _result(feature, state, F.col("r_rk").isNull(), F.col("a"), F.col("n"))
-        return agg.select(F.col("r_seq").alias("_seq"), result.alias("value"))
-
-    def _join_values(self, fn, state, spec, reads, writes, inclusive: bool, W: int, r: int, names) -> DataFrame:
-        """Per-read aggregates by joining each read to its key's writes in the last ``2 W`` (quadratic).
-
-        The straightforward form of the module docstring's rule, kept as an
-        oracle for :mod:`writer.pitreads` (``method="join"``).
-
-        Returns:
-            ``r_seq``, ``r_rk``, ``a``, ``n``.
-        """
-        earlier = (F.col("t") < F.col("r_t")) | ((F.col("t") == F.col("r_t")) & (F.col("seq") < F.col("r_seq")))
-        if inclusive:
-            earlier = earlier | (F.col("seq") == F.col("r_seq"))
-        keyed = reads
-        if fn.startswith("Decayed"):
-            cond = (F.col("r_rk") == F.col("w_rk")) & earlier
-        else:
-            # bucket = floor(time / W): a counted write lies in the read's bucket or the one before
-            keyed = keyed.withColumn("r_b", _floordiv(F.col("r_t"), W))
-            wb = _floordiv(F.col("t"), W)
-            writes = writes.withColumn("b", F.explode(F.array(wb, wb + F.lit(1))))
-            lo = _tile_start_after(F.col("r_t") - F.lit(W), r)  # T(s) > T(t - W)
-            cond = (F.col("r_rk") == F.col("w_rk")) & (F.col("r_b") == F.col("b")) & earlier & (F.col("t") >= lo)
-            if spec.after:
-                cond = cond & (F.col("r_a").isNull() | (F.col("t") >= _tile_start_after(F.col("r_a"), r)))
-        # left outer: a read with no counted write (or a null key) keeps one row, all write columns null
-        joined = keyed.join(writes, cond, "left")
-        if state.limit is not None:
-            latest = Window.partitionBy("r_seq", "r_rk").orderBy(F.col("t").desc(), F.col("seq").desc())
-            joined = joined.withColumn("_k", F.row_number().over(latest)).where(F.col("_k") <= F.lit(state.limit))
-        return self._aggregate(fn, state.value_types, names, W, joined)
-
-    def _aggregate(self, fn: str, value_types, names, W: int, joined: DataFrame) -> DataFrame:
-        """Group ``joined`` (reads with their counted writes) per read: ``r_seq``, ``r_rk``, ``a``, ``n``."""
-        vals = [F.col(f"v{i}") for i in range(len(value_types))]
-        value, _ = self._function(fn, value_types, names, vals, W, joined)
-        if isinstance(value, DataFrame):  # HyperLogLog / DecayedAverage build their own grouping
-            return value
-        return joined.groupBy("r_seq", "r_rk").agg(value.alias("a"), F.count("seq").alias("n"))
-
-    def _function(self, fn: str, value_types, names, vals: list[Column], W: int,
-                  joined: DataFrame) -> tuple[Column | DataFrame, Column | None]:
-        """The per-read aggregate of the counted writes and the empty-window value (SPEC §2.4 table).
-
-        Args:
-            fn: the function name.
-            value_types, names: the state's value types and the value names.
-            vals: the value columns ``v0..`` of ``joined``.
-            W: the window in ms (the decay constant of ``Decayed*``).
-            joined: reads left-joined to their counted writes (``r_seq``,
-                ``r_rk``, ``r_t``, ``t``, ``seq``, ``v0..``; one all-null
-                write row for a read with none).
-
-        Returns:
-            ``(aggregate column, empty-window value or None for null)``; for
-            functions needing more than one grouping the first item is a
-            DataFrame ``(r_seq, r_rk, a, n)`` (``n`` = counted writes).
-
-        Raises:
-            StagedFeatureError: an unknown function.
-        """
-        from writer.tiles import encode_tuple_column, hll_coupon_columns
-
-        single = len(vals) == 1
-        # the filler row of a read with no counted write has a null seq
-        matched = F.col("seq").isNotNull()
-        # (max_by/min_by skip rows whose ordering is null: filler rows never win)
-        order = F.when(matched, F.struct(F.col("t"), F.col("seq")))
-
-        def payload() -> Column:
-            if single:
-                return vals[0]
-            return F.struct(*[v.alias(n) for v, n in zip(vals, names)])
-
-        if fn == "Count":
-            return F.count(F.col("seq")), F.lit(0).cast("long")
-        if fn == "Sum":
-            if value_types[0] == "int":
-                return F.try_sum(vals[0].cast("long")), F.lit(0).cast("long")
-            return F.sum(vals[0].cast("double")), F.lit(0.0)
-        if fn == "Average":
-            return F.avg(vals[0].cast("double")), None
-        if fn == "Min":
-            return F.min(vals[0]), None
-        if fn == "Max":
-            return F.max(vals[0]), None
-        if fn == "CountUnique":
-            return F.count_distinct(F.when(matched, encode_tuple_column(vals, value_types))), F.lit(0).cast("long")
-        if fn in ("Latest", "LatestTime"):
-            return F.max_by(F.col("t") if fn == "LatestTime" else F.when(matched, payload()), order), None
-        if fn in ("First", "FirstTime"):
-            return F.min_by(F.col("t") if fn == "FirstTime" else F.when(matched, payload()), order), None
-        if fn == "Sequence":
-            item = F.when(matched, F.struct(F.col("t"), F.col("seq"), payload().alias("p")))
-            return F.transform(F.array_sort(F.collect_list(item)), lambda x: x.getField("p")), F.array()
-        if fn == "Set":
-            item = vals[0] if single else F.struct(*[v.alias(f"_{i + 1}") for i, v in enumerate(vals)])
-            return F.array_sort(F.collect_set(F.when(matched, item))), F.array()
-        if fn in ("DecayedCount", "DecayedSum"):
-            weight = F.exp(-(F.col("r_t") - F.col("t")).cast("double") / F.lit(float(W)))
-            v = weight if fn == "DecayedCount" else vals[0].cast("double") * weight
-            return F.sum(v), F.lit(0.0)
-        if fn == "DecayedAverage":
-            # weights relative to the latest counted write (as the store keeps them): no 0/0 by underflow
-            ref = F.max("t").over(Window.partitionBy("r_seq", "r_rk"))
-            j = joined.withColumn("_w", F.exp(-(ref - F.col("t")).cast("double") / F.lit(float(W))))
-            g = j.groupBy("r_seq", "r_rk").agg(
-                (F.sum(vals[0].cast("double") * F.col("_w")) / F.sum("_w")).alias("a"), F.count("seq").alias("n"))
-            return g, None
-        if fn == "HyperLogLog":
-            slot, rho = hll_coupon_columns(encode_tuple_column(vals, value_types))
-            regs = joined.select("r_seq", "r_rk", F.when(matched, slot).alias("slot"),
-                                 F.when(matched, rho).alias("rho"))
-            regs = regs.groupBy("r_seq", "r_rk", "slot").agg(F.max("rho").alias("rho"), F.count("rho").alias("c"))
-            g = regs.groupBy("r_seq", "r_rk").agg(F.collect_list("rho").alias("rhos"), F.sum("c").alias("n"))
-            return g.select("r_seq", "r_rk", hll_estimate_column(F.col("rhos")).alias("a"), "n"), F.lit(0).cast("long")
-        raise StagedFeatureError(f"aggregate function {fn} has no point-in-time implementation")
-
-
 def _result(feature: Feature, state, null_key: Column, a: Column, n: Column) -> Column:
     """A read's value from its aggregate ``a`` and counted writes ``n`` (SPEC §2.4 table).
 
@@ -766,92 +559,12 @@ def _result(feature: Feature, state, null_key: Column, a: Column, n: Column) -> 
     with writes is a null result (an int Sum beyond 64 bits: ``try_sum``).
     Typed per :func:`compiler.codegen.spark.spark_ddl` of the feature.
     """
-    empty = _empty_value(state.function, state.value_types)
+    empty = SPARK[state.function].empty(state.value_types)
     ddl = spark_ddl(feature.type)
     null = F.lit(None).cast(ddl)
     return (F.when(null_key, null)
             .when(n == F.lit(0), null if empty is None else empty.cast(ddl))
             .otherwise(a.cast(ddl)))
-
-
-def _empty_value(fn: str, value_types) -> Column | None:
-    """The value of a read with no counted write (SPEC §2.4 table); ``None`` for null."""
-    if fn in ("Count", "CountUnique", "HyperLogLog"):
-        return F.lit(0).cast("long")
-    if fn == "Sum":
-        return F.lit(0).cast("long") if value_types[0] == "int" else F.lit(0.0)
-    if fn in ("DecayedCount", "DecayedSum"):
-        return F.lit(0.0)
-    if fn in ("Sequence", "Set"):
-        return F.array()
-    return None
-
-
-def hll_estimate_column(rhos: Column) -> Column:
-    """Spark twin of ``compiler.algebra.ops.hll_estimate`` over the non-zero registers.
-
-    Args:
-        rhos: ``array<int>`` of the register values (1..``HLL_Q + 1``) of the
-            non-empty slots (each slot once).
-
-    Returns:
-        ``bigint``: the rounded estimate, 0 for no registers (null beyond
-        64 bits, where Python's int keeps growing: near-saturated
-        registers, over ~2^63 distinct values). The series
-        ``sigma``/``tau`` run a fixed :data:`_HLL_SERIES_STEPS` steps (Python
-        stops once a step leaves the sum unchanged; the terms only shrink
-        after that, so the extra steps leave it unchanged too), with the same
-        double operations in the same order -- except that Python squares
-        with ``** 2`` (C ``pow``) and this with a product, which can differ
-        in the last bit; the rounding to an int absorbs that unless the
-        estimate sits on a .5 boundary -- and rounding is half-even like
-        Python's ``round``.
-
-    Source: O. Ertl (2017), Algorithm 6, as in ``ops.hll_estimate``.
-    """
-    m = float(HLL_M)
-    steps = F.sequence(F.lit(1), F.lit(_HLL_SERIES_STEPS))
-
-    def count_of(k: int) -> Column:
-        # a one-parameter lambda: F.filter passes the index to a second parameter
-        return F.size(F.filter(rhos, lambda x: x == F.lit(k))).cast("double")
-
-    counts = [count_of(k) for k in range(HLL_Q + 2)]
-    c0 = F.lit(m) - F.size(rhos).cast("double")
-    # tau(x), x = 1 - c[Q + 1] / m
-    tx = F.lit(1.0) - counts[HLL_Q + 1] / F.lit(m)
-    tau_acc = F.aggregate(
-        steps,
-        F.struct(tx.alias("x"), F.lit(1.0).alias("y"), (F.lit(1.0) - tx).alias("z")),
-        lambda acc, _i: F.struct(
-            F.sqrt(acc["x"]).alias("x"),
-            (acc["y"] * F.lit(0.5)).alias("y"),
-            (acc["z"] - _square(F.lit(1.0) - F.sqrt(acc["x"])) * (acc["y"] * F.lit(0.5))).alias("z"),
-        ),
-    )
-    tau = F.when((tx == F.lit(0.0)) | (tx == F.lit(1.0)), F.lit(0.0)).otherwise(tau_acc["z"] / F.lit(3.0))
-    z = F.lit(m) * tau
-    for k in range(HLL_Q, 0, -1):
-        z = F.lit(0.5) * (z + counts[k])
-    # sigma(x), x = c0 / m (< 1 whenever there is a register)
-    sx = c0 / F.lit(m)
-    sigma_acc = F.aggregate(
-        steps,
-        F.struct(sx.alias("x"), F.lit(1.0).alias("y"), sx.alias("z")),
-        lambda acc, _i: F.struct(
-            (acc["x"] * acc["x"]).alias("x"),
-            (acc["y"] + acc["y"]).alias("y"),
-            (acc["z"] + (acc["x"] * acc["x"]) * acc["y"]).alias("z"),
-        ),
-    )
-    z = z + F.lit(m) * sigma_acc["z"]
-    est = F.lit(m * m / (2.0 * math.log(2.0))) / z
-    return F.when(F.size(rhos) == F.lit(0), F.lit(0).cast("long")).otherwise(F.bround(est, 0).try_cast("long"))
-
-
-def _square(x: Column) -> Column:
-    """``x * x`` (Python's ``x ** 2``, see :func:`hll_estimate_column`)."""
-    return x * x
 
 
 def point_in_time(events: DataFrame, plan: Plan, event: str, feature: str) -> DataFrame:

@@ -4,9 +4,8 @@ For every input event of the requested types, the value of every feature of
 that event as the online API would have returned it had the events been
 posted in order (by time, then arrival) to a fresh store: inputs and scalars
 from the generated Spark column expressions (``writer.features``, the same
-plan as serving, SPEC §5.10), aggregates from ``writer.pointintime`` (the
-linear strategies of ``writer.pitreads``, built-in window and aggregate
-functions only).
+plan as serving, SPEC §5.10), aggregates from ``writer.pointintime`` (one
+shuffle and one vectorised sweep per key bucket for each dependency stage).
 
 Output: one Parquet dataset per event type at ``OUTDIR/<event>/``, rows in
 input order, columns
@@ -152,7 +151,8 @@ def tuple_names(ep: EventPlan, name: str) -> tuple[str, ...] | None:
         seen.add(f.name)
         if f.kind == "aggregate" and f.aggregate is not None:
             spec = f.aggregate
-            return tuple(spec.value_names) if spec.function == "Set" and len(spec.value_names) > 1 else None
+            # a tuple-typed aggregate is a multi-value Set: its items are tuples of its values
+            return tuple(spec.value_names) if "tuple" in f.type and len(spec.value_names) > 1 else None
         e = f.expr
         while e is not None and e.kind == "op" and e.op == "index" and parse_type(e.args[0].type)[0] == "array":
             e = e.args[0]

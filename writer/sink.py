@@ -185,14 +185,12 @@ def merge_params(states) -> dict[str, tuple[int, int, int, int, int | None, bool
         ``Decayed*``; SPEC §5.3), the prune schedule of the ``X`` op, the write
         log's ``limit`` (``None`` for hashes).
     """
-    from compiler.algebra.ops import DECAY_HORIZON
+    from compiler.algebra.registry import expiry_ms, storage_of
 
     out = {}
     for st in states:
         w, r = st.window_s * 1000, st.resolution_s * 1000
-        decayed = st.function.startswith("Decayed")
-        ttl = DECAY_HORIZON * w if decayed else w + r
-        out[st.definition_hash] = (ttl, w, r, max(w // 4, r), st.limit, decayed)
+        out[st.definition_hash] = (expiry_ms(st), w, r, max(w // 4, r), st.limit, storage_of(st) == "decayed")
     return out
 
 

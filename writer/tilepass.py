@@ -40,7 +40,6 @@ Callers: ``writer.stream`` (merge ops, :func:`merge_rows_all`) and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import reduce
 from typing import Callable, Sequence
 
@@ -48,6 +47,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from compiler.algebra.keys import PREFIX
+from compiler.algebra.registry import storage_of
+from compiler.algebra.spark import SPARK, TileForm, encode_tuple_column
 from compiler.algebra.windows import LEVEL_CODE, levels_s
 from compiler.plan import StateSpec
 
@@ -67,94 +68,12 @@ STRUCTS_PER_PROJECTION = 4
 PARTIAL_COLUMNS = ("g", "rk", "field", "value", "op", "t")
 
 
-@dataclass(frozen=True)
-class _Form:
-    """How one state's writes become partials: its aggregation group and stored components.
-
-    Attributes:
-        group: its aggregation (:data:`_SCHEMAS`): ``"num"`` (fixed-width
-            buffers: Spark's hash aggregate), ``"hll"`` (max rho per register,
-            then the register text), ``"uniq"`` (last-seen time per value
-            tuple) or ``"obj"`` (string extrema, ``min_by``/``max_by``: a sort
-            aggregate, so kept apart from the others).
-        tiled: stored per tile (else one field per key or value tuple, size 0).
-        components: ``(field suffix, merge op, value column name)`` per stored
-            component, in the aggregated frame's columns (``n``, ``sl``,
-            ``sd``, ``mnl``, ``mxl``, ``mnd``, ``mxd``, ``mns``, ``mxs``,
-            ``fi``, ``la``, ``hms``, ``seen``).
-    """
-
-    group: str
-    tiled: bool
-    components: tuple[tuple[str, str, str], ...]
-
-
-def _kind(type_name: str) -> str:
-    return "s" if type_name == "string" else "i" if type_name in ("int", "time") else "n"
-
-
-def _int_sum(state: StateSpec) -> bool:
-    from compiler.algebra.ops import SumOp
-
-    return SumOp(tuple(state.value_types)).is_int
-
-
-def form(state: StateSpec) -> _Form | None:
-    """Return the :class:`_Form` of a state, or ``None`` if this pass does not compute it (logs, ``Decayed*``).
-
-    Mirrors ``writer.tiles._tile_partials`` and ``state_rows`` (one entry per
-    function; ``compiler.algebra.ops`` holds the online algebra).
-    """
-    fn = state.function
-    if state.limit is not None or fn.startswith("Decayed") or fn in ("Sequence", "Set"):
+def form(state: StateSpec) -> TileForm | None:
+    """Return the tile-pass form of a state (``compiler.algebra.spark.SparkAggregate.tile``), or ``None``
+    if this pass does not compute it (write logs, ``Decayed*``: ``writer.tiles``)."""
+    if storage_of(state) not in ("tiles", "seen", "latest"):
         return None
-    if fn == "Count":
-        return _Form("num", True, (("", "I", "n"),))
-    if fn == "Sum":
-        return _Form("num", True, (("", "I", "sl") if _int_sum(state) else ("", "F", "sd"),))
-    if fn == "Average":
-        return _Form("num", True, ((".s", "F", "sd"), (".c", "I", "n")))
-    if fn in ("Min", "Max"):
-        kind = _kind(state.value_types[0])
-        col = {"s": "s", "i": "l", "n": "d"}[kind]
-        return _Form("obj" if kind == "s" else "num", True,
-                     (("", f"{fn.upper()}:{kind}", f"{'mn' if fn == 'Min' else 'mx'}{col}"),))
-    if fn in ("First", "FirstTime"):
-        return _Form("obj", True, (("", "FI", "fi"),))
-    if fn == "HyperLogLog":
-        return _Form("hll", True, (("", "HMS", "hms"),))
-    if fn == "CountUnique":
-        return _Form("uniq", False, (("", "SEEN", "seen"),))
-    if fn in ("Latest", "LatestTime"):
-        return _Form("obj", False, (("", "LA", "la"),))
-    raise NotImplementedError(f"no partial aggregate form for {fn}")
-
-
-def _prepared(state: StateSpec, vals: list[Column]) -> dict[str, Column]:
-    """The columns a state's write contributes, beyond ``rk``, ``t``, ``seq`` (``writer.tiles`` twins)."""
-    from writer.tiles import _values_json_column, encode_tuple_column, hll_coupon_columns
-
-    fn, types = state.function, state.value_types
-    nv = len(types)
-    if fn == "Sum":
-        return {"vi": vals[0].cast("long")} if _int_sum(state) else {"vd": vals[0].cast("double")}
-    if fn == "Average":
-        return {"vd": vals[0].cast("double")}
-    if fn in ("Min", "Max"):
-        t = types[0]
-        if t == "string":
-            return {"vs": vals[0]}
-        return {"vl": vals[0].cast("long")} if t in ("int", "time") else {"vd": vals[0].cast("double")}
-    if fn in ("First", "FirstTime", "Latest", "LatestTime"):
-        n = 0 if fn == "FirstTime" else nv
-        # writer.tiles: First's payload is the values' JSON ({} for none), Latest's "" for none
-        return {"j": F.lit("") if n == 0 and fn.startswith("Latest") else _values_json_column(n, vals[:n])}
-    if fn == "HyperLogLog":
-        slot, rho = hll_coupon_columns(encode_tuple_column(vals, types))
-        return {"slot": slot, "rho": rho}
-    if fn == "CountUnique":
-        return {"u": encode_tuple_column(vals, types)}
-    return {}
+    return SPARK[state.function].tile(state.value_types)
 
 
 #: the write columns of each aggregation group
@@ -169,7 +88,6 @@ _SCHEMAS = {
 def _write_struct(st: StateSpec, g: int, ev: str, group: str) -> Column:
     """One state's write of an ``ev`` event as a struct of ``_SCHEMAS[group]``, null when not counted."""
     from compiler.codegen.spark import compile_column
-    from writer.tiles import encode_tuple_column
 
     w = st.writes[ev]
     cond = F.lit(True)
@@ -181,7 +99,7 @@ def _write_struct(st: StateSpec, g: int, ev: str, group: str) -> Column:
     key = encode_tuple_column([F.col(f"f_{k}") for k in w.keys], st.key_types)
     cols = {"g": F.lit(g), "rk": F.concat(F.lit(PREFIX + "{"), key, F.lit("}:" + st.definition_hash)),
             "t": F.col("_time_ms"), "seq": F.col("_seq"),
-            **_prepared(st, [F.col(f"f_{n}") for n in w.values])}
+            **SPARK[st.function].write_columns(st.value_types, [F.col(f"f_{n}") for n in w.values])}
     return F.when(cond, F.struct(*[
         (cols[c] if c in cols else F.lit(None)).cast(tp).alias(c) for c, tp in _SCHEMAS[group].items()]))
 
@@ -380,7 +298,8 @@ def merge_rows_all(frames: dict[str, DataFrame], states: Sequence[StateSpec], pa
     Returns:
         Columns ``writer.tiles.MERGE_COLUMNS`` (``rk``, ``field``, ``value``, ``mode``, ``t``).
     """
-    from writer.tiles import merge_rows, writes_of_state
+    from writer.tiles import merge_rows
+    from writer.writes import writes_of_state
 
     parts = []
     rows = partial_rows(frames, states, key_partitions=partitions,

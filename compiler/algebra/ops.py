@@ -832,14 +832,9 @@ def parse_log_member(member: bytes | str, value_types: Sequence[str]) -> tuple:
     return _values_of_json(text[text.index(":", 8) + 1 :], value_types)
 
 
-#: Functions the storage layer implements, by name (SPEC §2.4: all of them).
-SUPPORTED = ("Count", "Sum", "Average", "Min", "Max", "CountUnique", "Latest", "LatestTime", "First",
-             "FirstTime", "Sequence", "Set", "DecayedCount", "DecayedSum", "DecayedAverage", "HyperLogLog")
-
-
 def make_op(function: str, value_types: Sequence[str], value_names: Sequence[str] = (),
             window_s: int = 1) -> AggregateOp:
-    """Return the algebra of ``function`` over values of ``value_types``.
+    """Return the algebra of ``function`` over values of ``value_types`` (``compiler.algebra.registry.make_op``).
 
     Args:
         function: aggregate function name (SPEC §2.4).
@@ -848,22 +843,11 @@ def make_op(function: str, value_types: Sequence[str], value_names: Sequence[str
         window_s: the window ``W`` in seconds (the decay constant of ``Decayed*``).
 
     Raises:
-        NotImplementedError: a function not in :data:`SUPPORTED`.
+        NotImplementedError: a function not in ``compiler.algebra.registry.REGISTRY``.
     """
-    vt = tuple(value_types)
-    names = tuple(value_names)
-    simple = {"Count": CountOp, "Sum": SumOp, "Average": AverageOp, "Min": MinOp, "Max": MaxOp,
-              "CountUnique": CountUniqueOp, "Set": SetOp, "HyperLogLog": HyperLogLogOp}
-    if function in simple:
-        return simple[function](vt)
-    if function in ("Latest", "First", "LatestTime", "FirstTime"):
-        cls = LatestOp if function.startswith("Latest") else FirstOp
-        return cls(vt, names=names, time_only=function.endswith("Time"))
-    if function == "Sequence":
-        return SequenceOp(vt, names=names)
-    if function.startswith("Decayed") and function[7:] in ("Count", "Sum", "Average"):
-        return DecayedOp(vt, kind=function[7:].lower(), window_ms=window_s * 1000)
-    raise NotImplementedError(f"aggregate function {function} is not implemented (supported: {', '.join(SUPPORTED)})")
+    from compiler.algebra.registry import make_op as registry_make_op
+
+    return registry_make_op(function, value_types, value_names, window_s)
 
 
 def tile_field(size_s: int, index: int) -> str:

@@ -182,7 +182,7 @@ def test_lookback(plan):
 
 def test_hll_estimate_column_matches_python(spark):
     from compiler.algebra.ops import HLL_M, HLL_Q, hll_estimate
-    from writer.pointintime import hll_estimate_column
+    from tests.writer.pit_oracle import hll_estimate_column
 
     rng = random.Random(3)
     cases = [{}]

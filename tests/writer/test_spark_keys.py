@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import functions as F
 
 from compiler.algebra.keys import encode_key
-from writer.tiles import encode_tuple_column
+from compiler.algebra.spark import encode_tuple_column
 
 ROWS = [
     ("JFK", 1545, True),

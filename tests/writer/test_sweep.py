@@ -28,7 +28,7 @@ Checked:
   resolutions, ``limit``, inclusive or not, ``after`` times (or null), null
   keys, several keys (``""`` among them), same-millisecond ties, reads and
   writes of one event, times around window/resolution boundaries and across
-  the decay epochs of :data:`writer.pitreads.EPOCH_WINDOWS`, rows shuffled:
+  the decay epochs of :data:`compiler.algebra.arrow.EPOCH_WINDOWS`, rows shuffled:
   ``n`` exactly, ``a`` exactly (HyperLogLog: the integer of
   ``compiler.algebra.ops.hll_estimate``) or, for floats, to
   ``rel_tol=1e-9, abs_tol=1e-12``. Where ``n == 0`` the caller substitutes
@@ -63,8 +63,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compiler.algebra.ops import hll_estimate
-from writer.pitreads import EPOCH_WINDOWS
-from writer.sweep import SweepSpec, count_below, range_ranks_min, sweep_table
+from compiler.algebra.arrow import EPOCH_WINDOWS
+from compiler.algebra.arrow import count_below, range_ranks_min
+from writer.sweep import SweepSpec, sweep_table
 
 #: Functions whose ``a`` is not specified when ``n == 0`` (the caller substitutes the empty value).
 #: ``Sum`` is among them: its empty value is 0, and the kernel gives 0 (not null) for a read

@@ -1,9 +1,10 @@
-"""``writer.tilepass``: all states in one pass give the rows ``writer.tiles`` gives state by state.
+"""``writer.tilepass``: all states in one pass give the rows the per-state oracle gives state by state.
 
-The per-state forms in ``writer.tiles`` (``state_rows`` for backfill,
-``merge_rows`` for stream micro-batches) are what the consistency tests
-(online = backfill-then-online = stream) hold to the online path; the
-one-pass forms must produce the same store image, row for row:
+The per-state forms in ``tests/writer/tile_oracle.py`` (``state_rows`` for
+backfill, ``merge_rows`` for stream micro-batches: one ``groupBy`` and one
+branch per function, what backfill and stream ran before the one pass, held
+to the online path by the consistency tests) are the oracle; the one-pass
+forms must produce the same store image, row for row:
 
 * :func:`writer.tilepass.state_rows_all` (one row per key, its fields
   gathered) equals the union of ``state_rows`` over the merged-tile states
@@ -13,7 +14,7 @@ one-pass forms must produce the same store image, row for row:
 * :func:`writer.tilepass.merge_rows_all` equals the union of ``merge_rows``
   over every state, and puts all rows of one key in one partition, contiguous.
 
-Timeline and topology: ``tests/writer/test_pitreads.py`` (every function and
+Timeline and topology: ``tests/writer/test_pit_oracle.py`` (every function and
 clause, same-ms ties, hot keys), plus extrema and averages over the value
 types it leaves out.
 """
@@ -24,10 +25,12 @@ import orjson
 import pytest
 
 from compiler import compile_sources
-from tests.writer.test_pitreads import TOPOLOGY, _timeline
+from tests.writer.test_pit_oracle import TOPOLOGY, _timeline
+from tests.writer.tile_oracle import merge_rows, state_rows
 from writer.sources import read_events, valid
 from writer.tilepass import form, merge_rows_all, state_rows_all
-from writer.tiles import feature_frames, merge_rows, state_rows, writes_of_state
+from writer.tiles import feature_frames
+from writer.writes import writes_of_state
 
 EXTRA = """
 event login

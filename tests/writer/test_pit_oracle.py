@@ -1,64 +1,25 @@
-"""``writer.pitreads``: exact tile covers, and each strategy equals the quadratic oracle (SPEC §3.2, §3.3).
+"""The sweep equals the quadratic join oracle on every function and clause (SPEC §3.2, §3.3).
 
-* :func:`cover_tiles` (hypothesis over ranges, ladders, negative times): the
-  tiles are aligned, disjoint, cover ``[lo, hi)`` exactly, and are as few as
-  ``compiler.algebra.windows.cover`` (the store's greedy cover) uses.
-* Every function x the clauses that pick a strategy (tiles, ranks,
-  recurrence), on a timeline with a hot global key, same-ms ties, events at
-  tile and window boundaries and a gap of more than
-  :data:`writer.pitreads.EPOCH_WINDOWS` windows: the values of the
-  ``"sweep"`` method (the default, ``writer.sweep``, all aggregates of a
-  stage in one batch) and of the ``"linear"`` method both equal
-  ``method="join"`` (the direct form of the rule).
+Every function x clause (window, ``after``, ``limit``, ``exclusive``, cross-
+event scopes), on a timeline with a hot global key, same-ms ties, events at
+tile and window boundaries and a gap of more than
+:data:`compiler.algebra.arrow.EPOCH_WINDOWS` windows: the values of
+``writer.pointintime.PointInTime`` (``writer.sweep`` with the Arrow kernels,
+all aggregates of a stage in one batch, as replay asks for them) equal
+``tests/writer/pit_oracle.JoinPointInTime`` (each read joined to its key's
+writes: the direct form of the rule).
 """
 
 from __future__ import annotations
 
 import random
 
-import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from compiler import compile_sources
-from compiler.algebra.windows import cover
+from compiler.algebra.arrow import EPOCH_WINDOWS
 from tests.e2e.helpers import close
-from writer.pitreads import EPOCH_WINDOWS, cover_tiles, ladder_ms
+from tests.writer.pit_oracle import JoinPointInTime
 from writer.pointintime import PointInTime
 from writer.sources import read_events
-
-WINDOWS_S = (10, 600, 86_400, 30 * 86_400, 400 * 86_400)
-LADDERS = [ladder_ms(w) for w in WINDOWS_S]
-
-
-@settings(max_examples=8, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(range(len(LADDERS))), st.integers(-10**7, 10**7),
-                          st.floats(-0.01, 1.01)), min_size=1, max_size=60))
-def test_cover_tiles_is_exact_and_minimal(spark, cases):
-    rows = []
-    for i, (li, a, frac) in enumerate(cases):
-        r = LADDERS[li][0]
-        span = int(frac * WINDOWS_S[li] * 1000 / r)  # up to one window of resolution tiles
-        rows.append((i, li, a * r, (a + span) * r))
-    df = spark.createDataFrame(rows, "id long, li long, lo long, hi long")
-    got: dict[int, list[tuple[int, int]]] = {i: [] for i, *_ in rows}
-    for li, sizes in enumerate(LADDERS):
-        part = cover_tiles(df.where(df.li == li).drop("li"), "lo", "hi", sizes)
-        for row in part.collect():
-            got[row["id"]].append((row["z"], row["i"]))
-    for i, li, lo, hi in rows:
-        sizes = LADDERS[li]
-        tiles = sorted((t * z, (t + 1) * z) for z, t in got[i])
-        assert all(z in sizes for z, _ in got[i])
-        if hi <= lo:
-            assert tiles == []
-            continue
-        assert tiles[0][0] == lo and tiles[-1][1] == hi
-        assert all(a[1] == b[0] for a, b in zip(tiles, tiles[1:])), "gaps or overlaps"
-        r = sizes[0]
-        greedy = list(cover(lo // r, hi // r - 1, r // 1000, tuple(z // 1000 for z in sizes)))
-        assert len(tiles) == len(greedy)
-
 
 TOPOLOGY = """
 event login
@@ -129,8 +90,7 @@ def _timeline(seed: int, n: int) -> list[dict]:
     return out
 
 
-@pytest.mark.parametrize("method", ["sweep", "linear"])
-def test_linear_strategies_equal_the_join_oracle(spark, tmp_path, method):
+def test_sweep_equals_the_join_oracle(spark, tmp_path):
     """Every aggregate's value for every event equals the quadratic join's (floats within 1e-9)."""
     import orjson
 
@@ -141,15 +101,14 @@ def test_linear_strategies_equal_the_join_oracle(spark, tmp_path, method):
     path = tmp_path / "t.jsonl"
     path.write_bytes(b"\n".join(orjson.dumps(e) for e in events) + b"\n")
     raw = read_events(spark, [path]).cache()
-    linear, oracle = PointInTime(raw, plan, method=method), PointInTime(raw, plan, method="join")
-    if method == "sweep":  # the whole batch at once, as replay asks for it
-        linear.prefetch({ev: [f.name for f in ep.features] for ev, ep in plan.events.items()})
+    swept, oracle = PointInTime(raw, plan), JoinPointInTime(raw, plan)
+    swept.prefetch({ev: [f.name for f in ep.features] for ev, ep in plan.events.items()})  # one batch, as replay
     checked = 0
     for ev, ep in plan.events.items():
         for f in ep.features:
             if f.kind != "aggregate":
                 continue
-            a = dict(linear.values(ev, f.name).collect())
+            a = dict(swept.values(ev, f.name).collect())
             b = dict(oracle.values(ev, f.name).collect())
             assert a.keys() == b.keys()
             bad = {k: (a[k], b[k]) for k in a if not close(_plain(a[k]), _plain(b[k]))}
@@ -164,9 +123,3 @@ def _plain(v):
     if isinstance(v, list):
         return [_plain(x) for x in v]
     return v
-
-
-def test_unknown_method_is_refused(spark):
-    df = spark.createDataFrame([], "_type string, _time_ms long, _seq long, _raw string")
-    with pytest.raises(ValueError, match="unknown point-in-time method"):
-        PointInTime(df, compile_sources({"t.scowl": TOPOLOGY}).plan, method="fast")

@@ -1,0 +1,369 @@
+"""The Spark target of the aggregate algebra: per-function column forms (SPEC §2.4, §5.6).
+
+One :class:`SparkAggregate` per function of ``compiler.algebra.registry``
+(table :data:`SPARK`), used by the writer's jobs, which never branch on a
+function name:
+
+* backfill and stream tiles (``writer.tilepass``): :meth:`~SparkAggregate.tile`
+  names the aggregation group, whether the state is tiled, and per stored
+  component its field suffix, its merge op in ``event.lua`` and the
+  aggregated column it comes from; :meth:`~SparkAggregate.write_columns`
+  gives the columns one write contributes to that aggregation;
+* ``Decayed*`` rows: :meth:`~SparkAggregate.decay_value`, the value a write
+  adds to the decayed sums;
+* replay (``writer.sweep``): :meth:`~SparkAggregate.sweep_columns`, the
+  payload a write carries into the Arrow kernel
+  (``compiler.algebra.arrow.KERNELS``), and :meth:`~SparkAggregate.result_type`;
+* every read: :meth:`~SparkAggregate.empty`, the value of a read with no
+  counted write (SPEC §2.4 table).
+
+Also the Spark twins of the key and value encodings of
+``compiler.algebra.keys`` and ``ops`` (:func:`encode_tuple_column`,
+:func:`values_json_column`, :func:`hll_coupon_columns`): built-in column
+functions only, no Python UDF (SPEC §5.6).
+
+The aggregated columns of :meth:`~SparkAggregate.tile` (``writer.tilepass``
+computes each with one built-in aggregate): ``n`` count, ``sl`` int64 sum,
+``sd`` double sum, ``mnl``/``mxl`` int64 min/max, ``mnd``/``mxd`` double
+min/max, ``mns``/``mxs`` string min/max, ``fi`` first ``ms\\tjson`` by (time,
+arrival), ``la`` latest likewise, ``hms`` HyperLogLog registers
+``;slot:rho..``, ``seen`` last-seen ms of a value tuple.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, DataType, DoubleType, LongType
+
+from compiler.algebra.keys import MAX_KEY_CHARS
+from compiler.algebra.ops import HLL_Q
+
+__all__ = ["SPARK", "SparkAggregate", "TileForm", "encode_component_column", "encode_tuple_column",
+           "hll_coupon_columns", "values_json_column"]
+
+
+# ------------------------------------------------------------------ encodings
+def encode_component_column(col: Column, type_name: str) -> Column:
+    """Spark twin of ``compiler.algebra.keys.encode_component`` (a non-null value).
+
+    Raises:
+        ValueError: a type that cannot be a key component (struct, array).
+    """
+    if type_name == "string":
+        return F.concat(F.lit("s"), F.length(col).cast("string"), F.lit(":"), col)
+    if type_name == "int":
+        return F.concat(F.lit("i"), col.cast("long").cast("string"))
+    if type_name == "time":
+        return F.concat(F.lit("t"), col.cast("long").cast("string"))
+    if type_name == "bool":
+        return F.when(col, F.lit("b1")).otherwise(F.lit("b0"))
+    if type_name in ("float", "duration"):
+        return F.concat(F.lit("f" if type_name == "float" else "d"), col.cast("double").cast("string"))
+    raise ValueError(f"cannot use a value of type {type_name} as a key")
+
+
+def encode_tuple_column(cols: Sequence[Column], types: Sequence[str]) -> Column:
+    """Spark twin of ``compiler.algebra.keys.encode_key`` for non-null components.
+
+    Returns the escaped, length-bounded encoding (SPEC §5.5).
+    """
+    if cols:
+        raw = F.concat_ws("|", *[encode_component_column(c, t) for c, t in zip(cols, types)])
+    else:
+        raw = F.lit("")
+    esc = F.replace(F.replace(F.replace(raw, F.lit("%"), F.lit("%25")), F.lit("{"), F.lit("%7B")), F.lit("}"), F.lit("%7D"))
+    return F.when(F.length(esc) > MAX_KEY_CHARS, F.concat(F.lit("#"), F.substring(F.sha2(esc, 256), 1, 40))).otherwise(esc)
+
+
+def values_json_column(n: int, cols: Sequence[Column] | None = None) -> Column:
+    """Spark twin of ``ops.values_json``: ``{"v0": .., ..}`` (``{}`` for no values).
+
+    Args:
+        n: number of values.
+        cols: the value columns (default the columns ``v0 .. v<n-1>``).
+    """
+    if n == 0:
+        return F.lit("{}")
+    cols = [F.col(f"v{i}") for i in range(n)] if cols is None else cols
+    return F.to_json(F.struct(*[c.alias(f"v{i}") for i, c in enumerate(cols)]))
+
+
+def hll_coupon_columns(item: Column) -> tuple[Column, Column]:
+    """Spark twin of ``ops.hll_coupon``: ``(slot, rho)`` (int columns) from the MD5 hex digest of ``item``."""
+    h = F.md5(item)
+    slot = F.conv(F.substring(h, 1, 3), 16, 10).cast("int")
+    bits = F.conv(F.substring(h, 4, 13), 16, 2)
+    rho = F.when(bits == F.lit("0"), F.lit(HLL_Q + 1)).otherwise(F.lit(HLL_Q + 1) - F.length(bits))
+    return slot, rho.cast("int")
+
+
+def _kind(type_name: str) -> str:
+    """The extremum kind of ``event.lua``'s ``MIN:k``/``MAX:k`` ops: ``s`` string, ``i`` int64 text, ``n`` float."""
+    return "s" if type_name == "string" else "i" if type_name in ("int", "time") else "n"
+
+
+def _payload(vals: Sequence[Column], names: Sequence[str]) -> Column:
+    """One value, or a struct of the values named after their features."""
+    return vals[0] if len(vals) == 1 else F.struct(*[v.alias(n) for v, n in zip(vals, names)])
+
+
+# -------------------------------------------------------------------- forms
+@dataclass(frozen=True)
+class TileForm:
+    """How one state's writes become partials in ``writer.tilepass``.
+
+    Attributes:
+        group: its aggregation: ``"num"`` (fixed-width buffers: Spark's hash
+            aggregate), ``"hll"`` (max rho per register, then the register
+            text), ``"uniq"`` (last-seen time per value tuple) or ``"obj"``
+            (string extrema, ``min_by``/``max_by``: a sort aggregate, so
+            kept apart from the others).
+        tiled: stored per tile (else one field per key or value tuple).
+        components: ``(field suffix, merge op, aggregated column)`` per stored
+            component (module docstring).
+    """
+
+    group: str
+    tiled: bool
+    components: tuple[tuple[str, str, str], ...]
+
+
+class SparkAggregate:
+    """The Spark forms of one aggregate function (module docstring). Subclasses override what applies.
+
+    Arguments named ``types`` are the state's value types
+    (``StateSpec.value_types``), ``vals`` the value columns in that order,
+    ``names`` the value feature names.
+    """
+
+    def tile(self, types: Sequence[str]) -> TileForm | None:
+        """The tile-pass form, or None when the state is kept otherwise (decayed sums, write logs)."""
+        return None
+
+    def write_columns(self, types: Sequence[str], vals: Sequence[Column]) -> dict[str, Column]:
+        """The columns one counted write contributes to the tile pass's aggregation (beyond ``rk``, ``t``, ``seq``)."""
+        return {}
+
+    def decay_value(self, vals: Sequence[Column]) -> Column:
+        """``Decayed*``: the value a write adds to the decayed sum (double).
+
+        Raises:
+            TypeError: not a decayed function.
+        """
+        raise TypeError(f"{type(self).__name__} has no decayed sums")
+
+    def sweep_columns(self, types: Sequence[str], names: Sequence[str], vals: Sequence[Column]) -> dict[str, Column]:
+        """The payload of a write for the replay kernel, by kernel column name (``x``, ``p``, ``u``, ``slot``, ``rho``)."""
+        return {}
+
+    def result_type(self, types: Sequence[str], payload: dict[str, DataType]) -> DataType:
+        """The Spark type of the replay kernel's aggregate ``a`` (before the empty-window rule).
+
+        Args:
+            types: the value types.
+            payload: the Spark types of :meth:`sweep_columns`' columns.
+        """
+        return LongType()
+
+    def empty(self, types: Sequence[str]) -> Column | None:
+        """The value of a read with no counted write (SPEC §2.4 table); None for null."""
+        return None
+
+
+class _Count(SparkAggregate):
+    def tile(self, types):
+        return TileForm("num", True, (("", "I", "n"),))
+
+    def empty(self, types):
+        return F.lit(0).cast("long")
+
+
+def _int_sum(types: Sequence[str]) -> bool:
+    return bool(types) and types[0] == "int"
+
+
+class _Sum(SparkAggregate):
+    def tile(self, types):
+        return TileForm("num", True, (("", "I", "sl") if _int_sum(types) else ("", "F", "sd"),))
+
+    def write_columns(self, types, vals):
+        return {"vi": vals[0].cast("long")} if _int_sum(types) else {"vd": vals[0].cast("double")}
+
+    def sweep_columns(self, types, names, vals):
+        return {"x": vals[0].cast("long" if _int_sum(types) else "double")}
+
+    def result_type(self, types, payload):
+        return LongType() if _int_sum(types) else DoubleType()
+
+    def empty(self, types):
+        return F.lit(0).cast("long") if _int_sum(types) else F.lit(0.0)
+
+
+class _Average(SparkAggregate):
+    def tile(self, types):
+        return TileForm("num", True, ((".s", "F", "sd"), (".c", "I", "n")))
+
+    def write_columns(self, types, vals):
+        return {"vd": vals[0].cast("double")}
+
+    def sweep_columns(self, types, names, vals):
+        # int values travel as int64 (the kernel sums them as doubles, as Spark's avg and the store do)
+        return {"x": vals[0].cast("long" if _int_sum(types) else "double")}
+
+    def result_type(self, types, payload):
+        return DoubleType()
+
+
+class _Extremum(SparkAggregate):
+    prefix = ""  # "mn" / "mx"
+    op = ""  # "MIN" / "MAX"
+
+    def tile(self, types):
+        kind = _kind(types[0])
+        col = {"s": "s", "i": "l", "n": "d"}[kind]
+        return TileForm("obj" if kind == "s" else "num", True, (("", f"{self.op}:{kind}", f"{self.prefix}{col}"),))
+
+    def write_columns(self, types, vals):
+        kind = _kind(types[0])
+        if kind == "s":
+            return {"vs": vals[0]}
+        return {"vl": vals[0].cast("long")} if kind == "i" else {"vd": vals[0].cast("double")}
+
+    def sweep_columns(self, types, names, vals):
+        return {"p": vals[0]}
+
+    def result_type(self, types, payload):
+        return payload["p"]
+
+
+class _Min(_Extremum):
+    prefix, op = "mn", "MIN"
+
+
+class _Max(_Extremum):
+    prefix, op = "mx", "MAX"
+
+
+class _Pick(SparkAggregate):
+    """``First*``/``Latest*``: the values (or time) of one write, by (time, arrival)."""
+
+    latest = False
+    time_only = False
+
+    def tile(self, types):
+        if self.latest:
+            return TileForm("obj", False, (("", "LA", "la"),))
+        return TileForm("obj", True, (("", "FI", "fi"),))
+
+    def write_columns(self, types, vals):
+        # stored text: First's payload is the values' JSON ({} for none), Latest's "" for none
+        n = 0 if self.time_only else len(types)
+        return {"j": F.lit("") if n == 0 and self.latest else values_json_column(n, list(vals)[:n])}
+
+    def sweep_columns(self, types, names, vals):
+        return {} if self.time_only else {"p": _payload(vals, names)}
+
+    def result_type(self, types, payload):
+        return LongType() if self.time_only else payload["p"]
+
+
+class _First(_Pick):
+    pass
+
+
+class _FirstTime(_Pick):
+    time_only = True
+
+
+class _Latest(_Pick):
+    latest = True
+
+
+class _LatestTime(_Pick):
+    latest, time_only = True, True
+
+
+class _HyperLogLog(SparkAggregate):
+    def tile(self, types):
+        return TileForm("hll", True, (("", "HMS", "hms"),))
+
+    def write_columns(self, types, vals):
+        slot, rho = hll_coupon_columns(encode_tuple_column(vals, types))
+        return {"slot": slot, "rho": rho}
+
+    sweep_columns = lambda self, types, names, vals: self.write_columns(types, vals)  # noqa: E731
+
+    def empty(self, types):
+        return F.lit(0).cast("long")
+
+
+class _CountUnique(SparkAggregate):
+    def tile(self, types):
+        return TileForm("uniq", False, (("", "SEEN", "seen"),))
+
+    def write_columns(self, types, vals):
+        return {"u": encode_tuple_column(vals, types)}
+
+    sweep_columns = lambda self, types, names, vals: self.write_columns(types, vals)  # noqa: E731
+
+    def empty(self, types):
+        return F.lit(0).cast("long")
+
+
+class _Sequence(SparkAggregate):
+    def sweep_columns(self, types, names, vals):
+        return {"p": _payload(vals, names)}
+
+    def result_type(self, types, payload):
+        return ArrayType(payload["p"])
+
+    def empty(self, types):
+        return F.array()
+
+
+class _Set(_Sequence):
+    def sweep_columns(self, types, names, vals):
+        # a tuple item is positional (_1, _2, ..): Set's items are not named after features
+        return {"p": vals[0] if len(vals) == 1 else F.struct(*[v.alias(f"_{i + 1}") for i, v in enumerate(vals)])}
+
+
+class _Decayed(SparkAggregate):
+    counts = False  # DecayedCount: every write weighs 1.0
+    empty_zero = True  # DecayedAverage: null
+
+    def decay_value(self, vals):
+        return F.lit(1.0) if self.counts else vals[0].cast("double")
+
+    def sweep_columns(self, types, names, vals):
+        return {} if self.counts else {"x": vals[0].cast("double")}
+
+    def result_type(self, types, payload):
+        return DoubleType()
+
+    def empty(self, types):
+        return F.lit(0.0) if self.empty_zero else None
+
+
+class _DecayedCount(_Decayed):
+    counts = True
+
+
+class _DecayedSum(_Decayed):
+    pass
+
+
+class _DecayedAverage(_Decayed):
+    empty_zero = False
+
+
+#: The Spark target, by function name (``compiler.algebra.registry.REGISTRY``'s names).
+SPARK: dict[str, SparkAggregate] = {
+    "Count": _Count(), "Sum": _Sum(), "Average": _Average(), "Min": _Min(), "Max": _Max(),
+    "First": _First(), "FirstTime": _FirstTime(), "Latest": _Latest(), "LatestTime": _LatestTime(),
+    "HyperLogLog": _HyperLogLog(), "CountUnique": _CountUnique(), "Sequence": _Sequence(), "Set": _Set(),
+    "DecayedCount": _DecayedCount(), "DecayedSum": _DecayedSum(), "DecayedAverage": _DecayedAverage(),
+}
