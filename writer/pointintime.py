@@ -89,6 +89,7 @@ from compiler.codegen.spark import spark_ddl
 from compiler.plan import Feature, Plan
 from compiler.typesystem import SPARK_TYPES
 from writer.features import StagedFeatureError, needed_features, with_features
+from writer.session import checkpoint_without_codegen, drop_checkpoint
 from writer.writes import writes_of_state
 
 __all__ = ["PointInTime", "dependency_stages", "staged_stage_count", "lookback_ms", "point_in_time"]
@@ -219,30 +220,6 @@ def _max_opt(xs: list[int | None]) -> int | None:
     return max(xs, default=0)
 
 
-def _checkpoint_without_codegen(df: DataFrame, storage: StorageLevel) -> DataFrame:
-    """``localCheckpoint`` ``df`` with whole-stage code generation off.
-
-    Input coercion makes wide projections whose generated code can exceed
-    the JVM's 64 KB method limit (Spark then falls back, slowly, after a
-    failed compilation); ``writer.backfill`` materialises them the same way.
-    """
-    spark = df.sparkSession
-    previous = spark.conf.get("spark.sql.codegen.wholeStage")
-    spark.conf.set("spark.sql.codegen.wholeStage", "false")
-    try:
-        return df.localCheckpoint(eager=True, storageLevel=storage)
-    finally:
-        spark.conf.set("spark.sql.codegen.wholeStage", previous)
-
-
-def _drop_checkpoint(df: DataFrame) -> None:
-    """Unpersist the blocks of a ``localCheckpoint`` DataFrame (best effort, internal API)."""
-    try:
-        df._jdf.queryExecution().logical().rdd().unpersist(False)
-    except Exception:  # pragma: no cover - another Spark version's plan layout: left to the GC
-        pass
-
-
 class PointInTime:
     """Point-in-time aggregate values over a set of raw events (module docstring).
 
@@ -302,7 +279,7 @@ class PointInTime:
             cols = frozenset(names | (have[0] if have is not None else set()))
             df = self.events.where(F.col("_type") == F.lit(ev)).select("_time_ms", "_seq", "_raw")
             df = with_features(df, self.plan.events[ev], sorted(cols)).drop("_raw")
-            df = _checkpoint_without_codegen(df, self.storage)
+            df = checkpoint_without_codegen(df, self.storage)
             if have is not None:
                 self._old.append(have[1])
             self._base[ev] = (cols, df)
@@ -484,7 +461,7 @@ class PointInTime:
         frees them when the JVM garbage-collects them.
         """
         for df in [*self._cache.values(), *(b[1] for b in self._base.values()), *self._old]:
-            _drop_checkpoint(df)
+            drop_checkpoint(df)
         self._cache.clear()
         self._base.clear()
         self._old.clear()

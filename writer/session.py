@@ -102,3 +102,35 @@ def memo_column(key: tuple, build: Callable[[], Column]) -> Column:
     else:
         _memo.move_to_end(k)
     return col
+
+
+def checkpoint_without_codegen(df, storage, eager: bool = True):
+    """``localCheckpoint`` ``df`` with whole-stage code generation off; return the checkpointed DataFrame.
+
+    Input coercion makes wide projections whose generated code can exceed
+    the JVM's 64 KB method limit (Spark then falls back, slowly, after a
+    failed compilation). The physical plan is made here, under that setting,
+    even when ``eager`` is false (the rows are then computed by the first job
+    that reads them). The checkpoint's lineage is short: DataFrames built on
+    it are analysed quickly, where every step over the wide plan re-checks it.
+
+    Args:
+        df: a ``pyspark.sql.DataFrame``.
+        storage: a ``pyspark.StorageLevel`` for the checkpointed blocks.
+        eager: compute it now (one job) or in the first job that reads it.
+    """
+    spark = df.sparkSession
+    previous = spark.conf.get("spark.sql.codegen.wholeStage")
+    spark.conf.set("spark.sql.codegen.wholeStage", "false")
+    try:
+        return df.localCheckpoint(eager=eager, storageLevel=storage)
+    finally:
+        spark.conf.set("spark.sql.codegen.wholeStage", previous)
+
+
+def drop_checkpoint(df) -> None:
+    """Unpersist the blocks of a ``localCheckpoint`` DataFrame (best effort, internal API)."""
+    try:
+        df._jdf.queryExecution().logical().rdd().unpersist(False)
+    except Exception:  # pragma: no cover - another Spark version's plan layout: left to the GC
+        pass

@@ -169,12 +169,12 @@ def write_keys(rows: Iterable, url: str, forced: bool = False) -> dict[int, int]
 #: log (a sorted set cannot hold them): ``sc:{<entity key>}:<hash>:b``.
 LOG_MARK_SUFFIX = ":b"
 
-#: Keys per pipeline in :func:`merge_partition`.
+#: Keys per pipeline in :func:`merge_keys`.
 MERGE_BATCH = 200
 
 
 def merge_params(states) -> dict[str, tuple[int, int, int, int, int | None, bool]]:
-    """Per state, the constants :func:`merge_partition` needs (as ``serving.evaluate._Write``).
+    """Per state, the constants :func:`merge_keys` needs (as ``serving.evaluate._Write``).
 
     Args:
         states: ``compiler.plan.StateSpec`` objects.
@@ -194,22 +194,24 @@ def merge_params(states) -> dict[str, tuple[int, int, int, int, int | None, bool
     return out
 
 
-def merge_partition(rows: Iterable, url: str, batch_id: int, marker: str, params: dict,
-                    fault: tuple[int, int, str] | None = None) -> tuple[int, int]:
-    """Merge one partition of ``writer.tiles.merge_rows`` rows into Redis, exactly once per key (SPEC §5.7).
+def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: dict,
+               fault: tuple[int, int, str] | None = None):
+    """Merge one partition of ``writer.tilepass.merge_rows_all`` keys into Redis, exactly once per key (SPEC §5.7).
 
-    Rows must come grouped by ``rk`` (sorted within the partition). Each key
-    gets ONE ``event.lua`` call: ``B`` (the guard: skip everything if the
-    key's ``marker`` field already holds a batch id ``>= batch_id``, else
-    record ``batch_id``), the merge ops of its rows, then ``X`` (prune and
-    ``PEXPIRE`` W + r by the store's clock, as serving does) with the key's
-    latest write time of the batch. Write logs keep the marker in the
-    companion hash ``<rk>`` + :data:`LOG_MARK_SUFFIX` (same hash tag, so the
-    call is atomic and Cluster-safe). Calls are pipelined,
+    A ``mapInArrow`` function: rows arrive as Arrow record batches, one row
+    per key (``rk``; ``ops``, its merge ops as ``[mode, field, value]``;
+    ``t``, its latest write time in ms), read with ``to_pylist`` (no Python
+    object per op until here). Each key gets ONE ``event.lua`` call: ``B``
+    (the guard: skip everything if the key's ``marker`` field already holds
+    a batch id ``>= batch_id``, else record ``batch_id``), the merge ops,
+    then ``X`` (prune and ``PEXPIRE`` W + r by the store's clock, as serving
+    does) with the key's latest write time of the batch. Write logs keep the
+    marker in the companion hash ``<rk>`` + :data:`LOG_MARK_SUFFIX` (same
+    hash tag, so the call is atomic and Cluster-safe). Calls are pipelined,
     :data:`MERGE_BATCH` keys at a time.
 
     Args:
-        rows: ``Row`` objects with ``rk``, ``field``, ``value``, ``mode``, ``t``.
+        batches: ``pyarrow.RecordBatch`` objects with ``rk``, ``ops``, ``t``.
         url: Redis URL of the store.
         batch_id: the micro-batch id (Spark's, stable when a batch is re-run).
         marker: hash field of the guard, ``_b:<stream id>``.
@@ -218,16 +220,18 @@ def merge_partition(rows: Iterable, url: str, batch_id: int, marker: str, params
             batch, after ``keys`` keys of this partition are applied, create
             ``path`` and hang (so a test can SIGKILL the job mid-batch).
 
-    Returns:
-        ``(applied, skipped)`` key counts (skipped: already applied by an
-        earlier run of the same batch).
+    Yields:
+        One record batch ``applied``, ``skipped`` (int64 key counts; skipped:
+        already applied by an earlier run of the same batch).
 
     Raises:
         redis.RedisError: the store failed (the batch fails; re-running it is safe).
+        ValueError: an unknown merge mode.
     """
     import time
 
     import orjson
+    import pyarrow as pa
     import redis
 
     from compiler.algebra.script import event_script
@@ -254,14 +258,12 @@ def merge_partition(rows: Iterable, url: str, batch_id: int, marker: str, params
             while True:  # pragma: no cover - killed by the test
                 time.sleep(1)
 
-    def send(rk: str, group: list) -> None:
+    def send(rk: str, ops: list, latest: int) -> None:
         nonlocal pending
         ttl, w, r, every, limit, decayed = params[rk.rsplit(":", 1)[1]]
         keys = [rk, rk + LOG_MARK_SUFFIX] if limit is not None else [rk]
         args: list = ["B", len(keys), marker, batch_id, ttl]
-        latest = max(int(row["t"]) for row in group)
-        for row in group:
-            mode, field, value = row["mode"], row["field"], row["value"]
+        for mode, field, value in ops:
             if mode in ("I", "F", "SEEN", "HMS"):
                 args += [mode, 1, field, value]
             elif mode.startswith(("MIN:", "MAX:")):
@@ -278,7 +280,7 @@ def merge_partition(rows: Iterable, url: str, batch_id: int, marker: str, params
             elif mode == "ZM":
                 for m in orjson.loads(value):
                     args += ["ZM", 1, m["t"], m["r"], m["j"], limit, m["t"] - w - r, ttl]
-            else:  # pragma: no cover - rows come from merge_rows
+            else:
                 raise ValueError(f"unknown merge mode {mode}")
         if limit is None:
             args += ["X", 1, ttl, latest, w, r, every]
@@ -287,17 +289,14 @@ def merge_partition(rows: Iterable, url: str, batch_id: int, marker: str, params
         if pending >= per_pipe:
             flush()
 
-    group: list = []
-    current = None
-    for row in rows:
-        if row["rk"] != current:
-            if group:
-                send(current, group)
-            current, group = row["rk"], []
-        group.append(row)
-    if group:
-        send(current, group)
-    if pending:
-        flush()
-    client.close()
-    return applied, skipped
+    try:
+        for batch in batches:
+            for rk, ops, latest in zip(batch.column("rk").to_pylist(), batch.column("ops").to_pylist(),
+                                       batch.column("t").to_pylist()):
+                send(rk, ops, latest)
+        if pending:
+            flush()
+    finally:
+        client.close()
+    yield pa.RecordBatch.from_pydict({"applied": [applied], "skipped": [skipped]},
+                                     schema=pa.schema([("applied", pa.int64()), ("skipped", pa.int64())]))

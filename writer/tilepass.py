@@ -281,40 +281,50 @@ def partial_rows(frames: dict[str, DataFrame], states: Sequence[StateSpec],
     return reduce(DataFrame.unionByName, out) if out else None
 
 
+#: columns of :func:`merge_rows_all`
+MERGE_KEY_COLUMNS = ("rk", "ops", "t")
+
+
 def merge_rows_all(frames: dict[str, DataFrame], states: Sequence[StateSpec], partitions: int) -> DataFrame:
-    """A micro-batch's merge ops of every state (``writer.tiles.merge_rows`` columns), grouped by key.
+    """A micro-batch's merge ops of every state, one row per key (what ``writer.sink.merge_keys`` applies).
 
     Merged-tile states come from :func:`partial_rows` (one pass for all of
-    them); write logs and ``Decayed*`` from ``writer.tiles.merge_rows``, per
-    state.
+    them: the writes are hash-partitioned by ``rk`` once, the partial
+    aggregates computed, and each key's ops gathered with no other
+    shuffle); write logs and ``Decayed*`` from ``writer.tiles.merge_rows``,
+    per state (one row per key already).
 
     Args:
         frames: ``writer.tiles.feature_frames`` output for the batch's events.
         states: the states written.
-        partitions: output partitions (and of the shuffles); every row of
-            one ``rk`` is in one of them, and a key's rows are contiguous
-            there (what ``writer.sink.merge_partition`` needs).
+        partitions: the writes are hash-partitioned by ``rk`` into this many
+            partitions (the cores: a micro-batch's few MB would otherwise be
+            coalesced into one task by adaptive execution).
 
     Returns:
-        Columns ``writer.tiles.MERGE_COLUMNS`` (``rk``, ``field``, ``value``, ``mode``, ``t``).
+        Columns :data:`MERGE_KEY_COLUMNS`: ``rk``; ``ops``
+        (``array<array<string>>``: per merge op ``[mode, field, value]``,
+        the ``writer.tiles.merge_rows`` columns: ``mode`` the ``event.lua``
+        op, see its docstring); ``t`` (long, epoch ms): the latest write time
+        of the key in the batch (it drives pruning).
     """
     from writer.tiles import merge_rows
     from writer.writes import writes_of_state
 
+    def gather(rows: DataFrame) -> DataFrame:
+        # rows are hash-partitioned by rk: this groupBy adds no shuffle
+        return rows.groupBy("rk").agg(F.collect_list(F.array("op", "field", "value")).alias("ops"),
+                                      F.max("t").alias("t"))
+
     parts = []
-    rows = partial_rows(frames, states, key_partitions=partitions,
-                        finish=lambda rows: rows.sortWithinPartitions("rk"))
+    rows = partial_rows(frames, states, key_partitions=partitions, finish=gather)
     if rows is not None:
-        parts.append(rows.select("rk", "field", "value", F.col("op").alias("mode"), "t"))
+        parts.append(rows)
     for st in states:
-        if form(st) is None:
-            parts.append(merge_rows(writes_of_state(frames, st).repartition(partitions, "rk"), st)
-                         .sortWithinPartitions("rk"))
-    out = reduce(DataFrame.unionByName, parts)
-    # each part holds whole keys per partition, sorted (a key's rk names its
-    # state, and a state is in one part): coalescing keeps every key's rows
-    # contiguous in one partition, without another shuffle
-    return out.coalesce(partitions)
+        if form(st) is None:  # one row per key
+            r = merge_rows(writes_of_state(frames, st), st)
+            parts.append(r.select("rk", F.array(F.array("mode", "field", "value")).alias("ops"), "t"))
+    return reduce(DataFrame.unionByName, parts)
 
 
 def state_rows_all(frames: dict[str, DataFrame], states: Sequence[StateSpec], start_ms: int,
