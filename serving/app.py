@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from compiler.plan import Plan
+from serving.deps import ApiKeys
 from serving.errors import install_error_handlers
 from serving.evaluate import Evaluator, OnlineStarts
 from serving.fastpath import ScowlAPI
@@ -63,7 +64,7 @@ def create_app(plan: Plan, settings: Settings | None = None, redis_url: str | No
     app = ScowlAPI(title="scowl", version="0.1.0", lifespan=lifespan)
     app.state.plan = plan
     app.state.settings = settings
-    app.state.api_keys = settings.key_set()
+    app.state.api_keys = ApiKeys(settings.key_set())
     install_error_handlers(app)
     app.include_router(events.router)
     app.include_router(meta.router)

@@ -8,7 +8,9 @@ dependency in its thread pool, a thread hand-off per dependency per request
 
 from __future__ import annotations
 
-from typing import Annotated
+import hashlib
+import hmac
+from typing import Annotated, Iterable
 
 from fastapi import Depends, Header, Query, Request
 
@@ -27,14 +29,58 @@ async def get_store(request: Request) -> Store:
     return request.app.state.store
 
 
+class ApiKeys:
+    """The accepted API keys, checked in constant time (``SCOWL_API_KEYS``).
+
+    Several keys may be accepted at once, so a key is rotated without
+    downtime: add the new one, move the clients, remove the old one. A
+    presented key is compared with *every* accepted key, each comparison
+    over SHA-256 digests with ``hmac.compare_digest``: how long a check
+    takes depends neither on which key matched, nor on how much of a key
+    was right, nor on its length.
+
+    Args:
+        keys: the accepted keys (strings); none disables authentication.
+
+    Source: Python ``hmac.compare_digest`` (constant-time comparison);
+    OWASP, "Authentication Cheat Sheet" (timing attacks on secrets).
+    """
+
+    def __init__(self, keys: Iterable[str]):
+        self._digests = tuple(hashlib.sha256(k.encode("utf-8")).digest() for k in sorted(set(keys)))
+
+    def __bool__(self) -> bool:
+        """Whether authentication is on (at least one key)."""
+        return bool(self._digests)
+
+    def __len__(self) -> int:
+        return len(self._digests)
+
+    def accepts(self, given: str | None) -> bool:
+        """Whether ``given`` (the ``x-api-key`` header, ``None`` when absent) is an accepted key.
+
+        Always true when no key is configured.
+        """
+        if not self._digests:
+            return True
+        digest = hashlib.sha256((given or "").encode("utf-8", "surrogateescape")).digest()
+        ok = False
+        for d in self._digests:  # no early exit
+            ok |= hmac.compare_digest(digest, d)
+        return ok and given is not None
+
+
+#: Paths answered without the key even with ``SCOWL_AUTH_ALL`` (probes of process managers).
+OPEN_PATHS = frozenset({"/health", "/ready"})
+
+
 async def check_api_key(request: Request, x_api_key: Annotated[str | None, Header()] = None) -> None:
-    """Require a valid ``x-api-key`` header when ``SCOWL_API_KEYS`` is set.
+    """Require a valid ``x-api-key`` header when ``SCOWL_API_KEYS`` is set (:class:`ApiKeys`).
 
     Raises:
         ApiError: 401 ``unauthorized``.
     """
-    keys = request.app.state.api_keys
-    if keys and x_api_key not in keys:
+    if not request.app.state.api_keys.accepts(x_api_key):
         raise ApiError(401, "unauthorized", "missing or wrong x-api-key header")
 
 

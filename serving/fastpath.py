@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl
 import orjson
 from fastapi import FastAPI
 
-from serving.deps import parse_flag
+from serving.deps import OPEN_PATHS, parse_flag
 from serving.errors import ApiError, error_body
 from serving.evaluate import BadEvent
 from serving.routes.events import _process, _select
@@ -30,6 +30,22 @@ from serving.routes.events import _process, _select
 logger = logging.getLogger("scowl.serving")
 
 _JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+def _header(scope, name: bytes) -> str | None:
+    """The value of header ``name`` (lower-case bytes) of an ASGI scope, or ``None``."""
+    for k, v in scope["headers"]:
+        if k == name:
+            return v.decode("latin-1")
+    return None
+
+
+async def _answer(send, status: int, payload) -> None:
+    """Send one JSON response (``payload`` encoded with orjson)."""
+    body = orjson.dumps(payload)
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 class _Disconnected(Exception):
@@ -47,11 +63,22 @@ class ScowlAPI(FastAPI):
     fast_path: bool = True
 
     async def __call__(self, scope, receive, send) -> None:
-        """ASGI entry point: ``POST /event`` on the fast path, anything else through FastAPI."""
-        if self.fast_path and scope["type"] == "http" and scope["path"] == "/event" \
-                and scope["method"] == "POST" and getattr(self.state, "evaluator", None) is not None:
-            await self.post_event_fast(scope, receive, send)
-            return
+        """ASGI entry point: ``POST /event`` on the fast path, anything else through FastAPI.
+
+        With ``SCOWL_AUTH_ALL`` (``Settings.auth_all``) and keys set, a
+        request to any path but ``serving.deps.OPEN_PATHS`` without an
+        accepted ``x-api-key`` is answered 401 here.
+        """
+        if scope["type"] == "http":
+            if self.fast_path and scope["path"] == "/event" and scope["method"] == "POST" \
+                    and getattr(self.state, "evaluator", None) is not None:
+                await self.post_event_fast(scope, receive, send)
+                return
+            settings = getattr(self.state, "settings", None)
+            if settings is not None and settings.auth_all and scope["path"] not in OPEN_PATHS \
+                    and not self.state.api_keys.accepts(_header(scope, b"x-api-key")):
+                await _answer(send, 401, error_body("unauthorized", "missing or wrong x-api-key header"))
+                return
         await super().__call__(scope, receive, send)
 
     async def post_event_fast(self, scope, receive, send) -> None:
@@ -73,10 +100,7 @@ class ScowlAPI(FastAPI):
         except Exception:  # noqa: BLE001 - the API answers every failure in its error shape
             logger.exception("POST /event failed")
             status, payload = 500, error_body("internal-error", "internal server error")
-        body = orjson.dumps(payload)
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await _answer(send, status, payload)
 
     async def _event(self, scope, receive) -> dict:
         state = self.state
@@ -86,8 +110,7 @@ class ScowlAPI(FastAPI):
                 api_key = value.decode("latin-1")
             elif name == b"content-length":
                 declared = value
-        keys = state.api_keys
-        if keys and api_key not in keys:
+        if not state.api_keys.accepts(api_key):
             raise ApiError(401, "unauthorized", "missing or wrong x-api-key header")
         features = exports = None
         qs = scope.get("query_string") or b""

@@ -12,9 +12,16 @@ class Settings(BaseSettings):
     Attributes:
         redis_url: ``SCOWL_REDIS_URL``; ``None`` means the embedded server.
         api_keys: ``SCOWL_API_KEYS``, comma-separated; empty means no auth.
+            Several keys are accepted at once (rotation).
+        auth_all: ``SCOWL_AUTH_ALL``: with keys set, require one on every
+            path but ``/health`` and ``/ready`` (``/metrics``, ``/topology``,
+            ``/docs``, ``/openapi.json`` too), not only on ``/event`` and
+            ``/batch``.
         home: ``SCOWL_HOME``, state directory of the embedded server.
-        max_body_bytes: largest accepted request body (413 above).
-        max_batch: largest accepted ``/batch`` array.
+        max_body_bytes: ``SCOWL_MAX_BODY_BYTES``: largest accepted request
+            body in bytes (413 ``body-too-large`` above; default 10 MiB).
+        max_batch: ``SCOWL_MAX_BATCH``: largest accepted ``/batch`` array
+            (413 ``batch-too-large`` above; default 100,000 events).
         id_ttl_s: how long an ``_id`` is remembered for idempotency (seconds).
         store_timeout_s: Redis socket timeout (seconds).
         event_stream: ``SCOWL_EVENT_STREAM``: a Redis stream key in the store
@@ -29,6 +36,7 @@ class Settings(BaseSettings):
 
     redis_url: str | None = None
     api_keys: str = ""
+    auth_all: bool = False
     home: str = ".scowl"
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     max_batch: int = Field(default=100_000, ge=1)

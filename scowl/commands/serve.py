@@ -65,7 +65,9 @@ def serve(
     SCOWL_REDIS_URL, else the embedded one under SCOWL_HOME (default
     ./.scowl), shared with `scowl backfill`. --workers N runs N uvicorn
     worker processes on the port, all over that one store. API keys:
-    SCOWL_API_KEYS (comma-separated; none means no authentication). Stop it
+    SCOWL_API_KEYS (comma-separated, several for rotation; none means no
+    authentication); SCOWL_AUTH_ALL=true requires the key on every path
+    but /health and /ready (/metrics included). Stop it
     with Ctrl-C or kill: requests in flight are answered first (by every
     worker), then the embedded store is saved and stopped.
     """
