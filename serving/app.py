@@ -18,6 +18,7 @@ from serving.deps import ApiKeys
 from serving.errors import install_error_handlers
 from serving.evaluate import Evaluator, OnlineStarts
 from serving.fastpath import ScowlAPI
+from serving.openapi import install_event_schemas
 from serving.routes import events, meta
 from serving.settings import Settings
 from serving.store import Store
@@ -68,6 +69,7 @@ def create_app(plan: Plan, settings: Settings | None = None, redis_url: str | No
     install_error_handlers(app)
     app.include_router(events.router)
     app.include_router(meta.router)
+    install_event_schemas(app, plan)
     return app
 
 
