@@ -70,7 +70,7 @@ from compiler.plan import Plan, StateSpec
 from compiler.typesystem import format_time
 from writer.pointintime import staged_stage_count
 from writer.sink import write_keys, write_partition
-from writer.sources import read_events, valid
+from writer.sources import EVENT_ID, mark_repeated_ids, read_events, valid
 from writer.status import read_coverage, read_online_starts, record_coverage, state_features
 from writer.tilepass import form, state_rows_all
 from writer.tiles import feature_frames, state_rows
@@ -343,7 +343,8 @@ def _read_input(spark: SparkSession, plan: Plan, paths: Sequence[str | Path], re
     ok = valid(list(plan.events))
     # one pass over the cached events for the span and both counts
     span = raw.agg(F.min(F.when(ok, F.col("_time_ms"))), F.max(F.when(ok, F.col("_time_ms"))),
-                   F.count(F.when(ok, 1)), F.count(F.when(~ok | ok.isNull(), 1))).collect()[0]
+                   F.count(F.when(ok, 1)), F.count(F.when(~ok | ok.isNull(), 1)),
+                   F.count(F.when(ok, EVENT_ID))).collect()[0]
     bad = raw.where(~ok | ok.isNull())
     rejected = span[3]
     rejected_path = None
@@ -353,8 +354,11 @@ def _read_input(spark: SparkSession, plan: Plan, paths: Sequence[str | Path], re
     if span[2] == 0:
         raw.unpersist()
         raise BackfillError("no valid events in the input (each record needs a known _type and a parseable _time)")
+    events = raw.where(ok)
+    if span[4]:  # events with an _id: a repeated one writes nothing (SPEC §4), marked once for every window
+        events = mark_repeated_ids(events).persist(StorageLevel.MEMORY_AND_DISK)
     progress("read", 1, 1)
-    return _Input(raw, raw.where(ok), (span[0], span[1] + 1), rejected, rejected_path, time.perf_counter() - t0,
+    return _Input(raw, events, (span[0], span[1] + 1), rejected, rejected_path, time.perf_counter() - t0,
                   valid=span[2])
 
 
@@ -538,6 +542,7 @@ def run_backfill(
             win = _window(plan, states, s, e, *_store_state(plan, redis_url), force)
         return _execute(spark, plan, inp, win, redis_url, report_progress)
     finally:
+        inp.events.unpersist()
         inp.raw.unpersist()
 
 
@@ -591,4 +596,5 @@ def run_auto_backfill(
                                         lambda phase, done, total: report_progress(prefix + phase, done, total)))
         return report
     finally:
+        inp.events.unpersist()
         inp.raw.unpersist()

@@ -90,6 +90,7 @@ from compiler.plan import Feature, Plan
 from compiler.typesystem import SPARK_TYPES
 from writer.features import StagedFeatureError, needed_features, with_features
 from writer.session import checkpoint_without_codegen, drop_checkpoint
+from writer.sources import carried_columns
 from writer.writes import writes_of_state
 
 __all__ = ["PointInTime", "dependency_stages", "staged_stage_count", "lookback_ms", "point_in_time"]
@@ -277,7 +278,7 @@ class PointInTime:
             if have is not None and names <= have[0]:
                 continue
             cols = frozenset(names | (have[0] if have is not None else set()))
-            df = self.events.where(F.col("_type") == F.lit(ev)).select("_time_ms", "_seq", "_raw")
+            df = self.events.where(F.col("_type") == F.lit(ev)).select(*carried_columns(self.events), "_raw")
             df = with_features(df, self.plan.events[ev], sorted(cols)).drop("_raw")
             df = checkpoint_without_codegen(df, self.storage)
             if have is not None:
@@ -303,7 +304,7 @@ class PointInTime:
         ep = self.plan.events[event]
         base = self._base.get(event)
         if base is None:  # nothing of stage 0 needed
-            df = self.events.where(F.col("_type") == F.lit(event)).select("_time_ms", "_seq")
+            df = self.events.where(F.col("_type") == F.lit(event)).select(*carried_columns(self.events))
         else:
             df = base[1]
         return with_features(df, ep, names, staged=self)

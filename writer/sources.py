@@ -123,3 +123,47 @@ def read_events(spark: SparkSession, paths: Sequence[str | Path], dense_seq: boo
 def valid(event_types: Sequence[str]) -> Column:
     """Return the condition a raw event must meet to be used."""
     return F.col("_type").isin(list(event_types)) & F.col("_time_ms").isNotNull()
+
+
+#: The event's ``_id`` (SPEC §4), as the API reads it: a string, or an integer as its decimal text.
+EVENT_ID = F.get_json_object(F.col("_raw"), "$._id")
+
+
+def mark_repeated_ids(events: DataFrame, any_ids: bool = True) -> DataFrame:
+    """Add ``_repeat`` (boolean): an earlier event of the input (smaller ``_seq``) has the same ``_id``.
+
+    The API answers a repeated ``_id`` without writing it again (SPEC §4):
+    every job that writes state from an input leaves the repeats' writes out
+    (``writer.writes.writes_of_state``, ``writer.tilepass``), and replay
+    still gives them a row, read without their own write, as the API
+    answers them. Events without ``_id`` are never repeats. Ids are compared
+    across event types and over the whole input (the API remembers an id
+    for ``SCOWL_ID_TTL_S``; a batch input has no arrival clock, so within one
+    input a repeat is always left out).
+
+    Args:
+        events: raw events (``_seq``, ``_raw``).
+        any_ids: whether any event has an ``_id`` (the caller's count); with
+            none, ``_repeat`` is the constant false and nothing is shuffled.
+
+    Returns:
+        ``events`` with ``_repeat``. The window partitions by the id, each
+        event without one in a partition of its own (no skew on null).
+    """
+    from pyspark.sql import Window
+
+    if not any_ids:
+        return events.withColumn("_repeat", F.lit(False))
+    ident = F.coalesce(F.concat(F.lit("i"), EVENT_ID), F.concat(F.lit("n"), F.col("_seq").cast("string")))
+    first = Window.partitionBy(ident).orderBy("_seq")
+    return events.withColumn("_repeat", EVENT_ID.isNotNull() & (F.row_number().over(first) > F.lit(1)))
+
+
+def carried_columns(df: DataFrame) -> list[str]:
+    """The raw-event columns feature frames keep: ``_time_ms``, ``_seq`` and ``_repeat`` when present."""
+    return ["_time_ms", "_seq", *(["_repeat"] if "_repeat" in df.columns else [])]
+
+
+def counted(df: DataFrame) -> Column:
+    """The condition a feature frame's event meets to write state: not a repeated ``_id`` (:func:`mark_repeated_ids`)."""
+    return ~F.col("_repeat") if "_repeat" in df.columns else F.lit(True)

@@ -68,7 +68,7 @@ from compiler.plan import Plan, StateSpec
 from compiler.typesystem import time_column
 from writer.session import checkpoint_without_codegen, drop_checkpoint
 from writer.sink import merge_keys, merge_params
-from writer.sources import valid
+from writer.sources import EVENT_ID, mark_repeated_ids, valid
 from writer.tilepass import merge_rows_all
 from writer.tiles import feature_frames
 
@@ -372,6 +372,7 @@ class BatchProcessor:
             F.count(F.when(ok, 1)).alias("valid"),
             F.count(F.when(late, 1)).alias("late"),
             F.max(F.when(ok, F.col("_time_ms"))).alias("max_t"),
+            F.count(F.when(ok, EVENT_ID)).alias("ids"),
             *[F.min(F.when(ok & ~late & (F.col("_type") == F.lit(ev)), F.col("_time_ms"))).alias(f"min_{i}")
               for i, ev in enumerate(writers)],
         ).collect()[0]
@@ -401,7 +402,9 @@ class BatchProcessor:
                     str(self.dead_letter / "late" / f"batch-{batch_id}"))
             if res.events and self.states:
                 self._record_written(earliest)
-                res.applied, res.skipped = self._merge(spark, raw.where(ok & ~late), batch_id)
+                # a repeated _id writes nothing (SPEC §4): repeats within the batch are marked
+                on_time = mark_repeated_ids(raw.where(ok & ~late), any_ids=bool(row["ids"]))
+                res.applied, res.skipped = self._merge(spark, on_time, batch_id)
         finally:
             raw.unpersist()
         res.seconds = time.perf_counter() - t0

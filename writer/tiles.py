@@ -33,6 +33,7 @@ from compiler.algebra.registry import expiry_ms, storage_of
 from compiler.algebra.spark import SPARK, values_json_column
 from compiler.plan import Plan, StateSpec
 from writer.features import with_features
+from writer.sources import carried_columns
 
 ROW_COLUMNS = ("rk", "field", "value", "mode", "ttl_ms")
 
@@ -113,7 +114,7 @@ def feature_frames(raw: DataFrame, plan: Plan, states: Sequence[StateSpec], hist
     out = {}
     report("features", 0, len(needs))
     for i, (ev, names) in enumerate(sorted(needs.items()), start=1):
-        df = raw.where(F.col("_type") == F.lit(ev)).select("_time_ms", "_seq", "_raw")
+        df = raw.where(F.col("_type") == F.lit(ev)).select(*carried_columns(raw), "_raw")
         df = with_features(df, plan.events[ev], sorted(names), staged=staged)
         out[ev] = df.drop("_raw")
         if persist or ev in staged_events:

@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 from compiler.algebra.keys import PREFIX
 from compiler.algebra.spark import encode_tuple_column
 from compiler.plan import StateSpec
+from writer.sources import counted
 
 __all__ = ["writes_of_state"]
 
@@ -20,7 +21,9 @@ def writes_of_state(frames: dict[str, DataFrame], state: StateSpec) -> DataFrame
     """Return the counted writes of one state: ``rk``, ``t`` (ms), ``seq``, ``v0..vn``.
 
     Applies SPEC §2.4's write rules per writer event: the ``where`` filter
-    (null is false), non-null values, non-null key components.
+    (null is false), non-null values, non-null key components; and leaves out
+    the events that repeat an earlier ``_id`` (SPEC §4, ``_repeat`` of
+    ``writer.sources.mark_repeated_ids``).
 
     Args:
         frames: output of :func:`feature_frames`.
@@ -31,7 +34,7 @@ def writes_of_state(frames: dict[str, DataFrame], state: StateSpec) -> DataFrame
     parts = []
     for ev, w in sorted(state.writes.items()):
         df = frames[ev]
-        cond = F.lit(True)
+        cond = counted(df)
         if w.where is not None:
             cols = {n: F.col(f"f_{n}") for n in w.where.refs()}
             cond = F.coalesce(compile_column(w.where, cols, F.col("_time_ms")), F.lit(False))
