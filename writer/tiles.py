@@ -200,12 +200,15 @@ MERGE_COLUMNS = ("rk", "field", "value", "mode", "t")
 
 
 def merge_rows(writes: DataFrame, state: StateSpec) -> DataFrame:
-    """Return a micro-batch's partial aggregates of one state as merge ops (SPEC §5.7).
+    """Return a micro-batch's partial aggregates of one write-log or ``Decayed*`` state as merge ops (SPEC §5.7).
 
-    Unlike :func:`state_rows` (complete tiles that overwrite), these rows are
+    The merge ops of every kind of state are listed here; this function makes
+    ``DM`` and ``ZM`` rows, ``writer.tilepass.merge_rows_all`` the others.
+    Unlike :func:`state_rows` (complete state that overwrites), these rows are
     *merged* into whatever the store holds -- earlier batches and the online
     API add to the same tiles -- by the ``event.lua`` op named in ``mode``
-    (``writer.sink.merge_partition`` applies them, guarded per key):
+    (``writer.sink.merge_keys`` applies them, guarded per key, gathered by
+    ``writer.tilepass.merge_rows_all``):
 
     ============ ===================== =========================================
     mode         field / value         merge (``ops.AggregateOp.merge``)
@@ -226,11 +229,7 @@ def merge_rows(writes: DataFrame, state: StateSpec) -> DataFrame:
                                        order, then trimmed as ``ZW`` does
     ============ ===================== =========================================
 
-    All partials are computed with Spark built-ins, as :func:`state_rows`
-    computes tiles (no Python UDF). Every row of one ``rk`` comes from one
-    partition of ``writes`` when ``writes`` is hash-partitioned by ``rk``
-    (aggregations over ``rk`` and projections only, no union), so
-    ``writes.repartition(n, "rk")`` gives one call per key in the sink.
+    Computed with Spark built-ins (no Python UDF), one row per key.
 
     Args:
         writes: output of ``writer.writes.writes_of_state`` for the batch's events.
@@ -239,6 +238,9 @@ def merge_rows(writes: DataFrame, state: StateSpec) -> DataFrame:
     Returns:
         Columns :data:`MERGE_COLUMNS`; ``t`` (long, epoch ms) is the latest
         write time the row holds (the key's latest one drives pruning).
+
+    Raises:
+        ValueError: a state of another kind (``writer.tilepass`` merges it).
     """
     nv = len(state.value_types)
     storage = storage_of(state)

@@ -295,7 +295,8 @@ class _HyperLogLog(SparkAggregate):
         slot, rho = hll_coupon_columns(encode_tuple_column(vals, types))
         return {"slot": slot, "rho": rho}
 
-    sweep_columns = lambda self, types, names, vals: self.write_columns(types, vals)  # noqa: E731
+    def sweep_columns(self, types, names, vals):
+        return self.write_columns(types, vals)
 
     def empty(self, types):
         return F.lit(0).cast("long")
@@ -308,7 +309,8 @@ class _CountUnique(SparkAggregate):
     def write_columns(self, types, vals):
         return {"u": encode_tuple_column(vals, types)}
 
-    sweep_columns = lambda self, types, names, vals: self.write_columns(types, vals)  # noqa: E731
+    def sweep_columns(self, types, names, vals):
+        return self.write_columns(types, vals)
 
     def empty(self, types):
         return F.lit(0).cast("long")

@@ -19,7 +19,7 @@ from scowl.common import (
 )
 from scowl.signals import signals_request_stop
 
-#: Test-only fault injection, ``<batch id>:<keys>:<path>`` (``writer.sink.merge_partition``).
+#: Test-only fault injection, ``<batch id>:<keys>:<path>`` (``writer.sink.merge_keys``).
 FAULT_ENV = "SCOWL_STREAM_FAULT"
 
 

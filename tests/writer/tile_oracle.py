@@ -162,45 +162,12 @@ MERGE_COLUMNS = ("rk", "field", "value", "mode", "t")
 
 
 def merge_rows(writes: DataFrame, state: StateSpec) -> DataFrame:
-    """Return a micro-batch's partial aggregates of one state as merge ops (SPEC §5.7).
+    """Return a micro-batch's partial aggregates of one state as merge ops (``writer.tiles.merge_rows`` columns).
 
-    Unlike :func:`state_rows` (complete tiles that overwrite), these rows are
-    *merged* into whatever the store holds -- earlier batches and the online
-    API add to the same tiles -- by the ``event.lua`` op named in ``mode``
-    (``writer.sink.merge_partition`` applies them, guarded per key):
-
-    ============ ===================== =========================================
-    mode         field / value         merge (``ops.AggregateOp.merge``)
-    ============ ===================== =========================================
-    ``I``/``F``  tile / partial count  add (int exact, resp. float)
-                 or sum
-    ``MIN:k``    tile / partial        keep the smaller / larger (``k``: ``n``
-    ``MAX:k``    extreme               float, ``i`` int64 text, ``s`` string)
-    ``FI``       tile / ``ms\\tjson``   the earlier write wins (``First``)
-    ``HMS``      tile / ``;slot:rho``  register-wise max (``HyperLogLog``)
-    ``SEEN``     ``u<tuple>`` / ms     keep the later time (``CountUnique``)
-    ``LA``       ``lt`` / ``ms\\tjson`` the later write wins (``Latest*``)
-    ``DM``       ``dt`` / ``ms\\tv\\tw``  decayed sums weighed at ``ms`` combine
-    ``ZM``       ``""`` / JSON list    write log: the batch's ``n`` latest
-                                       writes ``[{"t", "r", "j"}]`` oldest
-                                       first (``r``: rank among the batch's
-                                       writes of the key at ``t``), added in
-                                       order, then trimmed as ``ZW`` does
-    ============ ===================== =========================================
-
-    All partials are computed with Spark built-ins, as :func:`state_rows`
-    computes tiles (no Python UDF). Every row of one ``rk`` comes from one
-    partition of ``writes`` when ``writes`` is hash-partitioned by ``rk``
-    (aggregations over ``rk`` and projections only, no union), so
-    ``writes.repartition(n, "rk")`` gives one call per key in the sink.
-
-    Args:
-        writes: output of :func:`writes_of_state` for the batch's events.
-        state: the state.
-
-    Returns:
-        Columns :data:`MERGE_COLUMNS`; ``t`` (long, epoch ms) is the latest
-        write time the row holds (the key's latest one drives pruning).
+    The per-state oracle of ``writer.tilepass.merge_rows_all``: one branch per
+    function, as the stream ran before the one pass (the ``mode`` column is
+    the ``event.lua`` op, see ``writer.tiles.merge_rows``); write logs and
+    ``Decayed*`` are ``writer.tiles.merge_rows`` itself.
     """
     fn = state.function
     op = make_op(fn, state.value_types, window_s=state.window_s)
