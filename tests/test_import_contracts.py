@@ -53,3 +53,25 @@ def test_a_forbidden_import_is_caught(tmp_path):
     assert r.returncode == 1, r.stdout + r.stderr
     assert "compiler.bad -> serving.store" in r.stdout and "writer.status -> serving.store" in r.stdout, r.stdout
     assert "2 kept, 2 broken" in r.stdout, r.stdout
+
+
+def test_every_module_imports_without_spark():
+    """No module builds a Spark ``Column`` at import time (that needs a live SparkContext: ``scowl replay
+    --help`` or a worker process would fail), checked in a fresh interpreter."""
+    code = (
+        "import importlib, pkgutil\n"
+        "bad = []\n"
+        "for pkg in ('compiler', 'writer', 'serving', 'scowl'):\n"
+        "    for info in pkgutil.walk_packages(importlib.import_module(pkg).__path__, pkg + '.'):\n"
+        "        if info.name.endswith('__main__'):\n"
+        "            continue\n"
+        "        try:\n"
+        "            importlib.import_module(info.name)\n"
+        "        except BaseException as e:\n"
+        "            bad.append(f'{info.name}: {e!r}')\n"
+        "from pyspark import SparkContext\n"
+        "assert SparkContext._active_spark_context is None\n"
+        "print('\\n'.join(bad) or 'ok')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr

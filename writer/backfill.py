@@ -70,7 +70,7 @@ from compiler.plan import Plan, StateSpec
 from compiler.typesystem import format_time
 from writer.pointintime import staged_stage_count
 from writer.sink import write_keys, write_partition
-from writer.sources import EVENT_ID, mark_repeated_ids, read_events, valid
+from writer.sources import event_id, mark_repeated_ids, read_events, valid
 from writer.status import read_coverage, read_online_starts, record_coverage, state_features
 from writer.tilepass import form, state_rows_all
 from writer.tiles import feature_frames, state_rows
@@ -344,7 +344,7 @@ def _read_input(spark: SparkSession, plan: Plan, paths: Sequence[str | Path], re
     # one pass over the cached events for the span and both counts
     span = raw.agg(F.min(F.when(ok, F.col("_time_ms"))), F.max(F.when(ok, F.col("_time_ms"))),
                    F.count(F.when(ok, 1)), F.count(F.when(~ok | ok.isNull(), 1)),
-                   F.count(F.when(ok, EVENT_ID))).collect()[0]
+                   F.count(F.when(ok, event_id()))).collect()[0]
     bad = raw.where(~ok | ok.isNull())
     rejected = span[3]
     rejected_path = None

@@ -49,7 +49,7 @@ from pyspark.sql import functions as F
 from compiler.plan import EventPlan, Plan
 from compiler.typesystem import format_time_column, parse_type
 from writer.pointintime import PointInTime
-from writer.sources import EVENT_ID, mark_repeated_ids, read_events, valid
+from writer.sources import event_id, mark_repeated_ids, read_events, valid
 
 Progress = Callable[[str, int, int], None]
 
@@ -225,7 +225,7 @@ def run_replay(
         report.rejected_path = str(Path(rejected_dir) / f"replay-{int(time.time() * 1000)}")
         bad.select("_raw").write.mode("overwrite").text(report.rejected_path)
     events = raw.where(ok).persist(StorageLevel.MEMORY_AND_DISK)
-    counts = events.groupBy("_type").agg(F.count(F.lit(1)).alias("n"), F.count(EVENT_ID).alias("ids")).collect()
+    counts = events.groupBy("_type").agg(F.count(F.lit(1)).alias("n"), F.count(event_id()).alias("ids")).collect()
     present = {r["_type"]: r["n"] for r in counts}
     if any(r["ids"] for r in counts):  # a repeated _id is answered, not written (SPEC §4): its writes are left out
         marked = mark_repeated_ids(events).persist(StorageLevel.MEMORY_AND_DISK)

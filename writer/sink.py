@@ -300,3 +300,50 @@ def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: 
         client.close()
     yield pa.RecordBatch.from_pydict({"applied": [applied], "skipped": [skipped]},
                                      schema=pa.schema([("applied", pa.int64()), ("skipped", pa.int64())]))
+
+
+def claim_ids(batches: Iterable, url: str, marker: str, ttl_ms: int):
+    """Claim the ``_id`` of each event of a stream micro-batch in the store, as the API does (SPEC §4).
+
+    A ``mapInArrow`` function over rows ``_id`` (string), ``_seq`` (long).
+    Each id's idempotency key (``compiler.algebra.storekeys.id_key``, the
+    API's) is set to ``marker`` (the stream's and batch's) unless it exists
+    (``SET NX GET``, expiring after ``ttl_ms``): an id the API or an earlier
+    micro-batch recorded is a repeat, and its event writes nothing; an id
+    holding this very ``marker`` was claimed by an earlier attempt of the
+    same batch (a re-run), and is kept. Pipelined, :data:`MERGE_BATCH` at a
+    time.
+
+    Args:
+        batches: ``pyarrow.RecordBatch`` objects with ``_id`` and ``_seq``.
+        url: Redis URL of the store.
+        marker: ``_b:<stream id>:<batch id>``.
+        ttl_ms: how long a claimed id is remembered (the API's ``SCOWL_ID_TTL_S``).
+
+    Yields:
+        Record batches ``_seq`` (int64), ``_taken`` (bool: the id was
+        recorded before, elsewhere).
+
+    Raises:
+        redis.RedisError: the store failed (the batch fails; re-running it is safe).
+    """
+    import pyarrow as pa
+    import redis
+
+    from compiler.algebra.storekeys import id_key
+
+    client = redis.Redis.from_url(url, socket_timeout=60)
+    want = marker.encode()
+    try:
+        for batch in batches:
+            ids, seqs = batch.column("_id").to_pylist(), batch.column("_seq").to_pylist()
+            taken: list[bool] = []
+            for i in range(0, len(ids), MERGE_BATCH):
+                pipe = client.pipeline(transaction=False)
+                for event_id in ids[i:i + MERGE_BATCH]:
+                    pipe.set(id_key(event_id), marker, nx=True, px=ttl_ms, get=True)
+                taken += [old is not None and old != want for old in pipe.execute()]
+            yield pa.RecordBatch.from_pydict({"_seq": seqs, "_taken": taken},
+                                             schema=pa.schema([("_seq", pa.int64()), ("_taken", pa.bool_())]))
+    finally:
+        client.close()

@@ -125,8 +125,9 @@ def valid(event_types: Sequence[str]) -> Column:
     return F.col("_type").isin(list(event_types)) & F.col("_time_ms").isNotNull()
 
 
-#: The event's ``_id`` (SPEC §4), as the API reads it: a string, or an integer as its decimal text.
-EVENT_ID = F.get_json_object(F.col("_raw"), "$._id")
+def event_id() -> Column:
+    """The event's ``_id`` (SPEC §4) from ``_raw``, as the API reads it: a string, or an integer as its decimal text."""
+    return F.get_json_object(F.col("_raw"), "$._id")
 
 
 def mark_repeated_ids(events: DataFrame, any_ids: bool = True) -> DataFrame:
@@ -154,9 +155,9 @@ def mark_repeated_ids(events: DataFrame, any_ids: bool = True) -> DataFrame:
 
     if not any_ids:
         return events.withColumn("_repeat", F.lit(False))
-    ident = F.coalesce(F.concat(F.lit("i"), EVENT_ID), F.concat(F.lit("n"), F.col("_seq").cast("string")))
+    ident = F.coalesce(F.concat(F.lit("i"), event_id()), F.concat(F.lit("n"), F.col("_seq").cast("string")))
     first = Window.partitionBy(ident).orderBy("_seq")
-    return events.withColumn("_repeat", EVENT_ID.isNotNull() & (F.row_number().over(first) > F.lit(1)))
+    return events.withColumn("_repeat", event_id().isNotNull() & (F.row_number().over(first) > F.lit(1)))
 
 
 def carried_columns(df: DataFrame) -> list[str]:

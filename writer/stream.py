@@ -67,8 +67,8 @@ from pyspark.sql import functions as F
 from compiler.plan import Plan, StateSpec
 from compiler.typesystem import time_column
 from writer.session import checkpoint_without_codegen, drop_checkpoint
-from writer.sink import merge_keys, merge_params
-from writer.sources import EVENT_ID, mark_repeated_ids, valid
+from writer.sink import claim_ids, merge_keys, merge_params
+from writer.sources import event_id, mark_repeated_ids, valid
 from writer.tilepass import merge_rows_all
 from writer.tiles import feature_frames
 
@@ -285,6 +285,10 @@ class BatchProcessor:
         to_raw: :func:`dir_raw` or :func:`redis_raw`.
         fault: test-only fault injection (``writer.sink.merge_keys``).
         on_batch: called with each :class:`BatchResult` (progress).
+
+    Attributes:
+        id_ttl_ms: how long a claimed ``_id`` is remembered: ``SCOWL_ID_TTL_S``
+            (the API's setting, default 86400 s), in ms.
     """
 
     def __init__(self, plan: Plan, redis_url: str, checkpoint: Path, stream_id: str, lateness_ms: int,
@@ -296,6 +300,7 @@ class BatchProcessor:
         self.records.mkdir(parents=True, exist_ok=True)
         self.stream_id = stream_id
         self.marker = f"_b:{stream_id}"
+        self.id_ttl_ms = int(os.environ.get("SCOWL_ID_TTL_S") or 86_400) * 1000
         self.lateness_ms = lateness_ms
         self.dead_letter = dead_letter
         self.to_raw = to_raw
@@ -372,7 +377,7 @@ class BatchProcessor:
             F.count(F.when(ok, 1)).alias("valid"),
             F.count(F.when(late, 1)).alias("late"),
             F.max(F.when(ok, F.col("_time_ms"))).alias("max_t"),
-            F.count(F.when(ok, EVENT_ID)).alias("ids"),
+            F.count(F.when(ok, event_id())).alias("ids"),
             *[F.min(F.when(ok & ~late & (F.col("_type") == F.lit(ev)), F.col("_time_ms"))).alias(f"min_{i}")
               for i, ev in enumerate(writers)],
         ).collect()[0]
@@ -402,8 +407,11 @@ class BatchProcessor:
                     str(self.dead_letter / "late" / f"batch-{batch_id}"))
             if res.events and self.states:
                 self._record_written(earliest)
-                # a repeated _id writes nothing (SPEC §4): repeats within the batch are marked
+                # a repeated _id writes nothing (SPEC §4): repeats within the batch are marked, and
+                # the others' ids claimed in the store, where the API and earlier batches claim theirs
                 on_time = mark_repeated_ids(raw.where(ok & ~late), any_ids=bool(row["ids"]))
+                if row["ids"]:
+                    on_time = self._claim_ids(on_time, batch_id)
                 res.applied, res.skipped = self._merge(spark, on_time, batch_id)
         finally:
             raw.unpersist()
@@ -440,6 +448,20 @@ class BatchProcessor:
             client.eval(online_min_script(), 1, ONLINE_KEY, *args)
         finally:
             client.close()
+
+    def _claim_ids(self, events: DataFrame, batch_id: int) -> DataFrame:
+        """``events`` with ``_repeat`` also true for an id the store already holds (``writer.sink.claim_ids``).
+
+        The claims are written in the batch's first job that reads the
+        result; a later job (or a re-run of the batch) finds its own marker
+        and keeps the event.
+        """
+        url, marker, ttl_ms = self.url, f"{self.marker}:{batch_id}", self.id_ttl_ms
+        first = events.where(event_id().isNotNull() & ~F.col("_repeat")).select(event_id().alias("_id"), "_seq")
+        taken = first.mapInArrow(lambda it: claim_ids(it, url, marker, ttl_ms), "_seq long, _taken boolean")
+        return (events.join(taken, "_seq", "left")
+                .withColumn("_repeat", F.col("_repeat") | F.coalesce(F.col("_taken"), F.lit(False)))
+                .drop("_taken"))
 
     def _merge(self, spark: SparkSession, events: DataFrame, batch_id: int) -> tuple[int, int]:
         """Merge the partial aggregates of ``events`` into the store; return ``(applied, skipped)`` keys."""

@@ -9,7 +9,8 @@ same millisecond or later) goes through
    store without its own write, so an inclusive aggregate does not count it);
 2. ``scowl backfill``: the store equals the backfill of the same timeline
    without the repeats;
-3. ``scowl stream`` (one micro-batch holding the repeats): the store equals
+3. ``scowl stream``: with the repeats in one micro-batch, or repeating ids
+   of an earlier micro-batch or of events the API recorded, the store equals
    the stream of the timeline without the repeats (batch markers aside).
 
 Every kind of state is written: tiles (Count, Sum, HyperLogLog, Latest,
@@ -18,6 +19,7 @@ CountUnique), a write log (Sequence) and decayed sums.
 
 from __future__ import annotations
 
+import os
 import random
 
 import orjson
@@ -134,8 +136,11 @@ def test_backfill_writes_a_repeated_id_once(spark, redis_url, plan, tmp_path):
 
 
 def _without_markers(dump: dict) -> dict:
+    """A store image without the stream's batch markers (``_b:<stream id>`` fields, id claims' values)."""
     out = {}
     for key, (kind, content, ttl) in dump.items():
+        if kind == b"string" and key.startswith(b"sc:id:") and content.startswith(b"_b:"):
+            content = b"claimed by a stream batch " + content.rsplit(b":", 1)[1]
         if kind == b"hash":
             content = {f: v for f, v in content.items() if not f.startswith(b"_b:")}
             if not content:
@@ -155,4 +160,34 @@ def test_stream_writes_a_repeated_id_once(spark, redis_url, plan, tmp_path):
     a = run_stream(spark, plan, redis_url, f"dir:{tmp_path / 'all'}", tmp_path / "ck-all", available_now=True)
     b = run_stream(spark, plan, other, f"dir:{tmp_path / 'clean'}", tmp_path / "ck-clean", available_now=True)
     assert [r.events for r in a.batches] == [len(events)] and [r.events for r in b.batches] == [len(clean)]
+    assert_same_store(_without_markers(dump_store(redis_url)), _without_markers(dump_store(other)), plan)
+
+
+def test_stream_leaves_out_ids_of_earlier_batches_and_of_the_api(spark, redis_url, plan, tmp_path):
+    """Ids claimed by an earlier micro-batch, or recorded by the API, are repeats in a later batch."""
+    from writer.stream import run_stream
+
+    events, clean = timeline()
+    half = len(events) // 2
+    early = {id(e) for e in events[:half]}
+    via_api = [e for e in events[:half] if "_id" in e][:3]  # recorded by the API first
+    skip = {id(e) for e in via_api}
+    for name, evs in (("all", events), ("clean", clean)):
+        (tmp_path / name).mkdir()
+        _write(tmp_path / name / "a.jsonl", [e for e in evs if id(e) in early and id(e) not in skip])
+        _write(tmp_path / name / "b.jsonl", [e for e in evs if id(e) not in early])
+        os.utime(tmp_path / name / "a.jsonl", (1_700_000_000, 1_700_000_000))  # the file source goes by mtime
+        os.utime(tmp_path / name / "b.jsonl", (1_700_000_100, 1_700_000_100))
+    other = db_url(redis_url, 3)
+    for url in (redis_url, other):
+        post_all(plan, url, via_api)
+    a = run_stream(spark, plan, redis_url, f"dir:{tmp_path / 'all'}", tmp_path / "ck-all", available_now=True,
+                   max_files_per_trigger=1)
+    b = run_stream(spark, plan, other, f"dir:{tmp_path / 'clean'}", tmp_path / "ck-clean", available_now=True,
+                   max_files_per_trigger=1)
+    assert len(a.batches) == len(b.batches) == 2
+    # the second half repeats ids of the first (and of the API's events): without the claims it would write them
+    kept = {id(e) for e in clean}
+    first_ids = {str(x["_id"]) for x in events[:half] if "_id" in x}
+    assert sum(str(e["_id"]) in first_ids for e in events[half:] if "_id" in e and id(e) not in kept) >= 3
     assert_same_store(_without_markers(dump_store(redis_url)), _without_markers(dump_store(other)), plan)
