@@ -834,16 +834,9 @@ def parse_log_member(member: bytes | str, value_types: Sequence[str]) -> tuple:
 
 def make_op(function: str, value_types: Sequence[str], value_names: Sequence[str] = (),
             window_s: int = 1) -> AggregateOp:
-    """Return the algebra of ``function`` over values of ``value_types`` (``compiler.algebra.registry.make_op``).
+    """Return the algebra of ``function``: ``compiler.algebra.registry.make_op`` (arguments and errors there).
 
-    Args:
-        function: aggregate function name (SPEC §2.4).
-        value_types: the value types (plan ``StateSpec.value_types``).
-        value_names: the value feature names (struct field names).
-        window_s: the window ``W`` in seconds (the decay constant of ``Decayed*``).
-
-    Raises:
-        NotImplementedError: a function not in ``compiler.algebra.registry.REGISTRY``.
+    Kept here for the callers that import the algebra from this module.
     """
     from compiler.algebra.registry import make_op as registry_make_op
 

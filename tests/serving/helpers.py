@@ -32,3 +32,42 @@ def batch(client, events):
     r = client.post("/batch", json=events)
     assert r.status_code == 200, r.text
     return [resp["features"] for resp in r.json()]
+
+
+@contextmanager
+def served(app, log_level: str = "error"):
+    """Run ``app`` with a real uvicorn server in a thread on a free loopback port; yield its base URL.
+
+    Returns once ``GET /ready`` answers 200 (the lifespan ran and the store
+    answers), and stops the server on exit.
+
+    Raises:
+        AssertionError: the server was not ready within 30 s.
+    """
+    import threading
+    import time
+
+    import httpx
+    import uvicorn
+
+    from scowl.embedded import free_port
+
+    port = free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level=log_level, lifespan="on"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    try:
+        while True:
+            try:
+                if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the server did not become ready in 30 s"
+            time.sleep(0.05)
+        yield url
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=10)

@@ -16,8 +16,6 @@ and without the key. Every answer must be:
 
 from __future__ import annotations
 
-import threading
-import time
 from collections import Counter
 
 import httpx
@@ -25,7 +23,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from tests.serving.helpers import compile_text
+from tests.serving.helpers import compile_text, served
 
 TOPOLOGY = """
 event login
@@ -51,30 +49,12 @@ KEY = "fuzz-key"
 
 @pytest.fixture(scope="module")
 def server(redis_server):
-    import uvicorn
-
-    from scowl.embedded import free_port
     from serving.app import create_app
     from serving.settings import Settings
 
     app = create_app(compile_text(TOPOLOGY), Settings(api_keys=KEY, max_batch=50), redis_url=redis_server)
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="on"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    else:  # pragma: no cover - the server did not come up
-        pytest.fail("the fuzz server did not become ready")
-    yield url
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with served(app) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

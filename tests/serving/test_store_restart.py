@@ -34,7 +34,7 @@ import redis
 
 from tests.e2e.helpers import login_purchase_events, post_all
 from tests.e2e.store_dump import assert_same_store, db_url, dump_store
-from tests.serving.helpers import compile_text
+from tests.serving.helpers import compile_text, served
 
 TOPOLOGY = """
 event login
@@ -100,29 +100,13 @@ def store(tmp_path):
 
 @pytest.fixture()
 def server(store):
-    import uvicorn
-
-    from scowl.embedded import free_port
     from serving.app import create_app
     from serving.settings import Settings
 
     app = create_app(compile_text(TOPOLOGY), Settings(store_timeout_s=0.5),
                      redis_url=f"redis://127.0.0.1:{store.port}/0")
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    yield url
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with served(app, log_level="critical") as url:
+        yield url
 
 
 def test_store_killed_and_restarted_under_load(server, store, redis_url):
