@@ -53,9 +53,6 @@ class ApiKeys:
         """Whether authentication is on (at least one key)."""
         return bool(self._digests)
 
-    def __len__(self) -> int:
-        return len(self._digests)
-
     def accepts(self, given: str | None) -> bool:
         """Whether ``given`` (the ``x-api-key`` header, ``None`` when absent) is an accepted key.
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from compiler.algebra.storekeys import DEFAULT_ID_TTL_S
+
 
 class Settings(BaseSettings):
     """Settings of ``scowl serve``.
@@ -40,7 +42,7 @@ class Settings(BaseSettings):
     home: str = ".scowl"
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     max_batch: int = Field(default=100_000, ge=1)
-    id_ttl_s: int = Field(default=86_400, ge=1)
+    id_ttl_s: int = Field(default=DEFAULT_ID_TTL_S, ge=1)
     store_timeout_s: float = Field(default=2.0, gt=0)
     event_stream: str | None = None
 

@@ -69,6 +69,7 @@ from compiler.algebra.windows import levels_s
 from compiler.plan import Plan, StateSpec
 from compiler.typesystem import format_time
 from writer.pointintime import staged_stage_count
+from writer.session import without_codegen
 from writer.sink import write_keys, write_partition
 from writer.sources import event_id, mark_repeated_ids, read_events, valid
 from writer.status import read_coverage, read_online_starts, record_coverage, state_features
@@ -387,20 +388,13 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
     else:
         report.events = events.where((F.col("_time_ms") >= F.lit(ws)) & (F.col("_time_ms") < F.lit(we))).count()
     states = sorted(win.states, key=lambda st: st.definition_hash)
-    # Input coercion makes wide projections; whole-stage code generation of
-    # them can exceed the JVM's 64 KB method limit (Spark then falls back,
-    # slowly, logging errors). Materialise the feature columns without it,
-    # then aggregate with it.
-    previous = spark.conf.get("spark.sql.codegen.wholeStage")
-    spark.conf.set("spark.sql.codegen.wholeStage", "false")
-    try:
+    # materialise the (wide) feature columns without whole-stage codegen, then aggregate with it
+    with without_codegen(spark):
         # writes that depend on aggregates read the events before the window from the input
         history = inp.events.where(F.col("_time_ms") < F.lit(read_end))
         frames = feature_frames(events, plan, states, history=history,
                                 history_start_ms=None if win.decay_end else ws, progress=progress, persist=True)
         report.stages = staged_stage_count(plan, states)
-    finally:
-        spark.conf.set("spark.sql.codegen.wholeStage", previous)
     report.seconds["features"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     url = redis_url

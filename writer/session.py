@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 from collections import OrderedDict
+from contextlib import contextmanager
 from typing import Callable
 
 from pyspark.sql import Column, SparkSession
@@ -104,12 +105,26 @@ def memo_column(key: tuple, build: Callable[[], Column]) -> Column:
     return col
 
 
-def checkpoint_without_codegen(df, storage, eager: bool = True):
-    """``localCheckpoint`` ``df`` with whole-stage code generation off; return the checkpointed DataFrame.
+@contextmanager
+def without_codegen(spark: SparkSession):
+    """Plan the DataFrames made (or materialised) inside the block without whole-stage code generation.
 
     Input coercion makes wide projections whose generated code can exceed
-    the JVM's 64 KB method limit (Spark then falls back, slowly, after a
-    failed compilation). The physical plan is made here, under that setting,
+    the JVM's 64 KB method limit (Spark then compiles, fails and falls back to
+    interpreting, slowly, logging errors). The setting is restored on exit.
+    """
+    previous = spark.conf.get("spark.sql.codegen.wholeStage")
+    spark.conf.set("spark.sql.codegen.wholeStage", "false")
+    try:
+        yield
+    finally:
+        spark.conf.set("spark.sql.codegen.wholeStage", previous)
+
+
+def checkpoint_without_codegen(df, storage, eager: bool = True):
+    """``localCheckpoint`` ``df`` :func:`without_codegen`; return the checkpointed DataFrame.
+
+    The physical plan is made here, without whole-stage code generation,
     even when ``eager`` is false (the rows are then computed by the first job
     that reads them). The checkpoint's lineage is short: DataFrames built on
     it are analysed quickly, where every step over the wide plan re-checks it.
@@ -119,13 +134,8 @@ def checkpoint_without_codegen(df, storage, eager: bool = True):
         storage: a ``pyspark.StorageLevel`` for the checkpointed blocks.
         eager: compute it now (one job) or in the first job that reads it.
     """
-    spark = df.sparkSession
-    previous = spark.conf.get("spark.sql.codegen.wholeStage")
-    spark.conf.set("spark.sql.codegen.wholeStage", "false")
-    try:
+    with without_codegen(df.sparkSession):
         return df.localCheckpoint(eager=eager, storageLevel=storage)
-    finally:
-        spark.conf.set("spark.sql.codegen.wholeStage", previous)
 
 
 def drop_checkpoint(df) -> None:

@@ -130,7 +130,7 @@ def event_id() -> Column:
     return F.get_json_object(F.col("_raw"), "$._id")
 
 
-def mark_repeated_ids(events: DataFrame, any_ids: bool = True) -> DataFrame:
+def mark_repeated_ids(events: DataFrame) -> DataFrame:
     """Add ``_repeat`` (boolean): an earlier event of the input (smaller ``_seq``) has the same ``_id``.
 
     The API answers a repeated ``_id`` without writing it again (SPEC §4):
@@ -143,9 +143,8 @@ def mark_repeated_ids(events: DataFrame, any_ids: bool = True) -> DataFrame:
     input a repeat is always left out).
 
     Args:
-        events: raw events (``_seq``, ``_raw``).
-        any_ids: whether any event has an ``_id`` (the caller's count); with
-            none, ``_repeat`` is the constant false and nothing is shuffled.
+        events: raw events (``_seq``, ``_raw``); call it only when some have
+            an ``_id`` (without ``_repeat``, every event writes).
 
     Returns:
         ``events`` with ``_repeat``. The window partitions by the id, each
@@ -153,8 +152,6 @@ def mark_repeated_ids(events: DataFrame, any_ids: bool = True) -> DataFrame:
     """
     from pyspark.sql import Window
 
-    if not any_ids:
-        return events.withColumn("_repeat", F.lit(False))
     ident = F.coalesce(F.concat(F.lit("i"), event_id()), F.concat(F.lit("n"), F.col("_seq").cast("string")))
     first = Window.partitionBy(ident).orderBy("_seq")
     return events.withColumn("_repeat", event_id().isNotNull() & (F.row_number().over(first) > F.lit(1)))

@@ -64,6 +64,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from compiler.algebra.storekeys import DEFAULT_ID_TTL_S
 from compiler.plan import Plan, StateSpec
 from compiler.typesystem import time_column
 from writer.session import checkpoint_without_codegen, drop_checkpoint
@@ -288,7 +289,7 @@ class BatchProcessor:
 
     Attributes:
         id_ttl_ms: how long a claimed ``_id`` is remembered: ``SCOWL_ID_TTL_S``
-            (the API's setting, default 86400 s), in ms.
+            (the API's setting, default ``storekeys.DEFAULT_ID_TTL_S``), in ms.
     """
 
     def __init__(self, plan: Plan, redis_url: str, checkpoint: Path, stream_id: str, lateness_ms: int,
@@ -300,7 +301,7 @@ class BatchProcessor:
         self.records.mkdir(parents=True, exist_ok=True)
         self.stream_id = stream_id
         self.marker = f"_b:{stream_id}"
-        self.id_ttl_ms = int(os.environ.get("SCOWL_ID_TTL_S") or 86_400) * 1000
+        self.id_ttl_ms = int(os.environ.get("SCOWL_ID_TTL_S") or DEFAULT_ID_TTL_S) * 1000
         self.lateness_ms = lateness_ms
         self.dead_letter = dead_letter
         self.to_raw = to_raw
@@ -407,12 +408,15 @@ class BatchProcessor:
                     str(self.dead_letter / "late" / f"batch-{batch_id}"))
             if res.events and self.states:
                 self._record_written(earliest)
-                # a repeated _id writes nothing (SPEC §4): repeats within the batch are marked, and
-                # the others' ids claimed in the store, where the API and earlier batches claim theirs
-                on_time = mark_repeated_ids(raw.where(ok & ~late), any_ids=bool(row["ids"]))
+                on_time = raw.where(ok & ~late)
                 if row["ids"]:
-                    on_time = self._claim_ids(on_time, batch_id)
-                res.applied, res.skipped = self._merge(spark, on_time, batch_id)
+                    # a repeated _id writes nothing (SPEC §4): repeats within the batch are marked, and
+                    # the others' ids claimed in the store, where the API and earlier batches claim theirs
+                    on_time = self._claim_ids(mark_repeated_ids(on_time), batch_id)
+                try:
+                    res.applied, res.skipped = self._merge(spark, on_time, batch_id)
+                finally:
+                    on_time.unpersist()  # persisted by _claim_ids (a no-op otherwise)
         finally:
             raw.unpersist()
         res.seconds = time.perf_counter() - t0
@@ -452,16 +456,18 @@ class BatchProcessor:
     def _claim_ids(self, events: DataFrame, batch_id: int) -> DataFrame:
         """``events`` with ``_repeat`` also true for an id the store already holds (``writer.sink.claim_ids``).
 
-        The claims are written in the batch's first job that reads the
-        result; a later job (or a re-run of the batch) finds its own marker
-        and keeps the event.
+        One job claims the ids and keeps the events taken elsewhere (a local
+        checkpoint, so the claims are sent once however many frames read the
+        result); a re-run of the batch finds its own marker and keeps its
+        events. Returns the events persisted: the caller unpersists them.
         """
         url, marker, ttl_ms = self.url, f"{self.marker}:{batch_id}", self.id_ttl_ms
         first = events.where(event_id().isNotNull() & ~F.col("_repeat")).select(event_id().alias("_id"), "_seq")
-        taken = first.mapInArrow(lambda it: claim_ids(it, url, marker, ttl_ms), "_seq long, _taken boolean")
-        return (events.join(taken, "_seq", "left")
-                .withColumn("_repeat", F.col("_repeat") | F.coalesce(F.col("_taken"), F.lit(False)))
-                .drop("_taken"))
+        taken = (first.mapInArrow(lambda it: claim_ids(it, url, marker, ttl_ms), "_seq long, _taken boolean")
+                 .where("_taken").select("_seq").localCheckpoint(eager=True))
+        marked = events.join(F.broadcast(taken.withColumn("_taken", F.lit(True))), "_seq", "left")
+        return (marked.withColumn("_repeat", F.col("_repeat") | F.coalesce(F.col("_taken"), F.lit(False)))
+                .drop("_taken").persist(StorageLevel.MEMORY_AND_DISK))
 
     def _merge(self, spark: SparkSession, events: DataFrame, batch_id: int) -> tuple[int, int]:
         """Merge the partial aggregates of ``events`` into the store; return ``(applied, skipped)`` keys."""

@@ -51,6 +51,7 @@ from compiler.algebra.registry import storage_of
 from compiler.algebra.spark import SPARK, TileForm, encode_tuple_column
 from compiler.algebra.windows import LEVEL_CODE, levels_s
 from compiler.plan import StateSpec
+from writer.sources import counted
 
 #: merge ops (``event.lua``) of the rows, by how ``writer.backfill`` writes them
 OPS = {
@@ -85,16 +86,16 @@ _SCHEMAS = {
 }
 
 
-def _write_struct(st: StateSpec, g: int, ev: str, group: str, repeats: bool = False) -> Column:
+def _write_struct(st: StateSpec, g: int, ev: str, group: str, counted: Column) -> Column:
     """One state's write of an ``ev`` event as a struct of ``_SCHEMAS[group]``, null when not counted.
 
-    With ``repeats``, an event marked ``_repeat`` (a repeated ``_id``,
-    ``writer.sources.mark_repeated_ids``) writes nothing.
+    ``counted`` is ``writer.sources.counted`` of the event's frame (false for
+    a repeated ``_id``); the state's ``where`` and non-null rules come on top.
     """
     from compiler.codegen.spark import compile_column
 
     w = st.writes[ev]
-    cond = ~F.col("_repeat") if repeats else F.lit(True)
+    cond = counted
     if w.where is not None:
         cond = F.coalesce(compile_column(w.where, {n: F.col(f"f_{n}") for n in w.where.refs()},
                                          F.col("_time_ms")), F.lit(False))
@@ -119,12 +120,12 @@ def _write_structs(frames: dict[str, DataFrame], states: Sequence[StateSpec], gr
     for ev in sorted(frames):
         mine = [(g, st) for g, st in enumerate(states)
                 if form(st) is not None and form(st).group == group and ev in st.writes]
-        repeats = "_repeat" in frames[ev].columns
+        repeats = "_repeat" in frames[ev].columns  # the condition's tree differs: part of the memo key
         for i in range(0, len(mine), STRUCTS_PER_PROJECTION):
             chunk = mine[i:i + STRUCTS_PER_PROJECTION]
             key = ("tilepass", group, ev, repeats, tuple((g, repr(st)) for g, st in chunk))
-            arr = memo_column(key, lambda chunk=chunk: F.array(
-                *[_write_struct(st, g, ev, group, repeats) for g, st in chunk]))
+            arr = memo_column(key, lambda chunk=chunk, ev=ev: F.array(
+                *[_write_struct(st, g, ev, group, counted(frames[ev])) for g, st in chunk]))
             df = frames[ev].select(F.explode(arr).alias("w")).where(F.col("w").isNotNull())
             parts.append(df.select("w.*"))
     return reduce(DataFrame.unionByName, parts) if parts else None

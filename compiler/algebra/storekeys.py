@@ -62,6 +62,10 @@ def cov_key(definition_hash: str) -> str:
 ID_PREFIX = f"{PREFIX}id:"
 
 
+#: How long the API and the stream remember an ``_id`` by default (seconds; ``SCOWL_ID_TTL_S``).
+DEFAULT_ID_TTL_S = 86_400
+
+
 def id_key(event_id: str) -> str:
     """Return the name of the idempotency marker of event id ``event_id`` (SPEC §4 ``_id``).
 
