@@ -185,12 +185,14 @@ def merge_params(states) -> dict[str, tuple[int, int, int, int, int | None, bool
         ``Decayed*``; SPEC §5.3), the prune schedule of the ``X`` op, the write
         log's ``limit`` (``None`` for hashes).
     """
+    from compiler.algebra.ops import prune_every_ms
     from compiler.algebra.registry import expiry_ms, storage_of
 
     out = {}
     for st in states:
         w, r = st.window_s * 1000, st.resolution_s * 1000
-        out[st.definition_hash] = (expiry_ms(st), w, r, max(w // 4, r), st.limit, storage_of(st) == "decayed")
+        every = prune_every_ms(st.window_s, st.resolution_s)
+        out[st.definition_hash] = (expiry_ms(st), w, r, every, st.limit, storage_of(st) == "decayed")
     return out
 
 

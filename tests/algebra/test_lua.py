@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compiler.algebra.lua import MAX_LOCAL_CONSTS, LuaGenerator, ReadSlot, RoundSpec, WriteSlot, hll_merge
-from compiler.algebra.ops import fold, make_op
+from compiler.algebra.ops import fold, make_op, prune_every_ms
 from compiler.algebra.windows import resolution_s, tile_index
 
 GEN = LuaGenerator()
@@ -141,7 +141,7 @@ def test_many_windows_in_one_round_compile(client):
 @pytest.mark.parametrize("fn", [("Count", ()), ("Average", ("float",)), ("CountUnique", ("string",)),
                                 ("HyperLogLog", ("string",))])
 def test_writes_prune_what_no_later_read_can_use(client, fn):
-    """SPEC §5.3: a write drops, at most every W/4, the fields that end before t - W - r; nothing else."""
+    """SPEC §5.3: a write drops, at most every W/2 (ops.prune_every_ms), the fields that end before t - W - r; nothing else."""
     function, vtypes = fn
     window_s = 60
     op = make_op(function, vtypes, window_s=window_s)
@@ -153,7 +153,7 @@ def test_writes_prune_what_no_later_read_can_use(client, fn):
         t = T0 + 1000 * i
         run_round(client, spec, ["", "", key], [t, "", "", *GEN.write_values(w, [f"v{i % 7}" if vt == "string" else i / 4 for vt in vtypes])])
     fields = client.hgetall(key)
-    every_ms, cutoff = window_s * 1000 // 4, t - window_s * 1000 - 1000
+    every_ms, cutoff = prune_every_ms(window_s, 1), t - window_s * 1000 - 1000
     sizes = {"s": 1000, "a": 5000, "b": 15000, "m": 60000}
     oldest_end = None
     for f, v in fields.items():
@@ -188,10 +188,10 @@ def test_late_writes_into_pruned_time_stay_bounded(client):
         run_round(client, spec, ["", "", key], [t, "", ""])
         most = max(most, client.hlen(key))
     # the bound of lua.py's prune_levels: twice the fields of W + r + one pass, plus what
-    # the writes between two passes (every 15 s: 30 writes here, 4 levels each) add
-    every, keep = 15_000, 61_000
+    # the writes between two passes (every 30 s: 60 writes here, 4 levels each) add
+    every, keep = prune_every_ms(window_s, 1), 61_000
     max_len = sum(((keep + every) // (z * 1000) + 2) for z in (1, 5, 15, 60)) + 4
-    assert most <= 2 * max_len + 30 * 4 + 1
+    assert most <= 2 * max_len + every // 500 * 4 + 1
     rd = ReadSlot(op, window_s, 1)
     t = T0 + 1000 * 1198
     res = run_round(client, RoundSpec("r", reads_after=(rd,)), ["", "", key], [t, "", ""])
@@ -210,7 +210,7 @@ def test_pruning_a_large_hash_keeps_it_bounded_pass_after_pass(client):
     due and leave nothing older than their cutoff (SPEC §5.3)."""
     window_s = 3600
     op, key, script = hour_count_writer(client)
-    every_ms, keep_ms = window_s * 1000 // 4, window_s * 1000 + 1000
+    every_ms, keep_ms = prune_every_ms(window_s, 1), window_s * 1000 + 1000
     steps, oldest_seen, pipe = 0, [], client.pipeline(transaction=False)
     for i in range(3 * window_s):  # three windows, one write a second
         script(keys=["", "", key], args=[T0 + 1000 * i, "", ""], client=pipe)
@@ -224,7 +224,7 @@ def test_pruning_a_large_hash_keeps_it_bounded_pass_after_pass(client):
     t = T0 + 1000 * (3 * window_s - 1)
     # a pass over ~4.5k fields takes ~20 writes: each pass ended well before the next was due ...
     assert client.hget(key, "_c") is None and steps == 0
-    # ... and left nothing older than the cutoff of its start, the last pass at most W/4 ago
+    # ... and left nothing older than the cutoff of its start, the last pass at most W/2 ago
     for at, oldest in oldest_seen[2:]:
         assert oldest > at - keep_ms - every_ms - 1000
     assert client.hlen(key) < 2 * (window_s + every_ms // 1000)
@@ -248,6 +248,37 @@ def test_a_pass_under_way_goes_on_one_step_per_write(client):
             break
     assert len(cursors) > 5 and all(c is not None for c in cursors[:-1]) and cursors[-1] is None
     assert client.hlen(key) < 40  # the stale tiles are gone; the new write's levels and bookkeeping stay
+
+
+PASS_SIZES = {"s": 1000, "a": 5000, "m": 60000, "d": 86400000}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fields=st.lists(st.tuples(st.sampled_from(sorted(PASS_SIZES)), st.integers(-10**6, 10**12),
+                                 st.sampled_from(["", ".s", ".c"])), max_size=300),
+       cutoff=st.one_of(st.integers(-10**9, 10**15), st.sampled_from([0, 999, 1000, 10**12, 10**12 - 1, -1000])))
+def test_a_pruning_pass_deletes_exactly_the_tiles_ending_by_its_cutoff(client, fields, cutoff):
+    """A whole pass of prune_step (HSCAN steps, then text comparison of the tile index, parsed only below 0)
+    deletes a tile field iff (index + 1) * size <= cutoff, across digit-count changes and negative indices,
+    and leaves every other field (bookkeeping, CountUnique's u*, Decayed's d*)."""
+    from compiler.algebra.lua import _PRELUDE
+    from compiler.algebra.script import common_script
+
+    src = common_script() + _PRELUDE + "return prune_step(KEYS[1], ARGV[1], tonumber(ARGV[2]))"
+    key = f"t:{{{uuid.uuid4().hex}}}"
+    names = {f"{code}{idx}{comp}" for code, idx, comp in fields} | {"_p", "_m", "_c", "uab", "dt", "dv", "lt"}
+    client.hset(key, mapping={n: 1 for n in names})
+    cursor, steps = "0", 0
+    while True:
+        cursor = client.eval(src, 1, key, cursor, cutoff)
+        steps += 1
+        if cursor in (b"0", "0") or steps > 100:
+            break
+    left = {f.decode() for f in client.hkeys(key)}
+    want = {n for n in names
+            if not (n[0] in PASS_SIZES and n[1:2] in set("-0123456789")
+                    and (int(n[1:].split(".")[0]) + 1) * PASS_SIZES[n[0]] <= cutoff)}
+    assert left == want
 
 
 @settings(max_examples=200, deadline=None)
