@@ -43,6 +43,7 @@ import hashlib
 import json
 from typing import Any
 
+from compiler.algebra.registry import layout_of
 from compiler.algebra.windows import resolution_s
 from compiler.check import CheckedTopology, FeatureInfo, stable_topo
 from compiler.plan import AggregateSpec, EventPlan, Expr, Feature, Plan, StateSpec, WriteSpec
@@ -137,7 +138,7 @@ class Planner:
                 "values": [self.canonical(w, v) for v in a.values],
                 "where": self.canonical_expr(a.where.get(w), w),
             }
-        return {
+        doc = {
             "function": a.function,
             "window_s": a.window_s,
             "limit": a.limit,
@@ -145,6 +146,10 @@ class Planner:
             "key_types": list(a.key_types),
             "writers": writers,
         }
+        layout = layout_of(a.function, a.limit)
+        if layout > 1:  # a new storage layout is a new namespace (SPEC §5.4); layout 1 adds nothing
+            doc["layout"] = layout
+        return doc
 
     def definition_hash(self, f: FeatureInfo) -> str:
         """Definition hash of aggregate ``f`` (memoised)."""

@@ -9,7 +9,7 @@ is atomic on its own, and every mode is idempotent, so a retried partition
 converges to the same state):
 
 * ``set``    -> ``HSET rk field value`` (a tile complete within the run window)
-* ``seen``   -> ``event.lua`` op ``SEEN`` (keep the max last-seen ms)
+* ``seen``   -> ``ZADD rk GT ms member`` (CountUnique's sorted set: keep the max last-seen ms)
 * ``latest`` -> ``event.lua`` op ``LA`` (newer write wins)
 * ``log``    -> write log (sorted set, ``ops.log_member`` layout): drop the
   members scored in the run window ``[start, end)``, add the run's members,
@@ -78,7 +78,7 @@ def write_partition(rows: Iterable, url: str, forced: bool = False) -> int:
             if forced:
                 tiled.add(row["rk"])
         elif mode == "seen":
-            script(keys=[row["rk"]], args=["SEEN", 1, row["field"], row["value"]], client=pipe)
+            pipe.execute_command("ZADD", row["rk"], "GT", row["value"], row["field"])
         elif mode == "latest":
             t, _, j = row["value"].partition("\t")
             script(keys=[row["rk"]], args=["LA", 1, t, j], client=pipe)
@@ -110,7 +110,7 @@ def write_keys(rows: Iterable, url: str, forced: bool = False) -> dict[int, int]
 
     Each row is one key's store image: ``set`` -> one ``HSET rk f1 v1 f2 v2
     ..`` (and ``HDEL rk _m`` when ``forced``, as :func:`write_partition`),
-    ``seen`` -> one ``event.lua`` call with a ``SEEN`` op per field,
+    ``seen`` -> one ``ZADD GT`` of every member (its max last-seen ms),
     ``latest`` -> its ``LA`` op; then ``PEXPIRE rk ttl_ms``. Pipelined,
     about :data:`KEY_BATCH_FIELDS` fields at a time. One command per key
     instead of one per field: redis-py packs ~3x more fields per second.
@@ -143,10 +143,8 @@ def write_keys(rows: Iterable, url: str, forced: bool = False) -> dict[int, int]
             if forced:
                 pipe.hdel(rk, "_m")
         elif mode == "seen":
-            args: list = []
-            for i in range(0, len(kv), 2):
-                args += ["SEEN", 1, kv[i], kv[i + 1]]
-            script(keys=[rk], args=args, client=pipe)
+            # CountUnique's sorted set: each member's score := max(score, last-seen ms)
+            pipe.execute_command("ZADD", rk, "GT", *[x for i in range(0, len(kv), 2) for x in (kv[i + 1], kv[i])])
         elif mode == "latest":
             t, _, j = kv[1].partition("\t")
             script(keys=[rk], args=["LA", 1, t, j], client=pipe)
@@ -165,15 +163,16 @@ def write_keys(rows: Iterable, url: str, forced: bool = False) -> dict[int, int]
     return counts
 
 
-#: Suffix of the companion hash holding the stream batch markers of a write
-#: log (a sorted set cannot hold them): ``sc:{<entity key>}:<hash>:b``.
+#: Suffix of the companion hash holding the stream batch markers of a state
+#: kept as a sorted set (a write log, a CountUnique; a sorted set cannot hold
+#: them): ``sc:{<entity key>}:<hash>:b``.
 LOG_MARK_SUFFIX = ":b"
 
 #: Keys per pipeline in :func:`merge_keys`.
 MERGE_BATCH = 200
 
 
-def merge_params(states) -> dict[str, tuple[int, int, int, int, int | None, bool]]:
+def merge_params(states) -> dict[str, tuple[int, int, int, int, int | None, str]]:
     """Per state, the constants :func:`merge_keys` needs (as ``serving.evaluate._Write``).
 
     Args:
@@ -181,9 +180,10 @@ def merge_params(states) -> dict[str, tuple[int, int, int, int, int | None, bool
 
     Returns:
         ``{definition hash: (ttl_ms, window_ms, resolution_ms, prune_every_ms,
-        limit, decayed)}``: expiry ``W + r`` (``DECAY_HORIZON * W`` for
+        limit, storage)}``: expiry ``W + r`` (``DECAY_HORIZON * W`` for
         ``Decayed*``; SPEC §5.3), the prune schedule of the ``X`` op, the write
-        log's ``limit`` (``None`` for hashes).
+        log's ``limit`` (``None`` for hashes) and the storage kind
+        (``compiler.algebra.registry.storage_of``).
     """
     from compiler.algebra.ops import prune_every_ms
     from compiler.algebra.registry import expiry_ms, storage_of
@@ -192,7 +192,7 @@ def merge_params(states) -> dict[str, tuple[int, int, int, int, int | None, bool
     for st in states:
         w, r = st.window_s * 1000, st.resolution_s * 1000
         every = prune_every_ms(st.window_s, st.resolution_s)
-        out[st.definition_hash] = (expiry_ms(st), w, r, every, st.limit, storage_of(st) == "decayed")
+        out[st.definition_hash] = (expiry_ms(st), w, r, every, st.limit, storage_of(st))
     return out
 
 
@@ -207,7 +207,8 @@ def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: 
     (the guard: skip everything if the key's ``marker`` field already holds
     a batch id ``>= batch_id``, else record ``batch_id``), the merge ops,
     then ``X`` (prune and ``PEXPIRE`` W + r by the store's clock, as serving
-    does) with the key's latest write time of the batch. Write logs keep the
+    does; ``SX`` for a CountUnique's sorted set) with the key's latest write
+    time of the batch. Write logs and CountUnique states keep the
     marker in the companion hash ``<rk>`` + :data:`LOG_MARK_SUFFIX` (same
     hash tag, so the call is atomic and Cluster-safe). Calls are pipelined,
     :data:`MERGE_BATCH` keys at a time.
@@ -262,8 +263,8 @@ def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: 
 
     def send(rk: str, ops: list, latest: int) -> None:
         nonlocal pending
-        ttl, w, r, every, limit, decayed = params[rk.rsplit(":", 1)[1]]
-        keys = [rk, rk + LOG_MARK_SUFFIX] if limit is not None else [rk]
+        ttl, w, r, every, limit, storage = params[rk.rsplit(":", 1)[1]]
+        keys = [rk, rk + LOG_MARK_SUFFIX] if storage in ("log", "seen") else [rk]
         args: list = ["B", len(keys), marker, batch_id, ttl]
         for mode, field, value in ops:
             if mode in ("I", "F", "SEEN", "HMS"):
@@ -284,7 +285,9 @@ def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: 
                     args += ["ZM", 1, m["t"], m["r"], m["j"], limit, m["t"] - w - r, ttl]
             else:
                 raise ValueError(f"unknown merge mode {mode}")
-        if limit is None:
+        if storage == "seen":
+            args += ["SX", 1, ttl, latest, w, r]
+        elif storage != "log":
             args += ["X", 1, ttl, latest, w, r, every]
         script(keys=keys, args=args, client=pipe)
         pending += 1

@@ -86,17 +86,10 @@ local function log_add(key, ms, rank, json, n, cutoff_ms, ttl_ms)
   redis.call('PEXPIRE', key, ttl_ms)
 end
 
--- number of CountUnique tuples (fields u<tuple>) last seen in [lo_ms, hi_ms]
+-- number of CountUnique tuples (members u<tuple> of the sorted set, scored
+-- by their last-seen ms) last seen in [lo_ms, hi_ms]: one ZCOUNT, O(log n)
 local function count_seen(key, lo_ms, hi_ms)
-  local all = redis.call('HGETALL', key)
-  local cnt = 0
-  for j = 1, #all, 2 do
-    if string.sub(all[j], 1, 1) == 'u' then
-      local x = tonumber(all[j + 1])
-      if x >= lo_ms and x <= hi_ms then cnt = cnt + 1 end
-    end
-  end
-  return cnt
+  return redis.call('ZCOUNT', key, string.format('%d', lo_ms), string.format('%d', hi_ms))
 end
 
 -- Each tiled update is a pure function of the tile's current text (false: no
@@ -157,10 +150,9 @@ local function hll_max(key, f, slot, rho)
   set_field(key, f, hll_text(redis.call('HGET', key, f), slot, rho))
 end
 
--- CountUnique: the tuple's field := max(field, ms)
+-- CountUnique: the tuple's score := max(score, ms) (ZADD GT: a new member, or a later time)
 local function seen(key, f, ms)
-  local cur = redis.call('HGET', key, f)
-  if not cur or tonumber(cur) < tonumber(ms) then redis.call('HSET', key, f, ms) end
+  redis.call('ZADD', key, 'GT', ms, f)
 end
 
 -- Latest: lt/lv := ms/json if ms >= lt (ties go to the later arrival)

@@ -13,7 +13,8 @@
 --   MIN  k field v kind    keep the smaller of v and field (kind n: float,
 --   MAX  k field v kind    i: int64 text, exact; s: string by byte = code
 --                          point order)                           (write)
---   SEEN k field ms        field := max(field, ms)        (write)
+--   SEEN k member ms       CountUnique (a sorted set): member's score :=
+--                          max(score, ms)                 (write)
 --   LA   k ms json         lt/lv := ms/json if ms >= lt   (write)
 --   FI   k field ms json   field := "ms<TAB>json" if ms < the field's ms
 --                          (First: the tile's earliest write)    (write)
@@ -31,6 +32,10 @@
 --                          due; drop _m (the latest written tile of the
 --                          generated scripts: they recompute it); then
 --                          PEXPIRE k ttl_ms                (write)
+--   SX   k ttl_ms ms w_ms r_ms
+--                          CountUnique: drop the members scored at or before
+--                          ms - w - r (no read at time >= ms counts them),
+--                          then PEXPIRE k ttl_ms           (write)
 --   R    k n f1..fn        push HMGET f1..fn              (read)
 --   T    k lo hi r ns s1..sns nc c1..cnc
 --                          push HMGET of the tiles covering resolution tiles
@@ -38,7 +43,7 @@
 --                          seconds finest first, c*: component suffixes);
 --                          the cover is windows.cover() of windows.py, one
 --                          field per (tile, component), tiles in time order (read)
---   U    k lo_ms hi_ms     push the number of u* fields with lo <= v <= hi (read)
+--   U    k lo_ms hi_ms     push the number of members scored in [lo, hi] (read)
 --   ZR   k lo_ms hi_ms n   push ZREVRANGEBYSCORE hi lo LIMIT 0 n WITHSCORES:
 --                          the n latest log members in [lo, hi]   (read)
 -- Merge ops of stream micro-batches (writer/stream.py, SPEC §5.7); each
@@ -148,8 +153,6 @@ while i <= n do
           if size then
             local idx = tonumber(string.match(f, '^.(%-?%d+)'))
             if idx and (idx + 1) * size <= cutoff then redis.call('HDEL', key, f) end
-          elseif c == 'u' then
-            if tonumber(all[j + 1]) <= cutoff then redis.call('HDEL', key, f) end
           end
         end
         redis.call('HSET', key, '_p', tostring(ms + tonumber(ARGV[i + 6])))
@@ -159,6 +162,13 @@ while i <= n do
       redis.call('PEXPIRE', key, ARGV[i + 2])
     end
     i = i + 7
+  elseif op == 'SX' then
+    if not skip then
+      local cutoff = tonumber(ARGV[i + 3]) - tonumber(ARGV[i + 4]) - tonumber(ARGV[i + 5])
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', cutoff))
+      redis.call('PEXPIRE', key, ARGV[i + 2])
+    end
+    i = i + 6
   elseif op == 'U' then
     out[#out + 1] = count_seen(key, tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]))
     i = i + 4

@@ -308,14 +308,6 @@ local function hdel_all(key, dead)
   end
 end
 
--- whether the next pruning pass is due at t (the _p field); if so, set the next one
-local function prune_due(key, t, every_ms)
-  local due = redis.call('HGET', key, '_p')
-  if due and t < tonumber(due) then return false end
-  redis.call('HSET', key, '_p', string.format('%d', t + every_ms))
-  return true
-end
-
 -- One step of a tiled state's pruning pass: HSCAN from cursor c (COUNT
 -- fields), delete the tile fields (<code><index>[.s|.c]) that end at or
 -- before cutoff; returns the next cursor ('0': the pass is over). A pass is
@@ -455,15 +447,6 @@ local function u_average(cur, i, v)
   return string.format('%d', (tonumber(cur) or 0) + 1)
 end
 
--- delete the CountUnique fields u<tuple> last seen at or before cutoff
-local function prune_seen(key, cutoff)
-  local all = redis.call('HGETALL', key)
-  local dead = {}
-  for j = 1, #all, 2 do
-    if string.byte(all[j], 1) == 117 and tonumber(all[j + 1]) <= cutoff then dead[#dead + 1] = all[j] end
-  end
-  hdel_all(key, dead)
-end
 """
 
 
@@ -661,8 +644,8 @@ class LuaGenerator:
                 body.append(f"rmw({key}, {{{', '.join(fields)}}}, {book}, {rmw})")
             else:
                 body.append(f"tiled_book({key}, {book})")
-        elif isinstance(op, CountUniqueOp):
-            body.append(f"if prune_due({key}, t, {every}) then prune_seen({key}, {cutoff}) end")
+        elif isinstance(op, CountUniqueOp):  # O(log n) when nothing is due: no pass, no _p
+            body.append(f"redis.call('ZREMRANGEBYSCORE', {key}, '-inf', string.format('%d', {cutoff}))")
         body.append(f"redis.call('PEXPIRE', {key}, '{ttl_ms}')")  # a string: Lua numbers print as %.17g
         return lines + ["  " + x for x in body] + ["end"]
 

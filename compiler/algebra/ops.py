@@ -23,8 +23,12 @@ field              holds
                    ``h`` 1 h, ``d`` 1 day; see ``windows.LEVEL_CODE``), e.g.
                    ``m22616640`` (Count) or ``h376944.s``/``h376944.c``
                    (Average).
-``u<value tuple>`` ``CountUnique``: epoch ms of the latest write of that
-                   value tuple (encoded as in ``keys.encode_value_tuple``).
+``u<value tuple>`` ``CountUnique`` keeps no hash: a sorted set at the same
+                   key, one member ``u<value tuple>`` (encoded as in
+                   ``keys.encode_value_tuple``) per tuple, scored by the
+                   epoch ms of its latest write; a read is one ``ZCOUNT``
+                   over the counted range, a write one ``ZADD GT`` and a
+                   ``ZREMRANGEBYSCORE`` of what no later read counts.
 ``lt`` / ``lv``    ``Latest``/``LatestTime``: epoch ms and JSON object
                    ``{"v0": .., "v1": ..}`` of the latest counted write.
 ``dt``/``dv``/``dw`` ``Decayed*``: reference time (ms), decayed sum of values
@@ -397,8 +401,8 @@ class CountUniqueOp(AggregateOp):
         """Number of tuples whose latest write time is in ``[lo_ms, hi_ms]``."""
         return sum(1 for t in ir.values() if lo_ms <= t <= hi_ms)
 
-    def encode(self, ir):  # stored as one field per tuple, see write_args
-        raise TypeError("CountUnique state is stored as u<tuple> fields, not tiles")
+    def encode(self, ir):  # stored as one sorted-set member per tuple, see write_args
+        raise TypeError("CountUnique state is stored as u<tuple> members of a sorted set, not tiles")
 
     def decode(self, raw):
         raise TypeError("CountUnique state is read by the U script op")

@@ -9,7 +9,8 @@ and documentation). An entry declares what every engine must agree on:
 
   ==========  ===============================================================
   ``tiles``   one partial per tile at every level of ``windows.levels_s(W)``
-  ``seen``    ``u<value tuple>`` -> last-seen ms (``CountUnique``)
+  ``seen``    a sorted set: member ``u<value tuple>``, score its last-seen
+              ms (``CountUnique``: a read is one ``ZCOUNT``)
   ``latest``  ``lt`` -> ``<ms>\\t<json>`` of the latest write (``Latest*``)
   ``decayed`` ``dt``/``dv``/``dw``: O(1) decayed sums (``Decayed*``)
   ``log``     a sorted set of the ``n`` latest writes (``Sequence``, ``Set``;
@@ -21,6 +22,9 @@ and documentation). An entry declares what every engine must agree on:
 * ``expiry``: ``window`` (a state expires ``W + r`` after its last write,
   SPEC §5.3) or ``decay`` (``ops.DECAY_HORIZON`` windows: every weight is
   below ``exp(-40)`` by then);
+* ``layout``: the version of the storage layout, in the definition hash
+  when above 1 (SPEC §5.4: a store written under an older layout is never
+  read as the new one; see :func:`layout_of`);
 * ``python``: the Python target, the algebra object (``ops.AggregateOp``:
   init / update / merge / finalize / encode, Chronon's ``SimpleAggregator``
   shape) built from the state's value types, value names and window.
@@ -48,7 +52,7 @@ from typing import Callable, Sequence
 
 from compiler.algebra import ops
 
-__all__ = ["AggregateDef", "REGISTRY", "definition", "expiry_ms", "make_op", "storage_of"]
+__all__ = ["AggregateDef", "REGISTRY", "definition", "expiry_ms", "layout_of", "make_op", "storage_of"]
 
 STORAGE_KINDS = ("tiles", "seen", "latest", "decayed", "log")
 
@@ -64,6 +68,7 @@ class AggregateDef:
         expiry: ``"window"`` (``W + r`` ms) or ``"decay"``
             (``ops.DECAY_HORIZON * W`` ms), SPEC §5.3.
         python: ``(value_types, value_names, window_ms) -> ops.AggregateOp``.
+        layout: storage layout version (1: as first released).
     """
 
     name: str
@@ -71,11 +76,13 @@ class AggregateDef:
     components: tuple[str, ...]
     expiry: str
     python: Callable[[tuple[str, ...], tuple[str, ...], int], ops.AggregateOp]
+    layout: int = 1
 
 
-def _def(name: str, storage: str, python, components: tuple[str, ...] = ("",), expiry: str = "window") -> AggregateDef:
+def _def(name: str, storage: str, python, components: tuple[str, ...] = ("",), expiry: str = "window",
+         layout: int = 1) -> AggregateDef:
     assert storage in STORAGE_KINDS and expiry in ("window", "decay")
-    return AggregateDef(name, storage, components, expiry, python)
+    return AggregateDef(name, storage, components, expiry, python, layout)
 
 
 #: Every aggregate function the engines implement, by name.
@@ -88,7 +95,8 @@ REGISTRY: dict[str, AggregateDef] = {d.name: d for d in (
     _def("First", "tiles", lambda vt, names, w: ops.FirstOp(vt, names=names)),
     _def("FirstTime", "tiles", lambda vt, names, w: ops.FirstOp(vt, names=names, time_only=True)),
     _def("HyperLogLog", "tiles", lambda vt, names, w: ops.HyperLogLogOp(vt)),
-    _def("CountUnique", "seen", lambda vt, names, w: ops.CountUniqueOp(vt)),
+    # layout 2: a sorted set (1: a hash of u<tuple> fields, read by a scan of all of them)
+    _def("CountUnique", "seen", lambda vt, names, w: ops.CountUniqueOp(vt), layout=2),
     _def("Latest", "latest", lambda vt, names, w: ops.LatestOp(vt, names=names)),
     _def("LatestTime", "latest", lambda vt, names, w: ops.LatestOp(vt, names=names, time_only=True)),
     _def("Sequence", "log", lambda vt, names, w: ops.SequenceOp(vt, names=names)),
@@ -133,6 +141,18 @@ def make_op(function: str, value_types: Sequence[str], value_names: Sequence[str
 def storage_of(state) -> str:
     """How a state (``compiler.plan.StateSpec``) is stored: ``"log"`` with a ``limit``, else its function's kind."""
     return "log" if state.limit is not None else definition(state.function).storage
+
+
+def layout_of(function: str, limit: int | None) -> int:
+    """Return the storage layout version of a state of ``function`` (with ``limit``, a write log: 1).
+
+    The planner puts it into the state's definition document when above 1,
+    so a layout change moves the state to a new namespace (SPEC §5.4) and
+    the definition hashes of every other state stay as they were. A
+    function not in :data:`REGISTRY` has layout 1 (the checker reports it).
+    """
+    d = REGISTRY.get(function)
+    return 1 if d is None or limit is not None else d.layout
 
 
 def expiry_ms(state) -> int:

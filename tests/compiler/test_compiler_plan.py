@@ -377,3 +377,33 @@ def test_sections_reopen_across_files() -> None:
     assert [f.name for f in plan.events["e"].features] == ["x", "y"]
     assert plan.events["e"].feature("x").span.file == "a.scowl"
     assert plan.events["e"].feature("y").span.file == "b/second.scowl"
+
+
+def test_a_storage_layout_version_moves_only_its_states_to_a_new_namespace(monkeypatch):
+    """SPEC §5.4: a function whose stored layout changes (registry ``layout`` > 1) gets new definition
+    hashes, so no store written under the old layout is read as the new one; other states keep theirs."""
+    import dataclasses
+
+    from compiler.algebra import registry
+
+    text = """event e
+k := $.k as string
+v := $.v as int
+n := Count(by k last 1 hour)
+s := Sum(v by k last 1 hour)
+u := CountUnique(v by k last 1 hour)
+q := CountUnique(v by k last 1 hour limit 3)
+"""
+
+    def hashes():
+        ev = compile_ok(text).events["e"]
+        return {f: ev.feature(f).aggregate.definition_hash for f in ("n", "s", "u", "q")}
+
+    before = hashes()
+    assert registry.layout_of("CountUnique", None) == 2 and registry.layout_of("CountUnique", 3) == 1
+    monkeypatch.setitem(registry.REGISTRY, "Count", dataclasses.replace(registry.REGISTRY["Count"], layout=2))
+    monkeypatch.setitem(registry.REGISTRY, "CountUnique",
+                        dataclasses.replace(registry.REGISTRY["CountUnique"], layout=3))
+    after = hashes()
+    assert after["n"] != before["n"] and after["u"] != before["u"]
+    assert after["s"] == before["s"] and after["q"] == before["q"]  # a write log's layout is the log's
