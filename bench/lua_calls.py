@@ -49,7 +49,7 @@ def capture_calls(plan, events: list[dict], url: str) -> list[tuple[int, str, st
         evaluator = Evaluator(plan, None)
         current: dict = {"i": 0, "type": ""}
 
-        async def run(script, keys, argv):
+        async def run(script, keys, argv, layout=None):
             calls.append((current["i"], current["type"], script, list(keys), list(argv)))
             return await store.run(script, keys, argv)
 

@@ -219,3 +219,118 @@ class EmbeddedStore:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class LocalCluster:
+    """A private Redis Cluster of ``masters`` nodes on loopback, from the same server binary (SPEC §5.1).
+
+    For tests, ``bench/serve.py --cluster`` and ``deploy/cluster.sh``'s
+    local mode: each node is a ``valkey-server --cluster-enabled yes`` on a
+    free port with its files under ``home/node-<i>``; the 16384 slots are
+    split into equal ranges (``CLUSTER ADDSLOTSRANGE``), the nodes meet
+    (``CLUSTER MEET``) and :meth:`start` returns once every node reports
+    ``cluster_state:ok`` and knows every master. Nothing persists. Like
+    :class:`EmbeddedStore`, the nodes die with the process that started them.
+
+    Args:
+        home: directory for the nodes' files (created).
+        masters: number of master nodes, >= 1.
+
+    Attributes:
+        ports: the nodes' ports, once started.
+        bus_ports: their cluster bus ports (chosen free: the default, port + 10000, may pass 65535).
+        ids: the nodes' cluster ids (40 hex chars), in port order.
+    """
+
+    def __init__(self, home: str | Path, masters: int = 3):
+        if masters < 1:
+            raise ValueError("a cluster needs at least one master")
+        self.home = Path(home)
+        self.masters = masters
+        self.ports: list[int] = []
+        self.bus_ports: list[int] = []
+        self.ids: list[str] = []
+        self.procs: list[subprocess.Popen] = []
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:<first port>/0``: any node's URL names the cluster (SPEC §5.1)."""
+        return f"redis://127.0.0.1:{self.ports[0]}/0"
+
+    def node(self, i: int) -> redis.Redis:
+        """A plain (non-cluster) client of node ``i``."""
+        return redis.Redis(host="127.0.0.1", port=self.ports[i], socket_timeout=10)
+
+    def start(self, timeout_s: float = 30.0) -> str:
+        """Start the nodes, assign the slots, join them; return :attr:`url`.
+
+        Raises:
+            EmbeddedStoreError: a node exited or the cluster was not ready within ``timeout_s``.
+        """
+        binary = server_binary()
+        env = dict(os.environ, LC_ALL="C", LANG="C")
+        try:
+            for i in range(self.masters):
+                port, bus = free_port(), free_port()
+                self.bus_ports.append(bus)
+                d = self.home / f"node-{i}"
+                d.mkdir(parents=True, exist_ok=True)
+                args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(d.resolve()),
+                        # the bus port defaults to port + 10000, past 65535 for a high free port
+                        "--cluster-enabled", "yes", "--cluster-port", str(bus),
+                        "--cluster-config-file", "nodes.conf",
+                        "--cluster-node-timeout", "5000", "--save", "", "--appendonly", "no",
+                        "--protected-mode", "yes", "--hash-max-listpack-entries", "32",
+                        "--logfile", str((d / "server.log").resolve())]
+                self.procs.append(subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL,
+                                                   stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                                                   start_new_session=True, preexec_fn=die_with_parent_preexec()))
+                self.ports.append(port)
+            deadline = time.monotonic() + timeout_s
+            for i, port in enumerate(self.ports):
+                while not _alive(f"redis://127.0.0.1:{port}/0"):
+                    if self.procs[i].poll() is not None or time.monotonic() > deadline:
+                        raise EmbeddedStoreError(f"cluster node {i} did not start; see {self.home}/node-{i}/server.log")
+                    time.sleep(0.05)
+            step = 16384 // self.masters
+            for i in range(self.masters):
+                hi = 16383 if i == self.masters - 1 else (i + 1) * step - 1
+                self.node(i).execute_command("CLUSTER", "ADDSLOTSRANGE", i * step, hi)
+                self.ids.append(self.node(i).execute_command("CLUSTER", "MYID").decode())
+            for port, bus in zip(self.ports[1:], self.bus_ports[1:]):
+                self.node(0).execute_command("CLUSTER", "MEET", "127.0.0.1", port, bus)
+            while not all(self._ready(i) for i in range(self.masters)):
+                if time.monotonic() > deadline:
+                    raise EmbeddedStoreError(f"cluster not ready within {timeout_s} s; see {self.home}/node-*/server.log")
+                time.sleep(0.1)
+        except BaseException:
+            self.stop()
+            raise
+        return self.url
+
+    def _ready(self, i: int) -> bool:
+        info = self.node(i).execute_command("CLUSTER", "INFO").decode()
+        fields = dict(line.split(":", 1) for line in info.split() if ":" in line)
+        return fields.get("cluster_state") == "ok" and int(fields.get("cluster_known_nodes", 0)) == self.masters
+
+    def stop(self) -> None:
+        """Stop every node (no save)."""
+        for i, proc in enumerate(self.procs):
+            if proc.poll() is None:
+                try:
+                    self.node(i).shutdown(nosave=True)
+                except (redis.RedisError, OSError):
+                    pass
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        self.procs.clear()
+
+    def __enter__(self) -> "LocalCluster":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

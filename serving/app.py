@@ -21,7 +21,7 @@ from serving.fastpath import ScowlAPI
 from serving.openapi import install_event_schemas
 from serving.routes import events, meta
 from serving.settings import Settings
-from serving.store import Store
+from serving.store import Store, StoreUnavailable
 
 
 def create_app(plan: Plan, settings: Settings | None = None, redis_url: str | None = None) -> FastAPI:
@@ -52,7 +52,12 @@ def create_app(plan: Plan, settings: Settings | None = None, redis_url: str | No
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        store = Store(url, timeout_s=settings.store_timeout_s)
+        store = Store(url, timeout_s=settings.store_timeout_s,
+                      on_mode=lambda cluster: setattr(evaluator, "cluster", cluster))
+        try:
+            await store.connect()  # standalone or cluster (SPEC §5.1)
+        except StoreUnavailable:
+            pass  # down at start-up: /ready says so, and the next call asks again
         app.state.store = store
         evaluator.run = store.run
         evaluator.online = OnlineStarts(store.record_online)

@@ -55,9 +55,11 @@ class BadEvent(ValueError):
         self.message = message
 
 
-#: Signature of the store call: ``(script source, keys, argv) -> results``; the
-#: script is a round's generated Lua (``compiler.algebra.lua`` documents KEYS/ARGV).
-RunScript = Callable[[str, Sequence[str], Sequence[Any]], Awaitable[list]]
+#: Signature of the store call (``serving.store.Store.run``): ``(script source,
+#: keys, argv, layout) -> results``; the script is a round's generated Lua
+#: (``compiler.algebra.lua`` documents KEYS/ARGV), the layout its slots'
+#: argument counts and kinds (``_Round.layout``).
+RunScript = Callable[[str, Sequence[str], Sequence[Any], Sequence[tuple[int, bool]]], Awaitable[list]]
 
 #: The Lua target of the algebra (stateless).
 LUA = LuaGenerator()
@@ -139,6 +141,9 @@ class _Round:
     reads_after: list[_Read] = field(default_factory=list)
     #: the generated Lua source of the round (compiler.algebra.lua)
     script: str = ""
+    #: per KEYS slot after the two fixed keys: (ARGV elements it takes when its key is live, whether it
+    #: is a read), for a Redis Cluster call split by hash slot (serving.store.Store.run)
+    layout: tuple[tuple[int, bool], ...] = ()
 
 
 class EventProgram:
@@ -245,6 +250,9 @@ class EventProgram:
         for w in self.writes.values():
             self.rounds[w.round - 1].writes.append(w)
         for k, rd in enumerate(self.rounds, start=1):
+            rd.layout = (tuple((int(r.slot.has_after), True) for r in rd.reads_before)
+                         + tuple((LUA.write_arity(w.slot), False) for w in rd.writes)
+                         + tuple((int(r.slot.has_after), True) for r in rd.reads_after))
             rd.script = LUA.script(RoundSpec(
                 name=f"event {self.name}, round {k}",
                 reads_before=tuple(r.slot for r in rd.reads_before),
@@ -281,6 +289,7 @@ class EventProgram:
         id_ttl_ms: int = 86_400_000,
         online: OnlineStarts | None = None,
         append: tuple[str, str] | None = None,
+        cluster: bool = False,
     ) -> tuple[dict[str, Any], dict[str, str]]:
         """Evaluate every feature of one event and record its writes.
 
@@ -296,6 +305,9 @@ class EventProgram:
                 Redis stream (``XA`` op, in the same script call as its first
                 writes, so only if they happen: not for a repeated ``_id``);
                 ``None``, or an event type that writes nothing: not appended.
+            cluster: the store is a Redis Cluster: every round that writes
+                carries the ``_id`` (each of its per-slot calls keeps its own
+                marker, ``serving.store.Store.run``), not only the first.
 
         Returns:
             ``(values, errors)``: run-time values by feature name (plan order)
@@ -310,7 +322,7 @@ class EventProgram:
         skip_writes = False
         for k, rd in enumerate(self.rounds, start=1):
             first = k == self.first_write_round and not skip_writes
-            use_id = first and event_id is not None
+            use_id = event_id is not None and (first or (cluster and bool(rd.writes)))
             use_stream = first and append is not None
             keys: list[str] = [id_key(event_id) if use_id else "", append[0] if use_stream else ""]  # type: ignore[index, arg-type]
             argv: list[Any] = [event_time_ms, id_ttl_ms if use_id else "", append[1] if use_stream else ""]  # type: ignore[index]
@@ -331,8 +343,8 @@ class EventProgram:
             if written and online is not None:
                 await online.note(written, event_time_ms)
             if written or pending or use_id or use_stream:
-                results = await run(rd.script, keys, argv)
-                if use_id and results[0] == 0:
+                results = await run(rd.script, keys, argv, rd.layout)
+                if use_id and results[0] == 0 and not cluster:  # (a cluster's calls decide per slot)
                     skip_writes = True
                 for (r, after_ms), res in zip(pending, results[1:]):
                     env[r.feature] = r.finish(res, event_time_ms, after_ms)
@@ -408,6 +420,8 @@ class Evaluator:
         self.run = run
         self.id_ttl_ms = id_ttl_ms
         self.online: OnlineStarts | None = OnlineStarts(record_online) if record_online is not None else None
+        #: the store is a Redis Cluster (set by the app once the store says so; SPEC §5.1)
+        self.cluster = False
         self.programs = {e: EventProgram(plan, e) for e in plan.events}
 
     def parse(self, body: Any) -> tuple[EventProgram, int, str | None]:
@@ -459,7 +473,8 @@ class Evaluator:
         append = None
         if self.event_stream and prog.first_write_round:
             append = (self.event_stream, orjson.dumps({**body, "_time": t_ms, "_id": response_id}).decode())
-        values, errors = await prog.evaluate(body, t_ms, self.run, event_id, self.id_ttl_ms, self.online, append)
+        values, errors = await prog.evaluate(body, t_ms, self.run, event_id, self.id_ttl_ms, self.online, append,
+                                             self.cluster)
         feats = {f.name: to_json_value(values[f.name], f.type) for f in prog.outputs}
         if errors and prog.inline_parent:
             errors = _errors_of_outputs(errors, prog.inline_parent)

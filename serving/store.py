@@ -21,17 +21,20 @@ status`` shows it (§6).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import hiredis
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from compiler.algebra.script import online_min_script
-from compiler.algebra.storekeys import ONLINE_KEY
+from compiler.algebra.storekeys import ID_PREFIX, ONLINE_KEY
 
 
 class _HiredisPacking:
@@ -61,52 +64,127 @@ class StoreUnavailable(RuntimeError):
 
 
 class Store:
-    """An asyncio Redis client with the event script registered.
+    """An asyncio Redis client with the event script registered, standalone or Redis Cluster (SPEC §5.1).
+
+    The mode is detected, not configured: the first use asks the server
+    named by ``url`` (``INFO cluster``); with ``cluster_enabled:1`` every
+    command goes through redis-py's ``RedisCluster``, which learns the slot
+    map from that node and follows ``MOVED``, ``ASK`` and ``TRYAGAIN``. A
+    store that is down at start-up is asked again at the next use.
 
     Args:
-        url: ``redis://host:port/db`` (``SCOWL_REDIS_URL`` or the embedded server).
+        url: ``redis://host:port/db`` (``SCOWL_REDIS_URL`` or the embedded
+            server); in a cluster, any node (db 0).
         timeout_s: socket timeout in seconds.
+        on_mode: called once with ``True``/``False`` when the mode is known
+            (the app tells its ``Evaluator``).
+
+    Attributes:
+        cluster: ``None`` until detected, then whether the store is a cluster.
     """
 
-    def __init__(self, url: str, timeout_s: float = 2.0):
+    def __init__(self, url: str, timeout_s: float = 2.0, on_mode: Callable[[bool], None] | None = None):
         self.url = url
-        self.client = aioredis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, decode_responses=False
-        )
-        pool = self.client.connection_pool
-        pool.connection_class = type("HiredisPacking" + pool.connection_class.__name__,
-                                     (_HiredisPacking, pool.connection_class), {})
+        self.timeout_s = timeout_s
+        self.on_mode = on_mode
+        self.cluster: bool | None = None
+        self.client: Any = None
         #: script source -> its SHA1 (one per event type and round)
         self.shas: dict[str, str] = {}
-        self.online_script = self.client.register_script(online_min_script())
+        self.online_script: Any = None
 
-    async def run(self, script: str, keys: Sequence[str], argv: Sequence[Any]) -> list:
+    async def connect(self) -> bool:
+        """Detect the mode and build the client, unless done; return whether the store is a cluster.
+
+        Raises:
+            StoreUnavailable: the store cannot be reached (asked again next time).
+        """
+        if self.client is not None:
+            return bool(self.cluster)
+        probe = aioredis.Redis.from_url(self.url, socket_timeout=self.timeout_s,
+                                        socket_connect_timeout=self.timeout_s)
+        try:
+            info = await probe.info("cluster")
+        except (RedisConnectionError, RedisTimeoutError, OSError) as e:
+            raise StoreUnavailable(f"store unreachable: {e}") from e
+        except RedisError as e:
+            raise StoreUnavailable(f"store error: {e}") from e
+        finally:
+            await probe.aclose()
+        cluster = bool(int(info.get("cluster_enabled", 0)))
+        if cluster:
+            self.client = RedisCluster.from_url(self.url, socket_timeout=self.timeout_s,
+                                                socket_connect_timeout=self.timeout_s, decode_responses=False)
+        else:
+            self.client = aioredis.Redis.from_url(
+                self.url, socket_timeout=self.timeout_s, socket_connect_timeout=self.timeout_s,
+                decode_responses=False)
+            pool = self.client.connection_pool
+            pool.connection_class = type("HiredisPacking" + pool.connection_class.__name__,
+                                         (_HiredisPacking, pool.connection_class), {})
+        self.online_script = self.client.register_script(online_min_script())
+        self.cluster = cluster
+        if self.on_mode is not None:
+            self.on_mode(cluster)
+        return cluster
+
+    async def run(self, script: str, keys: Sequence[str], argv: Sequence[Any],
+                  layout: Sequence[tuple[int, bool]] | None = None) -> list:
         """Run a round script once (``EVALSHA``; ``EVAL`` after a ``NOSCRIPT`` error).
+
+        In a cluster the round is split by hash slot (:func:`split_by_slot`):
+        one call per slot, all sent at once, their replies merged into the
+        reply of one call.
 
         Args:
             script: the Lua source (``compiler.algebra.lua``).
             keys: Redis keys (KEYS).
             argv: the arguments (ARGV; see ``compiler.algebra.lua``).
+            layout: per slot key after the two fixed ones, ``(ARGV elements
+                it takes when live, is a read)`` (``serving.evaluate._Round``);
+                needed in a cluster.
 
         Returns:
             The script's reply (``[id flag, one result per read]``).
 
         Raises:
-            StoreUnavailable: connection, timeout or server error. The script
-                is atomic, so either all of its writes happened or none.
+            StoreUnavailable: connection, timeout or server error. Each script
+                call is atomic, so either all of its writes happened or none
+                (in a cluster, per slot).
         """
         sha = self.shas.get(script)
         if sha is None:
             sha = self.shas[script] = hashlib.sha1(script.encode()).hexdigest()
         try:
-            try:
-                return await self.client.evalsha(sha, len(keys), *keys, *argv)
-            except NoScriptError:  # the store restarted or flushed its scripts: this call did not run
-                return await self.client.eval(script, len(keys), *keys, *argv)
+            if self.client is None:
+                await self.connect()
+            if self.cluster:
+                if layout is None:
+                    raise ValueError("a Redis Cluster call needs the round's layout")
+                return await self._run_split(script, sha, keys, argv, layout)
+            return await self._call(script, sha, keys, argv)
         except (RedisConnectionError, RedisTimeoutError, OSError) as e:
             raise StoreUnavailable(f"store unreachable: {e}") from e
         except RedisError as e:
             raise StoreUnavailable(f"store error: {e}") from e
+
+    async def _call(self, script: str, sha: str, keys: Sequence[str], argv: Sequence[Any]) -> list:
+        try:
+            return await self.client.evalsha(sha, len(keys), *keys, *argv)
+        except NoScriptError:  # the store (node) restarted or flushed its scripts: this call did not run
+            return await self.client.eval(script, len(keys), *keys, *argv)
+
+    async def _run_split(self, script: str, sha: str, keys: Sequence[str], argv: Sequence[Any],
+                         layout: Sequence[tuple[int, bool]]) -> list:
+        calls, merge = split_by_slot(keys, argv, layout, sha)
+        todo = [self._call(script, sha, k, a) for k, a in calls]
+        if keys[0] and argv[1] != "":  # the API's own marker of the id too (the stream's claims read it)
+            todo.append(self.client.set(keys[0], "1", nx=True, px=int(argv[1])))
+        replies = await asyncio.gather(*todo)
+        out = merge(replies[:len(calls)])
+        if argv[2] != "" and keys[1] and (out[0] == 1 or not calls):
+            await self.client.xadd(keys[1], {"event": argv[2]})
+        return out
 
     async def record_online(self, starts: Mapping[str, int]) -> None:
         """Lower the online-writer start times of some states to ``starts`` (module docstring).
@@ -124,6 +202,8 @@ class Store:
         for h, ms in starts.items():
             args += [h, int(ms)]
         try:
+            if self.client is None:
+                await self.connect()
             await self.online_script(keys=[ONLINE_KEY], args=args)
         except (RedisConnectionError, RedisTimeoutError, OSError) as e:
             raise StoreUnavailable(f"store unreachable: {e}") from e
@@ -133,10 +213,93 @@ class Store:
     async def ping(self) -> bool:
         """Return whether the store answers ``PING``."""
         try:
+            if self.client is None:
+                await self.connect()
             return bool(await self.client.ping())
-        except (RedisError, OSError):
+        except (RedisError, OSError, StoreUnavailable):
             return False
 
     async def close(self) -> None:
-        """Close the connection pool."""
-        await self.client.aclose()
+        """Close the connection pool(s)."""
+        if self.client is not None:
+            await self.client.aclose()
+
+
+def _hash_tag(key: str) -> str:
+    """The part of ``key`` Redis Cluster hashes: between the first ``{`` and the next ``}`` if non-empty, else all."""
+    i = key.find("{")
+    if i >= 0:
+        j = key.find("}", i + 1)
+        if j > i + 1:
+            return key[i + 1:j]
+    return key
+
+
+def split_by_slot(keys: Sequence[str], argv: Sequence[Any], layout: Sequence[tuple[int, bool]],
+                  sha: str) -> tuple[list[tuple[list[str], list[Any]]], Callable[[list], list]]:
+    """Split one round's script call into one call per Redis Cluster hash slot (SPEC §5.1).
+
+    Each call carries the same script with the keys of one slot; every other
+    slot key becomes the placeholder ``{<tag>}`` (a key in the call's slot
+    that the script skips, ``compiler.algebra.lua``) and loses its ARGV
+    elements. The event's ``_id`` marker becomes one per call,
+    ``sc:id:{<tag>}:<script sha, 12 hex>:<id>``, so each slot's writes happen at most
+    once however often the event is retried (a retry after a partial failure
+    applies exactly the slots that missed it). The stream key is left out
+    (the caller appends the event itself).
+
+    Args:
+        keys: the round's KEYS (``[id key or "", stream key or "", slot keys..]``).
+        argv: its ARGV (``[t_ms, id ttl or "", event JSON or "", slot args..]``).
+        layout: per slot key, ``(ARGV elements when live, is a read)``.
+        sha: the script's SHA1 (one marker per round).
+
+    Returns:
+        ``(calls, merge)``: ``calls`` a list of ``(keys, argv)``, one per
+        slot; ``merge(replies)`` turns their replies (in ``calls`` order) into
+        the reply of the unsplit call: the id flag (0 if any call saw the id:
+        it is a repeat) and the reads' results in slot-key order.
+
+    Raises:
+        ValueError: ``layout`` does not match ``keys``.
+    """
+    if len(layout) != len(keys) - 2:
+        raise ValueError(f"layout has {len(layout)} slots for {len(keys) - 2} keys")
+    groups: dict[int, list[int]] = {}
+    spans: list[tuple[int, int]] = []
+    a = 3
+    for p, (arity, _) in enumerate(layout):
+        key = keys[p + 2]
+        n = arity if key else 0
+        spans.append((a, a + n))
+        a += n
+        if key:
+            groups.setdefault(key_slot(key.encode()), []).append(p)
+    event_id = keys[0][len(ID_PREFIX) + 1:-1] if keys[0] else ""
+    calls: list[tuple[list[str], list[Any]]] = []
+    order: list[int] = []  # per live read position, its call index
+    call_of: dict[int, int] = {}
+    for c, positions in enumerate(groups.values()):
+        tag = _hash_tag(keys[positions[0] + 2])
+        ph = "{" + tag + "}"
+        mine = set(positions)
+        ks = [f"{ID_PREFIX}{{{tag}}}:{sha[:12]}:{event_id}" if event_id else ph, ph]
+        args: list[Any] = [argv[0], argv[1] if event_id else "", ""]
+        for p in range(len(layout)):
+            if p in mine:
+                ks.append(keys[p + 2])
+                args.extend(argv[spans[p][0]:spans[p][1]])
+                call_of[p] = c
+            else:
+                ks.append(ph)
+        calls.append((ks, args))
+    for p, (_, is_read) in enumerate(layout):
+        if is_read and keys[p + 2]:
+            order.append(call_of[p])
+
+    def merge(replies: list) -> list:
+        its = [iter(r[1:]) for r in replies]
+        flag = min([int(r[0]) for r in replies], default=1)
+        return [flag] + [next(its[c]) for c in order]
+
+    return calls, merge

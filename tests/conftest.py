@@ -111,3 +111,22 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_server(tmp_path_factory):
+    """A private 3-master Redis Cluster on loopback for the session (``scowl.embedded.LocalCluster``, SPEC §5.1)."""
+    from scowl.embedded import LocalCluster
+
+    cluster = LocalCluster(tmp_path_factory.mktemp("cluster"), masters=3)
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture()
+def redis_cluster(redis_cluster_server):
+    """The session's cluster, every node flushed; yields the ``LocalCluster`` (its ``url`` names node 0)."""
+    for i in range(redis_cluster_server.masters):
+        redis_cluster_server.node(i).flushall()
+    return redis_cluster_server

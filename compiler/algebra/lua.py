@@ -11,7 +11,10 @@ script receives only what varies:
   where the slots are the round's reads before its writes, its writes, and
   its reads after them, in :class:`RoundSpec` order. An empty key skips its
   slot (a null entity key, a write whose filter or values rule it out, or a
-  write after a repeated ``_id``).
+  write after a repeated ``_id``); so does a placeholder ``{<hash tag>}``:
+  in a Redis Cluster an event's keys span several hash slots, and each
+  script call carries the keys of one slot, the others replaced by a
+  placeholder in that slot (SPEC §5.1; ``serving.store.Store.run``).
 * ``ARGV``: ``[t_ms, id ttl_ms or "", stream event JSON or ""]`` followed,
   for every non-skipped slot in order, by the slot's own arguments: a read
   with ``after`` takes the after time (epoch ms, ``""`` for null); a write
@@ -184,6 +187,13 @@ class RoundSpec:
 # Functions of every generated script, after common.lua (shared with event.lua).
 _PRELUDE = r"""
 local EXACT = 9007199254740992
+
+-- whether a KEYS entry names a key: '' skips its slot, and so does a
+-- placeholder '{<hash tag>}' (a Redis Cluster call passes one in the call's
+-- slot for every slot of the round it does not carry; state keys start 'sc:')
+local function live(k)
+  return k ~= '' and string.byte(k, 1) ~= 123
+end
 
 -- The values of a read's cover fields: the short cover (common.lua cover with
 -- up) when no write lies in a tile after hi (the state's latest written
@@ -522,10 +532,10 @@ class LuaGenerator:
             "local out = { 1 }",
             "local o = 1",
             "local skip = false",
-            "if ARGV[2] ~= '' and KEYS[1] ~= '' then",
+            "if ARGV[2] ~= '' and live(KEYS[1]) then",
             "  if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[2]) then skip = true; out[1] = 0 end",
             "end",
-            "if ARGV[3] ~= '' and KEYS[2] ~= '' and not skip then redis.call('XADD', KEYS[2], '*', 'event', ARGV[3]) end",
+            "if ARGV[3] ~= '' and live(KEYS[2]) and not skip then redis.call('XADD', KEYS[2], '*', 'event', ARGV[3]) end",
         ]
         consts = ["local K = {}"] + [
             f"{'' if name.startswith('K[') else 'local '}{name} = {text}" for text, name in s.consts.items()
@@ -535,7 +545,7 @@ class LuaGenerator:
     def _read(self, s: _Script, r: ReadSlot, k: int) -> list[str]:
         key = f"KEYS[{k}]"
         w_ms, r_ms = r.window_s * 1000, r.resolution_s * 1000
-        lines = [f"if {key} ~= '' then"]
+        lines = [f"if live({key}) then"]
         if r.has_after:
             lines += ["  local after = ARGV[a]", "  a = a + 1",
                       f"  local lo, hi = range(t, {w_ms}, {r_ms}, after)"]
@@ -599,7 +609,7 @@ class LuaGenerator:
         key = f"KEYS[{k}]"
         window_ms, res_ms = w.window_s * 1000, w.resolution_s * 1000
         n = self.write_arity(w)
-        lines = [f"if {key} ~= '' then"]
+        lines = [f"if live({key}) then"]
         lines += [f"  local v{j} = ARGV[a + {j - 1}]" for j in range(1, n + 1)]
         if n:
             lines.append(f"  a = a + {n}")

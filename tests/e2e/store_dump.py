@@ -198,3 +198,31 @@ def assert_same_store(a: dict, b: dict, plan: Plan | None = None) -> None:
     diff = diff_stores(a, b, plan)
     if diff:
         raise AssertionError(f"stores differ:\n{diff}")
+
+
+def live_part(dump: dict, plan: Plan, now_ms: int) -> dict:
+    """A store image (:func:`dump_store`) without what pruning may or may not have removed yet.
+
+    Pruning walks a hash with ``HSCAN`` a few hundred fields per write, in the
+    hash table's order, which depends on the server's random hash seed: two
+    servers given the same writes prune in another order. Left out: the scan
+    cursor ``_c`` and the tile fields that end before ``now - W - r`` (no
+    read at or after ``now`` uses them, SPEC 5.3).
+    """
+    size_of = {code: s * 1000 for s, code in LEVEL_CODE.items()}
+    out = {}
+    for key, (kind, content, ttl) in dump.items():
+        state = plan.states.get(key.rsplit(b":", 1)[-1].decode()) if key.startswith(b"sc:{") else None
+        if kind == b"hash" and state is not None:
+            cutoff = now_ms - (state.window_s + state.resolution_s) * 1000
+            kept = {}
+            for f, v in content.items():
+                name = f.decode()
+                size = size_of.get(name[:1])
+                idx = name[1:].split(".")[0]
+                if name == "_c" or (size and idx.lstrip("-").isdigit() and (int(idx) + 1) * size <= cutoff):
+                    continue
+                kept[f] = v
+            content = kept
+        out[key] = (kind, content, ttl)
+    return out

@@ -28,6 +28,7 @@ SCRIPT = "redis.call('INCR', KEYS[1]); return {tonumber(ARGV[1]) + 1, ARGV[2]}"
 ])
 def test_hiredis_packing_sends_the_bytes_redis_py_would(redis_url, args):
     store = Store(redis_url)
+    assert asyncio.run(store.connect()) is False  # a standalone server
     packing = store.client.connection_pool.connection_class(host="127.0.0.1")
     plain = Connection(host="127.0.0.1")
     assert b"".join(packing.pack_command(*args)) == b"".join(plain.pack_command(*args))

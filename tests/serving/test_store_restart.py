@@ -33,7 +33,7 @@ import pytest
 import redis
 
 from tests.e2e.helpers import login_purchase_events, post_all
-from tests.e2e.store_dump import assert_same_store, db_url, dump_store
+from tests.e2e.store_dump import assert_same_store, db_url, dump_store, live_part
 from tests.serving.helpers import compile_text, served
 
 TOPOLOGY = """
@@ -171,35 +171,5 @@ def test_store_killed_and_restarted_under_load(server, store, redis_url):
     assert len(first) > len(events) // 2
     assert [answers[i] for i in first] == [clean[i] for i in first]
     now = max(e["_time"] for e in events)
-    ours = _live(dump_store(f"redis://127.0.0.1:{store.port}/0"), plan, now)
-    assert_same_store(ours, _live(dump_store(clean_url), plan, now), plan)
-
-
-def _live(dump: dict, plan, now_ms: int) -> dict:
-    """A store image without what pruning may or may not have removed yet.
-
-    Pruning walks a hash with ``HSCAN`` a few hundred fields per write, in the
-    hash table's order, which depends on the server's random hash seed: two
-    servers given the same writes prune in another order. Left out: the scan
-    cursor ``_c`` and the tile fields that end before ``now - W - r`` (no
-    read at or after ``now`` uses them, SPEC 5.3).
-    """
-    from compiler.algebra.windows import LEVEL_CODE
-
-    size_of = {code: s * 1000 for s, code in LEVEL_CODE.items()}
-    out = {}
-    for key, (kind, content, ttl) in dump.items():
-        state = plan.states.get(key.rsplit(b":", 1)[-1].decode()) if key.startswith(b"sc:{") else None
-        if kind == b"hash" and state is not None:
-            cutoff = now_ms - (state.window_s + state.resolution_s) * 1000
-            kept = {}
-            for f, v in content.items():
-                name = f.decode()
-                size = size_of.get(name[:1])
-                idx = name[1:].split(".")[0]
-                if name == "_c" or (size and idx.lstrip("-").isdigit() and (int(idx) + 1) * size <= cutoff):
-                    continue
-                kept[f] = v
-            content = kept
-        out[key] = (kind, content, ttl)
-    return out
+    ours = live_part(dump_store(f"redis://127.0.0.1:{store.port}/0"), plan, now)
+    assert_same_store(ours, live_part(dump_store(clean_url), plan, now), plan)
