@@ -26,9 +26,10 @@ from pathlib import Path
 
 import httpx
 import orjson
-import redis
 from rich.console import Console
 from rich.table import Table
+
+from writer.redisio import connect, used_memory
 
 HISTORY_START = datetime(2013, 1, 1, tzinfo=timezone.utc)
 LIVE_START = datetime(2013, 12, 1, tzinfo=timezone.utc)
@@ -157,9 +158,12 @@ def run_demo(days: int = 7, console: Console | None = None, home: Path | None = 
             bf_s = time.perf_counter() - t_bf
         phases.append(("Spark start-up", 0, t_bf - t))
         phases.append(("backfill Jan-Nov (Spark -> Redis tiles)", report.events, bf_s))
-        info = redis.Redis.from_url(url).info("memory")
-        console.print(f"backfill wrote {sum(report.rows.values()):,} tile rows; store uses "
-                      f"{info['used_memory_human']}")
+        store_client = connect(url)
+        try:
+            used_mb = used_memory(store_client) / 2**20
+        finally:
+            store_client.close()
+        console.print(f"backfill wrote {sum(report.rows.values()):,} tile rows; store uses {used_mb:.1f} MiB")
 
         app = create_app(plan, Settings(api_keys=""), redis_url=url)
         responses: list[dict] = []
@@ -214,7 +218,7 @@ def clear_plan_state(url: str, plan) -> int:
     hashes = set(plan.states)
     if not hashes:
         return 0
-    client = redis.Redis.from_url(url)
+    client = connect(url)
     try:
         removed = 0
         batch: list[bytes] = []

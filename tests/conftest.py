@@ -130,3 +130,12 @@ def redis_cluster(redis_cluster_server):
     for i in range(redis_cluster_server.masters):
         redis_cluster_server.node(i).flushall()
     return redis_cluster_server
+
+
+@pytest.fixture(params=["single", "cluster"])
+def store_url(request):
+    """A flushed store of each kind in turn: the single server (``redis_url``), then the 3-master cluster
+    (``redis_cluster``); yields the URL every command is given (for the cluster, node 0's: SPEC §5.1)."""
+    if request.param == "single":
+        return request.getfixturevalue("redis_url")
+    return request.getfixturevalue("redis_cluster").url

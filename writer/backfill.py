@@ -59,7 +59,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-import redis
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -69,6 +68,7 @@ from compiler.algebra.windows import levels_s
 from compiler.plan import Plan, StateSpec
 from compiler.typesystem import format_time
 from writer.pointintime import staged_stage_count
+from writer.redisio import connect
 from writer.session import without_codegen
 from writer.sink import write_keys, write_partition
 from writer.sources import event_id, mark_repeated_ids, read_events, valid
@@ -444,7 +444,7 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
     report.seconds["tiles"] = time.perf_counter() - t1
     # only now, with every tile written, is the window covered
     progress("coverage", 0, 1)
-    client = redis.Redis.from_url(redis_url)
+    client = connect(redis_url)
     try:
         record_coverage(client, [st.definition_hash for st in states], ws, we, int(time.time() * 1000))
     finally:
@@ -455,7 +455,7 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
 
 def _store_state(plan: Plan, redis_url: str) -> tuple[dict[str, list[tuple[int, int]]], dict[str, int]]:
     """Return ``(coverage per state, online-writer start per state)`` from the store."""
-    client = redis.Redis.from_url(redis_url)
+    client = connect(redis_url)
     try:
         return read_coverage(client, sorted(plan.states)), read_online_starts(client)
     finally:

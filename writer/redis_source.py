@@ -104,9 +104,9 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target: str | None = None
 
     def _client(self):
-        import redis
+        from writer.redisio import connect
 
-        return redis.Redis.from_url(self.url, socket_timeout=60)
+        return connect(self.url)
 
     def _last_id(self) -> str | None:
         client = self._client()

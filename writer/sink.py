@@ -47,14 +47,14 @@ def write_partition(rows: Iterable, url: str, forced: bool = False) -> int:
         redis.RedisError: the store failed (Spark retries the task; writes are idempotent).
     """
     import orjson
-    import redis
+    from writer.redisio import connect, pipeline
 
     from compiler.algebra.script import event_script
 
-    client = redis.Redis.from_url(url, socket_timeout=60)
+    client = connect(url)
     script = client.register_script(event_script())
     n = 0
-    pipe = client.pipeline(transaction=False)
+    pipe = pipeline(client, (event_script(),))
     expiring: dict[str, int] = {}
     tiled: set[str] = set()
     pending = 0
@@ -68,7 +68,7 @@ def write_partition(rows: Iterable, url: str, forced: bool = False) -> int:
         pipe.execute()
         expiring.clear()
         tiled.clear()
-        pipe = client.pipeline(transaction=False)
+        pipe = pipeline(client, (event_script(),))
         pending = 0
 
     for row in rows:
@@ -127,14 +127,14 @@ def write_keys(rows: Iterable, url: str, forced: bool = False) -> dict[int, int]
     Raises:
         redis.RedisError: the store failed (Spark retries the task; every write is idempotent).
     """
-    import redis
+    from writer.redisio import connect, pipeline
 
     from compiler.algebra.script import event_script
 
-    client = redis.Redis.from_url(url, socket_timeout=60)
+    client = connect(url)
     script = client.register_script(event_script())
     counts: dict[int, int] = {}
-    pipe = client.pipeline(transaction=False)
+    pipe = pipeline(client, (event_script(),))
     pending = 0
     for row in rows:
         rk, mode, kv = row["rk"], row["mode"], row["kv"]
@@ -156,7 +156,7 @@ def write_keys(rows: Iterable, url: str, forced: bool = False) -> dict[int, int]
         pending += n
         if pending >= KEY_BATCH_FIELDS:
             pipe.execute()
-            pipe = client.pipeline(transaction=False)
+            pipe = pipeline(client, (event_script(),))
             pending = 0
     pipe.execute()
     client.close()
@@ -235,15 +235,15 @@ def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: 
 
     import orjson
     import pyarrow as pa
-    import redis
+    from writer.redisio import connect, pipeline
 
     from compiler.algebra.script import event_script
 
-    client = redis.Redis.from_url(url, socket_timeout=60)
+    client = connect(url)
     script = client.register_script(event_script())
     hang = fault is not None and fault[0] == batch_id
     per_pipe = 1 if hang else MERGE_BATCH
-    pipe = client.pipeline(transaction=False)
+    pipe = pipeline(client, (event_script(),))
     applied = skipped = pending = 0
 
     def flush() -> None:
@@ -253,7 +253,7 @@ def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: 
                 applied += 1
             else:
                 skipped += 1
-        pipe = client.pipeline(transaction=False)
+        pipe = pipeline(client, (event_script(),))
         pending = 0
         if hang and applied >= fault[1]:
             with open(fault[2], "w") as f:
@@ -333,18 +333,18 @@ def claim_ids(batches: Iterable, url: str, marker: str, ttl_ms: int):
         redis.RedisError: the store failed (the batch fails; re-running it is safe).
     """
     import pyarrow as pa
-    import redis
+    from writer.redisio import connect, pipeline
 
     from compiler.algebra.storekeys import id_key
 
-    client = redis.Redis.from_url(url, socket_timeout=60)
+    client = connect(url)
     want = marker.encode()
     try:
         for batch in batches:
             ids, seqs = batch.column("_id").to_pylist(), batch.column("_seq").to_pylist()
             taken: list[bool] = []
             for i in range(0, len(ids), MERGE_BATCH):
-                pipe = client.pipeline(transaction=False)
+                pipe = pipeline(client)
                 for event_id in ids[i:i + MERGE_BATCH]:
                     pipe.set(id_key(event_id), marker, nx=True, px=ttl_ms, get=True)
                 taken += [old is not None and old != want for old in pipe.execute()]

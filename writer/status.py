@@ -18,6 +18,7 @@ import redis
 from compiler.algebra.keys import PREFIX
 from compiler.algebra.storekeys import ONLINE_KEY, cov_key
 from compiler.plan import Plan
+from writer.redisio import connect, node_client, pipeline
 
 
 @dataclass
@@ -77,7 +78,7 @@ def read_coverage(client: redis.Redis, hashes: list[str]) -> dict[str, list[tupl
     Raises:
         redis.RedisError: the store failed.
     """
-    pipe = client.pipeline(transaction=False)
+    pipe = pipeline(client)
     for h in hashes:
         pipe.hkeys(cov_key(h))
     out: dict[str, list[tuple[int, int]]] = {}
@@ -110,7 +111,7 @@ def record_coverage(client: redis.Redis, hashes: list[str], start_ms: int, end_m
     """
     for h in hashes:
         key = cov_key(h)
-        with client.pipeline() as pipe:
+        with node_client(client, key).pipeline() as pipe:  # (a cluster: the key's node)
             while True:
                 try:
                     pipe.watch(key)
@@ -130,7 +131,9 @@ def record_coverage(client: redis.Redis, hashes: list[str], start_ms: int, end_m
                     pipe.hset(key, mapping=fields)
                     pipe.execute()
                     break
-                except redis.WatchError:
+                except (redis.WatchError, redis.exceptions.MovedError, redis.exceptions.AskError):
+                    if isinstance(client, redis.RedisCluster):  # the slot moved: ask the cluster again
+                        client.nodes_manager.initialize()
                     continue
 
 
@@ -175,7 +178,7 @@ def store_status(plan: Plan, redis_url: str) -> list[StateStatus]:
     features = state_features(plan)
     for h, st in plan.states.items():
         out[h] = StateStatus(h, st.function, st.window_s, st.resolution_s, st.limit, features=features[h])
-    client = redis.Redis.from_url(redis_url)
+    client = connect(redis_url)
     try:
         coverage = read_coverage(client, list(out))
         online = read_online_starts(client)
@@ -185,7 +188,7 @@ def store_status(plan: Plan, redis_url: str) -> list[StateStatus]:
         batch: list[bytes] = []
 
         def measure() -> None:
-            pipe = client.pipeline(transaction=False)
+            pipe = pipeline(client)
             for key in batch:
                 pipe.memory_usage(key, samples=0)
             for key, size in zip(batch, pipe.execute()):

@@ -435,10 +435,10 @@ class BatchProcessor:
         Args:
             earliest: event type -> earliest on-time event time of the batch (ms).
         """
-        import redis
 
         from compiler.algebra.script import online_min_script
         from compiler.algebra.storekeys import ONLINE_KEY
+        from writer.redisio import connect
 
         args: list = []
         for st in self.states:
@@ -447,7 +447,7 @@ class BatchProcessor:
                 args += [st.definition_hash, min(times)]
         if not args:
             return
-        client = redis.Redis.from_url(self.url)
+        client = connect(self.url)
         try:
             client.eval(online_min_script(), 1, ONLINE_KEY, *args)
         finally:

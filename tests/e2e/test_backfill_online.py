@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import orjson
 import pytest
-import redis
 
 from compiler import compile_sources
 from tests.e2e.helpers import close, login_purchase_events, post_all
 from tests.e2e.store_dump import assert_same_store
 from writer.backfill import run_backfill
+from writer.redisio import connect
 
 TOPOLOGY = """
 event login
@@ -69,7 +69,7 @@ def make_events(n: int = 3500, seed: int = 7) -> list[dict]:
 
 
 def dump(url):
-    client = redis.Redis.from_url(url)
+    client = connect(url)
     state = {}
     for key in client.scan_iter("sc:{*"):
         if client.type(key) == b"zset":
@@ -86,7 +86,9 @@ def plan():
     return result.plan
 
 
-def test_backfill_then_online_equals_online_only(spark, redis_url, plan, tmp_path):
+def test_backfill_then_online_equals_online_only(spark, store_url, plan, tmp_path):
+    """On a single server and on a 3-master cluster (SPEC §5.1): executors write to the nodes of their keys."""
+    redis_url = store_url
     events = make_events()
     history = [e for e in events if e["_time"] < SPLIT_MS]
     live = [e for e in events if e["_time"] >= SPLIT_MS]
@@ -94,7 +96,7 @@ def test_backfill_then_online_equals_online_only(spark, redis_url, plan, tmp_pat
 
     online_only = post_all(plan, redis_url, events)[len(history):]
 
-    redis.Redis.from_url(redis_url).flushall()
+    connect(redis_url).flushall()
     path = tmp_path / "history.jsonl"
     path.write_bytes(b"\n".join(orjson.dumps(e) for e in history) + b"\n")
     report = run_backfill(spark, plan, [path], redis_url, start_ms=START_MS, end_ms=SPLIT_MS)

@@ -31,7 +31,7 @@ from fastapi.testclient import TestClient
 
 from serving.app import create_app
 from serving.settings import Settings
-from serving.store import Store, split_by_slot
+from serving.store import Store, slot_tag, split_by_slot
 from tests.e2e.helpers import login_purchase_events, post_all
 from tests.e2e.store_dump import assert_same_store, dump_store, live_part
 from tests.serving.helpers import compile_text
@@ -52,6 +52,8 @@ prev := LatestTime(by user exclusive)
 first_ip := First(ip by user last 1 day)
 decayed := DecayedSum(amount by user last 1 hour)
 since_prev := Count(by user after prev last 1 day)
+n_all := Count(last 1 hour)
+uniq_all := CountUnique(user last 1 day)
 
 event purchase
 user := $.user as string
@@ -105,15 +107,22 @@ def test_split_by_slot_keeps_each_slots_keys_and_arguments():
     argv = [T0, 5000, "", "after-a", "b1", "b2", "c-after"]
     calls, merge = split_by_slot(keys, argv, layout, "f" * 40)
     assert len(calls) == 3
-    by_tag = {ks[1]: (ks, args) for ks, args in calls}
-    ks, args = by_tag["{a}"]
-    assert ks == ["sc:id:{a}:ffffffffffff:e1", "{a}", "sc:{a}:h1", "{a}", "{a}", "sc:{a}:h3", "{a}"]
+    by_slot = {key_slot(ks[2 if ks[2].startswith("sc:") else 3].encode()): (ks, args) for ks, args in calls}
+    a, b, c = (key_slot(x) for x in (b"a", b"b", b"c"))
+    ks, args = by_slot[a]
+    ph = "{" + slot_tag(a) + "}"
+    assert ks == [f"sc:id:{ph}:ffffffffffff:e1", ph, "sc:{a}:h1", ph, ph, "sc:{a}:h3", ph]
     assert args == [T0, 5000, "", "after-a"]  # h3 is a read without after: no argument
-    assert {key_slot(k.encode()) for k in ks} == {key_slot(b"a")}
-    assert by_tag["{b}"][1] == [T0, 5000, "", "b1", "b2"]
-    assert by_tag["{c}"][1] == [T0, 5000, "", "c-after"]
-    replies = {"{a}": [1, "read-h1", "read-h3"], "{b}": [1], "{c}": [0, "read-h4"]}
-    assert merge([replies[ks[1]] for ks, _ in calls]) == [0, "read-h1", "read-h3", "read-h4"]
+    assert {key_slot(k.encode()) for k in ks} == {a}
+    assert by_slot[b][1] == [T0, 5000, "", "b1", "b2"]
+    assert by_slot[c][1] == [T0, 5000, "", "c-after"]
+    assert all(len({key_slot(k.encode()) for k in ks}) == 1 for ks, _ in calls)
+    replies = {a: [1, "read-h1", "read-h3"], b: [1], c: [0, "read-h4"]}
+    assert merge([replies[s] for s in by_slot]) == [0, "read-h1", "read-h3", "read-h4"]
+    # a key without a hash tag of its own (a global aggregate's) gets placeholders in its slot too
+    calls, _ = split_by_slot(["", "", "sc:{}:h9", "sc:{a}:h1"], [T0, "", ""], [(0, True), (0, True)], "f" * 40)
+    assert all(len({key_slot(k.encode()) for k in ks}) == 1 for ks, _ in calls) and len(calls) == 2
+    assert {slot_tag(s) for s in range(16384)} and len({key_slot(slot_tag(s).encode()) for s in range(16384)}) == 16384
     with pytest.raises(ValueError):
         split_by_slot(keys, argv, layout[:-1], "f" * 40)
 

@@ -1,0 +1,178 @@
+"""The jobs' Redis connections: standalone or Redis Cluster, detected from the URL (SPEC §5.1).
+
+Every job (backfill, stream, replay's store reads, status) connects through
+:func:`connect`: ``SCOWL_REDIS_URL`` may name any node of a cluster, and the
+mode is asked of that node (``INFO cluster``), once per URL and process.
+
+Executors write in pipelines (:func:`pipeline`). redis-py's cluster pipeline
+refuses script calls (``EVALSHA``), which the stream's merges and the
+backfill's ``Latest`` writes are; :class:`SlotPipeline` takes their place in
+a cluster: it queues commands like a pipeline, sends each node the commands
+of the slots it serves as one plain pipeline (one round trip per node), and
+re-sends through the cluster client -- which follows ``MOVED``, ``ASK`` and
+``TRYAGAIN`` -- any command a node answered with a redirection (a slot
+moved or moving) or ``NOSCRIPT`` (as ``EVAL``). Every write of the jobs is
+idempotent or guarded (SPEC §5.6, §5.7), so a re-sent command never counts
+twice.
+
+No pyspark import here: executors import this module.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import redis
+from redis.commands.core import CoreCommands
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    NoScriptError,
+    TryAgainError,
+)
+
+#: URL -> whether it names a cluster node (one ``INFO`` per URL and process).
+_MODE: dict[str, bool] = {}
+
+#: Errors in a node's reply that the cluster client resolves by re-sending the command.
+_REDIRECTED = (MovedError, AskError, TryAgainError, ClusterDownError, NoScriptError)
+
+
+def is_cluster(url: str, timeout_s: float = 60.0) -> bool:
+    """Return whether ``url`` names a Redis Cluster node (``cluster_enabled:1``), asking once per process.
+
+    Raises:
+        redis.RedisError: the server is unreachable.
+    """
+    mode = _MODE.get(url)
+    if mode is None:
+        probe = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=min(timeout_s, 10.0))
+        try:
+            mode = _MODE[url] = int(probe.info("cluster").get("cluster_enabled", 0)) == 1
+        finally:
+            probe.close()
+    return mode
+
+
+def connect(url: str, socket_timeout: float = 60.0) -> redis.Redis | redis.RedisCluster:
+    """Return a client of the store at ``url``: ``redis.Redis``, or ``redis.RedisCluster`` for a cluster node.
+
+    Args:
+        url: ``redis://host:port/db``; in a cluster, any node (db 0).
+        socket_timeout: seconds.
+
+    Raises:
+        redis.RedisError: the server is unreachable.
+    """
+    if is_cluster(url, socket_timeout):
+        return redis.RedisCluster.from_url(url, socket_timeout=socket_timeout)
+    return redis.Redis.from_url(url, socket_timeout=socket_timeout)
+
+
+def pipeline(client: redis.Redis | redis.RedisCluster, scripts: Iterable[str] = ()) -> Any:
+    """Return a non-transactional pipeline of ``client``: its own, or a :class:`SlotPipeline` in a cluster.
+
+    Args:
+        client: from :func:`connect`.
+        scripts: Lua sources the commands may call by ``EVALSHA`` (loaded on
+            every primary of a cluster first; a standalone pipeline loads
+            them itself through ``register_script``).
+    """
+    if isinstance(client, redis.RedisCluster):
+        return SlotPipeline(client, scripts)
+    return client.pipeline(transaction=False)
+
+
+def used_memory(client: redis.Redis | redis.RedisCluster) -> int:
+    """Return the bytes the store uses (``INFO memory``; a cluster's primaries together).
+
+    Raises:
+        redis.RedisError: the store failed.
+    """
+    if isinstance(client, redis.RedisCluster):
+        info = client.info("memory", target_nodes=redis.RedisCluster.PRIMARIES)
+        return sum(int(v["used_memory"]) for v in info.values())
+    return int(client.info("memory")["used_memory"])
+
+
+def node_client(client: redis.Redis | redis.RedisCluster, key: str) -> redis.Redis:
+    """Return a plain client of the node serving ``key`` (``client`` itself when standalone).
+
+    For what a cluster client cannot do across nodes but one node can for
+    one key: ``WATCH``/``MULTI`` transactions (a slot that moves meanwhile
+    fails the ``EXEC``; retry).
+    """
+    if isinstance(client, redis.RedisCluster):
+        return client.get_node_from_key(key).redis_connection
+    return client
+
+
+class SlotPipeline(CoreCommands):
+    """A pipeline over a Redis Cluster that allows script calls (module docstring).
+
+    Commands are queued by the usual command methods (``hset``, ``zadd``,
+    ``set``, ``execute_command``, a registered script called with
+    ``client=`` this pipeline, ...); :meth:`execute` returns their replies in
+    order, as a pipeline does.
+
+    Args:
+        client: the cluster client.
+        scripts: Lua sources to load on every primary (``SCRIPT LOAD``), so
+            ``EVALSHA`` finds them; a node that lost them gets ``EVAL``.
+
+    Raises:
+        redis.RedisError: from loading the scripts.
+    """
+
+    def __init__(self, client: redis.RedisCluster, scripts: Iterable[str] = ()):
+        self.client = client
+        # sha -> source of the scripts loaded through this client (once per client, not per pipeline)
+        self.sources: dict[str, str] = client.__dict__.setdefault("_scowl_scripts", {})
+        for src in scripts:
+            if src not in self.sources.values():
+                self.sources[client.script_load(src)] = src
+        self.commands: list[tuple[tuple, dict]] = []
+
+    def execute_command(self, *args: Any, **options: Any) -> "SlotPipeline":
+        """Queue one command (``args[0]`` its name); return this pipeline."""
+        self.commands.append((args, options))
+        return self
+
+    def __len__(self) -> int:
+        return len(self.commands)
+
+    @staticmethod
+    def _key(args: tuple) -> Any:
+        name = str(args[0]).upper()
+        return args[3] if name in ("EVALSHA", "EVAL") else args[1]
+
+    def execute(self) -> list:
+        """Send the queued commands (one pipeline per node); return their replies in queue order.
+
+        Raises:
+            redis.RedisError: a command failed for another reason than a
+                redirection, or a node is unreachable.
+        """
+        commands, self.commands = self.commands, []
+        by_node: dict[str, tuple[Any, list[int]]] = {}
+        for i, (args, _) in enumerate(commands):
+            node = self.client.get_node_from_key(self._key(args))
+            by_node.setdefault(node.name, (node, []))[1].append(i)
+        replies: list[Any] = [None] * len(commands)
+        for node, idxs in by_node.values():
+            pipe = node.redis_connection.pipeline(transaction=False)
+            for i in idxs:
+                args, options = commands[i]
+                pipe.execute_command(*args, **options)
+            for i, reply in zip(idxs, pipe.execute(raise_on_error=False)):
+                replies[i] = reply
+        for i, reply in enumerate(replies):
+            if isinstance(reply, Exception):
+                if not isinstance(reply, _REDIRECTED):
+                    raise reply
+                args, options = commands[i]
+                if isinstance(reply, NoScriptError):
+                    args = ("EVAL", self.sources[args[1]], *args[2:])
+                replies[i] = self.client.execute_command(*args, **options)
+        return replies
