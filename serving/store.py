@@ -232,8 +232,7 @@ def slot_tag(slot: int) -> str:
     """Return a short hash tag whose keys ``{<tag>}...`` lie in Redis Cluster hash slot ``slot`` (0..16383).
 
     A round's placeholders and ``_id`` markers must lie in the slot of the
-    call's keys, which need not have a hash tag of their own (a global
-    aggregate's key ``sc:{}:<hash>`` hashes whole). The table of the first
+    call's keys; the slot's own tag serves any key in it, whatever its tag. The table of the first
     hex numbers reaching every slot is built once (~0.2 s, ~300k CRC16s).
     """
     if not _SLOT_TAGS:

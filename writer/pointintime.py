@@ -82,9 +82,8 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from compiler.algebra.keys import PREFIX
 from compiler.algebra.registry import storage_of
-from compiler.algebra.spark import SPARK, encode_tuple_column
+from compiler.algebra.spark import SPARK, encode_tuple_column, redis_key_column
 from compiler.codegen.spark import spark_ddl
 from compiler.plan import Feature, Plan
 from compiler.typesystem import SPARK_TYPES
@@ -506,7 +505,7 @@ class PointInTime:
         reads = self.frame(event, read_names)
         key_cols = [F.col(f"f_{k}") for k in spec.read_keys]
         enc = encode_tuple_column(key_cols, state.key_types)
-        rk = F.concat(F.lit(PREFIX + "{"), enc, F.lit("}:" + state.definition_hash))
+        rk = redis_key_column(enc, len(state.key_types), state.definition_hash)
         null_key = F.lit(False)
         for c in key_cols:
             null_key = null_key | c.isNull()

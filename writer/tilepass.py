@@ -46,9 +46,8 @@ from typing import Callable, Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from compiler.algebra.keys import PREFIX
 from compiler.algebra.registry import storage_of
-from compiler.algebra.spark import SPARK, TileForm, encode_tuple_column
+from compiler.algebra.spark import SPARK, TileForm, encode_tuple_column, redis_key_column
 from compiler.algebra.windows import LEVEL_CODE, levels_s
 from compiler.plan import StateSpec
 from writer.sources import counted
@@ -102,7 +101,7 @@ def _write_struct(st: StateSpec, g: int, ev: str, group: str, counted: Column) -
     for n in list(w.values) + list(w.keys):
         cond = cond & F.col(f"f_{n}").isNotNull()
     key = encode_tuple_column([F.col(f"f_{k}") for k in w.keys], st.key_types)
-    cols = {"g": F.lit(g), "rk": F.concat(F.lit(PREFIX + "{"), key, F.lit("}:" + st.definition_hash)),
+    cols = {"g": F.lit(g), "rk": redis_key_column(key, len(st.key_types), st.definition_hash),
             "t": F.col("_time_ms"), "seq": F.col("_seq"),
             **SPARK[st.function].write_columns(st.value_types, [F.col(f"f_{n}") for n in w.values])}
     return F.when(cond, F.struct(*[

@@ -9,8 +9,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from compiler.algebra.keys import PREFIX
-from compiler.algebra.spark import encode_tuple_column
+from compiler.algebra.spark import encode_tuple_column, redis_key_column
 from compiler.plan import StateSpec
 from writer.sources import counted
 
@@ -42,7 +41,7 @@ def writes_of_state(frames: dict[str, DataFrame], state: StateSpec) -> DataFrame
             cond = cond & F.col(f"f_{n}").isNotNull()
         df = df.where(cond)
         key = encode_tuple_column([F.col(f"f_{k}") for k in w.keys], state.key_types)
-        rk = F.concat(F.lit(PREFIX + "{"), key, F.lit("}:" + state.definition_hash))
+        rk = redis_key_column(key, len(state.key_types), state.definition_hash)
         parts.append(
             df.select(
                 rk.alias("rk"),

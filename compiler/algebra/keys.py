@@ -4,9 +4,10 @@ A state of one (aggregate definition, entity key) lives in ONE Redis hash::
 
     sc:{<encoded entity key>}:<definition_hash>
 
-* The ``{...}`` hash tag is the encoded entity key, so in Redis Cluster all
-  aggregates of one entity value share a slot (one script call per slot),
-  and one (aggregate, key) is always in one slot (it is one Redis key).
+* The ``{...}`` hash tag is the encoded entity key (:data:`GLOBAL_TAG` for
+  a global state), so in Redis Cluster all aggregates of one entity value
+  share a slot (one script call per slot), and one (aggregate, key) is
+  always in one slot, its companion keys (``<key>:b``) included.
 * ``definition_hash`` namespaces state by write-time definition (§5.4).
 
 Component encoding (unambiguous, §5.5): each key component is typed and
@@ -108,13 +109,20 @@ def encode_key(values: Sequence[Any], types: Sequence[str]) -> str | None:
     return escape("|".join(parts))
 
 
-def redis_key(encoded_key: str, definition_hash: str) -> str:
-    """Return the Redis hash name of one (state, entity key).
+#: The hash tag of a global state (no entity key: the empty encoding). An
+#: empty tag ``{}`` would make Redis Cluster hash the whole key, so a state's
+#: companion keys (``<key>:b``, stream batch markers) could land in other
+#: slots; no encoded key is ``_`` (components start with a type letter or ``#``).
+GLOBAL_TAG = "_"
 
-    >>> redis_key("s1:a", "0123456789abcdef")
-    'sc:{s1:a}:0123456789abcdef'
+
+def redis_key(encoded_key: str, definition_hash: str) -> str:
+    """Return the Redis hash name of one (state, entity key): ``sc:{<encoded key or _>}:<hash>``.
+
+    >>> redis_key("s1:a", "0123456789abcdef"), redis_key("", "0123456789abcdef")
+    ('sc:{s1:a}:0123456789abcdef', 'sc:{_}:0123456789abcdef')
     """
-    return f"{PREFIX}{{{encoded_key}}}:{definition_hash}"
+    return f"{PREFIX}{{{encoded_key or GLOBAL_TAG}}}:{definition_hash}"
 
 
 def encode_value_tuple(values: Sequence[Any], types: Sequence[str]) -> str:

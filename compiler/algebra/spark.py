@@ -39,7 +39,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, DoubleType, LongType
 
-from compiler.algebra.keys import MAX_KEY_CHARS
+from compiler.algebra.keys import GLOBAL_TAG, MAX_KEY_CHARS, PREFIX
 from compiler.algebra.ops import HLL_Q
 
 __all__ = ["SPARK", "SparkAggregate", "TileForm", "encode_component_column", "encode_tuple_column",
@@ -77,6 +77,18 @@ def encode_tuple_column(cols: Sequence[Column], types: Sequence[str]) -> Column:
         raw = F.lit("")
     esc = F.replace(F.replace(F.replace(raw, F.lit("%"), F.lit("%25")), F.lit("{"), F.lit("%7B")), F.lit("}"), F.lit("%7D"))
     return F.when(F.length(esc) > MAX_KEY_CHARS, F.concat(F.lit("#"), F.substring(F.sha2(esc, 256), 1, 40))).otherwise(esc)
+
+
+def redis_key_column(encoded: Column, n_keys: int, definition_hash: str) -> Column:
+    """Spark twin of ``compiler.algebra.keys.redis_key``: ``sc:{<encoded key>}:<hash>``.
+
+    Args:
+        encoded: the encoded entity key (:func:`encode_tuple_column`).
+        n_keys: number of key components (0: a global state, tag ``GLOBAL_TAG``).
+        definition_hash: the state's definition hash.
+    """
+    tag = F.lit(GLOBAL_TAG) if n_keys == 0 else encoded
+    return F.concat(F.lit(PREFIX + "{"), tag, F.lit("}:" + definition_hash))
 
 
 def values_json_column(n: int, cols: Sequence[Column] | None = None) -> Column:

@@ -28,8 +28,10 @@ def test_merge_intervals_reports_gaps():
     assert merge_intervals([(10, 20), (0, 5), (5, 8), (15, 30)]) == ([(0, 8), (10, 30)], [(8, 10)])
 
 
-def test_status_after_two_disjoint_backfills(spark, redis_url, tmp_path):
-    """Two backfill runs with a hole between them: two covered intervals, one gap, keys and bytes counted."""
+def test_status_after_two_disjoint_backfills(spark, store_url, tmp_path):
+    """Two backfill runs with a hole between them: two covered intervals, one gap, keys and bytes counted;
+    on a single server and on a 3-master cluster named by one node (SPEC §5.1: keys of every node)."""
+    redis_url = store_url
     plan = compile_sources({"t.scowl": TOPOLOGY}).plan
     events = [{"_type": "login", "_time": START + i * 3_600_000, "user": f"u{i % 3}"} for i in range(72)]
     path = tmp_path / "e.jsonl"
