@@ -16,7 +16,11 @@ uvloop + httptools when installed) over one embedded Valkey:
    events in time order (``scowl.demo_data.iter_events``), ``wide`` = the
    generated 70-state ``bench/topology_wide`` fed ``bench.wide.wide_events``;
    one worker, and ``--workers N`` workers when N > 1. The store is flushed
-   before each scowl row, and events continue in order across its phases.
+   before each scowl row, and events continue in order across its phases;
+4. with ``--cluster``, ``scowl <topology>, cluster of 1|3``: the same API
+   over a local Redis Cluster of 1 and of 3 masters
+   (``scowl.embedded.LocalCluster``, SPEC §5.1); Valkey's CPU is summed over
+   the primaries.
 
 Each row runs these phases, each a warm-up (``--warmup`` s; twice that
 before the first phase of a server with several workers) then ``--seconds``
@@ -215,9 +219,7 @@ class Probe:
     """
 
     def __init__(self, redis_url: str, server_pid: int | None):
-        import redis
-
-        self.redis = redis.Redis.from_url(redis_url)
+        self.nodes = node_clients(redis_url)
         self.server = psutil.Process(server_pid) if server_pid else None
         self.procs: list[psutil.Process] = []
         if self.server is not None:
@@ -242,11 +244,14 @@ class Probe:
             client_cpu_s: the client's cumulative CPU seconds when the client
                 is not this process (wrk); default: this process's CPU time.
         """
-        cpu = self.redis.info("cpu")
-        stats = self.redis.info("commandstats")
-        commands = sum(v["calls"] for k, v in stats.items()
-                       if k.removeprefix("cmdstat_").split("|")[0] not in _NOT_EVENT_COMMANDS)
-        return Sample(time.perf_counter(), float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]),
+        valkey_s, commands = 0.0, 0
+        for node in self.nodes:  # a cluster's primaries together
+            cpu = node.info("cpu")
+            stats = node.info("commandstats")
+            commands += sum(v["calls"] for k, v in stats.items()
+                            if k.removeprefix("cmdstat_").split("|")[0] not in _NOT_EVENT_COMMANDS)
+            valkey_s += float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+        return Sample(time.perf_counter(), valkey_s,
                       self._server_cpu(), time.process_time() if client_cpu_s is None else client_cpu_s,
                       commands, _busy_s(), self.server is None)
 
@@ -802,12 +807,23 @@ def redis_row(label: str, store_url: str, n_commands: int, opts: Options) -> Row
     return row
 
 
-def flush(store_url: str) -> None:
-    """Empty the store synchronously (``FLUSHALL SYNC``: a lazy flush would free memory in the
-    background and charge its CPU and memory to the next row)."""
+def node_clients(store_url: str) -> list:
+    """Plain clients of the store's server: the one node, or every primary of a cluster (SPEC §5.1)."""
     import redis
 
-    redis.Redis.from_url(store_url).execute_command("FLUSHALL", "SYNC")
+    from writer.redisio import is_cluster
+
+    if is_cluster(store_url):
+        cluster = redis.RedisCluster.from_url(store_url)
+        return [node.redis_connection for node in cluster.get_primaries()]
+    return [redis.Redis.from_url(store_url)]
+
+
+def flush(store_url: str) -> None:
+    """Empty the store synchronously (``FLUSHALL SYNC``: a lazy flush would free memory in the
+    background and charge its CPU and memory to the next row); every node of a cluster."""
+    for node in node_clients(store_url):
+        node.execute_command("FLUSHALL", "SYNC")
 
 
 def safely(make: Callable[[], Row], name: str) -> Row:
@@ -941,13 +957,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--topology", choices=("demo", "wide", "both"), default="both")
     ap.add_argument("--workers", type=int, default=1, help="also run the scowl rows with N uvicorn workers")
     ap.add_argument("--rates", default="1000,250", help="open-loop offered rates, events/s, comma-separated")
+    ap.add_argument("--cluster", action="store_true",
+                    help="also run the scowl rows on a local Redis Cluster of 1 and of 3 masters")
     args = ap.parse_args(argv)
 
     from rich.console import Console
 
     from bench.wide import wide_events
     from compiler import compile_dir
-    from scowl.embedded import EmbeddedStore
+    from scowl.embedded import EmbeddedStore, LocalCluster
 
     topologies = []
     if args.topology in ("demo", "both"):
@@ -982,6 +1000,13 @@ def main(argv: list[str] | None = None) -> None:
                 rows.append(safely(lambda: scowl_row(label, topo, store.url, bodies, states, opts,
                                                      args.workers)[0], f"scowl {label}, {args.workers} workers"))
             console.print(f"[dim]done: {label}[/dim]")
+            if args.cluster:
+                for masters in (1, 3):
+                    with LocalCluster(Path(home) / f"cluster-{label}-{masters}", masters) as cluster:
+                        rows.append(safely(lambda: scowl_row(label, topo, cluster.url, bodies, states, opts, 1)[0],
+                                           f"scowl {label}"))
+                        rows[-1].name += f", cluster of {masters}"
+                console.print(f"[dim]done: {label} on clusters[/dim]")
 
     title = (f"POST /event: max events/s (closed loop, {opts.concurrency} connections per worker, client "
              f"{opts.client}) and p50/p99 at fixed rates (open loop, {opts.pool} connections); "

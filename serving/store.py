@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from typing import Any, Callable, Mapping, Sequence
 
 import hiredis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
@@ -35,6 +37,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from compiler.algebra.script import online_min_script
 from compiler.algebra.storekeys import ID_PREFIX, ONLINE_KEY
+
+_log = logging.getLogger("scowl.store")
 
 
 class _HiredisPacking:
@@ -61,6 +65,21 @@ class _HiredisPacking:
 
 class StoreUnavailable(RuntimeError):
     """The store could not be reached or failed a command (the API answers 503)."""
+
+
+def _client_failure(e: Exception) -> StoreUnavailable:
+    """A failure inside the Redis client rather than from the server, logged with its traceback.
+
+    redis-py's asyncio cluster client can fail a command under concurrency
+    with an ``AttributeError`` (a connection whose stream another task just
+    reset: ``'NoneType' object has no attribute 'writelines'``, seen under
+    ``bench/serve.py --cluster`` with redis-py 8.1), or raise
+    ``RedisClusterException``, which is no ``RedisError``. The command did
+    not complete, as when the store is unreachable: a 503 the client may
+    retry (with its ``_id``, exactly once), not a 500.
+    """
+    _log.warning("store client failure (answered 503)", exc_info=e)
+    return StoreUnavailable(f"store client error: {type(e).__name__}: {e}")
 
 
 class Store:
@@ -167,6 +186,8 @@ class Store:
             raise StoreUnavailable(f"store unreachable: {e}") from e
         except RedisError as e:
             raise StoreUnavailable(f"store error: {e}") from e
+        except (RedisClusterException, AttributeError, TypeError) as e:
+            raise _client_failure(e) from e
 
     async def _call(self, script: str, sha: str, keys: Sequence[str], argv: Sequence[Any]) -> list:
         try:
@@ -209,6 +230,8 @@ class Store:
             raise StoreUnavailable(f"store unreachable: {e}") from e
         except RedisError as e:
             raise StoreUnavailable(f"store error: {e}") from e
+        except (RedisClusterException, AttributeError, TypeError) as e:
+            raise _client_failure(e) from e
 
     async def ping(self) -> bool:
         """Return whether the store answers ``PING``."""

@@ -217,3 +217,20 @@ def test_slot_migration_under_load_loses_nothing_and_counts_nothing_twice(redis_
     now = events[-1]["_time"]
     assert_same_store(live_part(_cluster_dump(redis_cluster), plan, now),
                       live_part(_single_dump(redis_url), plan, now), plan)
+
+
+def test_a_failure_inside_the_cluster_client_is_a_503_not_a_500(redis_cluster, monkeypatch):
+    """redis-py's asyncio cluster client can fail a command with an AttributeError under concurrency (a
+    connection reset by another task): the command did not complete, so the API answers 503 (retryable)."""
+    plan = compile_text(TOPOLOGY)
+    app = create_app(plan, Settings(), redis_url=redis_cluster.url)
+    with TestClient(app) as c:
+        store = app.state.store
+        assert store.cluster is True and app.state.evaluator.cluster is True
+
+        async def broken(*args, **kwargs):
+            raise AttributeError("'NoneType' object has no attribute 'writelines'")
+
+        monkeypatch.setattr(store, "_call", broken)
+        r = c.post("/event", json={"_type": "login", "_time": T0, "user": "u1", "ip": "1.2.3.4", "amount": 3.0})
+        assert r.status_code == 503 and r.json()["error"]["code"] == "store-unavailable", r.text
