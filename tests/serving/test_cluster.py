@@ -73,12 +73,7 @@ def _events(n: int, seed: int) -> list[dict]:
 
 def _cluster_dump(cluster) -> dict:
     """The image of every node's keys together, without the ``_id`` markers (their keys differ by design)."""
-    out: dict = {}
-    for i in range(cluster.masters):
-        part = dump_store(f"redis://127.0.0.1:{cluster.ports[i]}/0")
-        assert not set(part) & set(out)
-        out.update(part)
-    return {k: v for k, v in out.items() if not k.startswith(b"sc:id:")}
+    return {k: v for k, v in dump_store(cluster.url).items() if not k.startswith(b"sc:id:")}
 
 
 def _single_dump(url: str) -> dict:
