@@ -36,8 +36,7 @@ from scowl.embedded import free_port
 from tests.cli.test_serve_workers import owner, workers
 from tests.cli.test_signals import ROOT, Command, wait_for
 from tests.e2e.helpers import post_all
-from tests.e2e.store_dump import assert_same_store, db_url, dump_store
-from tests.serving.test_store_restart import _live
+from tests.e2e.store_dump import assert_same_store, db_url, dump_store, live_part
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")]
 
@@ -128,7 +127,7 @@ def test_worker_killed_mid_batch(tmp_path, redis_url):
     assert [answers[k] for k in first] == [clean[k] for k in first]
     now = max(e["_time"] for e in events)
     ours = {k: v for k, v in ours.items() if not k.startswith(b"sc:cov")}
-    assert_same_store(_live(ours, plan, now), _live(dump_store(clean_url), plan, now), plan)
+    assert_same_store(live_part(ours, plan, now), live_part(dump_store(clean_url), plan, now), plan)
 
 
 def _connected(conn: http.client.HTTPConnection) -> bool:

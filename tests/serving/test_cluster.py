@@ -102,7 +102,7 @@ def test_split_by_slot_keeps_each_slots_keys_and_arguments():
     argv = [T0, 5000, "", "after-a", "b1", "b2", "c-after"]
     calls, merge = split_by_slot(keys, argv, layout, "f" * 40)
     assert len(calls) == 3
-    by_slot = {key_slot(ks[2 if ks[2].startswith("sc:") else 3].encode()): (ks, args) for ks, args in calls}
+    by_slot = {slot: (ks, args) for slot, ks, args in calls}
     a, b, c = (key_slot(x) for x in (b"a", b"b", b"c"))
     ks, args = by_slot[a]
     ph = "{" + slot_tag(a) + "}"
@@ -111,12 +111,12 @@ def test_split_by_slot_keeps_each_slots_keys_and_arguments():
     assert {key_slot(k.encode()) for k in ks} == {a}
     assert by_slot[b][1] == [T0, 5000, "", "b1", "b2"]
     assert by_slot[c][1] == [T0, 5000, "", "c-after"]
-    assert all(len({key_slot(k.encode()) for k in ks}) == 1 for ks, _ in calls)
+    assert all({key_slot(k.encode()) for k in ks} == {slot} for slot, ks, _ in calls)
     replies = {a: [1, "read-h1", "read-h3"], b: [1], c: [0, "read-h4"]}
     assert merge([replies[s] for s in by_slot]) == [0, "read-h1", "read-h3", "read-h4"]
     # a key without a hash tag of its own (a global aggregate's) gets placeholders in its slot too
     calls, _ = split_by_slot(["", "", "sc:{}:h9", "sc:{a}:h1"], [T0, "", ""], [(0, True), (0, True)], "f" * 40)
-    assert all(len({key_slot(k.encode()) for k in ks}) == 1 for ks, _ in calls) and len(calls) == 2
+    assert all({key_slot(k.encode()) for k in ks} == {slot} for slot, ks, _ in calls) and len(calls) == 2
     assert {slot_tag(s) for s in range(16384)} and len({key_slot(slot_tag(s).encode()) for s in range(16384)}) == 16384
     with pytest.raises(ValueError):
         split_by_slot(keys, argv, layout[:-1], "f" * 40)
