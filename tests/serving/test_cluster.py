@@ -157,7 +157,7 @@ def _migrate(cluster, slot: int, src: int, dst: int) -> int:
             break
         s.execute_command("MIGRATE", "127.0.0.1", cluster.ports[dst], "", 0, 5000, "KEYS", *keys)
         moved += len(keys)
-        time.sleep(0.02)  # let requests in between: some meet the slot half moved
+        time.sleep(0.05)  # let requests in between: some meet the slot half moved
     for i in range(cluster.masters):
         cluster.node(i).execute_command("CLUSTER", "SETSLOT", slot, "NODE", cluster.ids[dst])
     return moved
