@@ -831,7 +831,8 @@ def safely(make: Callable[[], Row], name: str) -> Row:
     try:
         return make()
     except Exception as exc:  # noqa: BLE001 -- reported in the table
-        return Row(name, error=f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
+        # one line, the answer's body included (a 503's reason is in its JSON, after the status line)
+        return Row(name, error=" ".join(f"{type(exc).__name__}: {exc}".split())[:300])
 
 
 def free_port() -> int:
