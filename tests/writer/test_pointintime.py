@@ -111,9 +111,11 @@ def plan():
     return result.plan
 
 
-def test_point_in_time_equals_online(spark, redis_url, plan, tmp_path):
+def test_point_in_time_equals_online(spark, redis_url, redis_cluster, plan, tmp_path):
+    """Replay (point-in-time, Spark) = online on a single server = online on a 3-master cluster (SPEC §5.1)."""
     events = make_events()
     online = post_all(plan, redis_url, events)
+    assert post_all(plan, redis_cluster.url, events) == online
     path = tmp_path / "timeline.jsonl"
     path.write_bytes(b"\n".join(orjson.dumps(e) for e in events) + b"\n")
     raw = read_events(spark, [path])
