@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from contextlib import contextmanager
 from typing import Any, Callable, Mapping, Sequence
 
 import hiredis
@@ -65,6 +66,24 @@ class _HiredisPacking:
 
 class StoreUnavailable(RuntimeError):
     """The store could not be reached or failed a command (the API answers 503)."""
+
+
+@contextmanager
+def _store_errors():
+    """Turn what a store command raises into :class:`StoreUnavailable` (the API's 503).
+
+    Connection and timeout errors: unreachable; any other ``RedisError``: a
+    store error; a failure inside the client (:func:`_client_failure`):
+    logged with its traceback.
+    """
+    try:
+        yield
+    except (RedisConnectionError, RedisTimeoutError, OSError) as e:
+        raise StoreUnavailable(f"store unreachable: {e}") from e
+    except RedisError as e:
+        raise StoreUnavailable(f"store error: {e}") from e
+    except (RedisClusterException, AttributeError, TypeError) as e:
+        raise _client_failure(e) from e
 
 
 def _client_failure(e: Exception) -> StoreUnavailable:
@@ -123,11 +142,8 @@ class Store:
         probe = aioredis.Redis.from_url(self.url, socket_timeout=self.timeout_s,
                                         socket_connect_timeout=self.timeout_s)
         try:
-            info = await probe.info("cluster")
-        except (RedisConnectionError, RedisTimeoutError, OSError) as e:
-            raise StoreUnavailable(f"store unreachable: {e}") from e
-        except RedisError as e:
-            raise StoreUnavailable(f"store error: {e}") from e
+            with _store_errors():
+                info = await probe.info("cluster")
         finally:
             await probe.aclose()
         cluster = bool(int(info.get("cluster_enabled", 0)))
@@ -141,10 +157,12 @@ class Store:
                 base = node_kwargs["connection_class"]
                 node_kwargs["connection_class"] = type("HiredisPacking" + base.__name__, (_HiredisPacking, base), {})
             try:
-                await self.client.initialize()  # the slot map, before the first call
-            except (RedisError, OSError) as e:
+                with _store_errors():
+                    await self.client.initialize()  # the slot map, before the first call
+            except StoreUnavailable:
                 self.client = None
-                raise StoreUnavailable(f"store unreachable: {e}") from e
+                raise
+            slot_tag(0)  # the slot-tag table, built now rather than on the first event
         else:
             self.client = aioredis.Redis.from_url(
                 self.url, socket_timeout=self.timeout_s, socket_connect_timeout=self.timeout_s,
@@ -185,20 +203,14 @@ class Store:
         sha = self.shas.get(script)
         if sha is None:
             sha = self.shas[script] = hashlib.sha1(script.encode()).hexdigest()
-        try:
-            if self.client is None:
-                await self.connect()
+        if self.client is None:
+            await self.connect()
+        if self.cluster and layout is None:
+            raise ValueError("a Redis Cluster call needs the round's layout")
+        with _store_errors():
             if self.cluster:
-                if layout is None:
-                    raise ValueError("a Redis Cluster call needs the round's layout")
                 return await self._run_split(script, sha, keys, argv, layout)
             return await self._call(script, sha, keys, argv)
-        except (RedisConnectionError, RedisTimeoutError, OSError) as e:
-            raise StoreUnavailable(f"store unreachable: {e}") from e
-        except RedisError as e:
-            raise StoreUnavailable(f"store error: {e}") from e
-        except (RedisClusterException, AttributeError, TypeError) as e:
-            raise _client_failure(e) from e
 
     async def _call(self, script: str, sha: str, keys: Sequence[str], argv: Sequence[Any],
                     slot: int | None = None) -> list:
@@ -249,16 +261,10 @@ class Store:
         args: list[Any] = []
         for h, ms in starts.items():
             args += [h, int(ms)]
-        try:
-            if self.client is None:
-                await self.connect()
+        if self.client is None:
+            await self.connect()
+        with _store_errors():
             await self.online_script(keys=[ONLINE_KEY], args=args)
-        except (RedisConnectionError, RedisTimeoutError, OSError) as e:
-            raise StoreUnavailable(f"store unreachable: {e}") from e
-        except RedisError as e:
-            raise StoreUnavailable(f"store error: {e}") from e
-        except (RedisClusterException, AttributeError, TypeError) as e:
-            raise _client_failure(e) from e
 
     async def ping(self) -> bool:
         """Return whether the store answers ``PING``."""

@@ -52,15 +52,16 @@ def write_partition(rows: Iterable, url: str, forced: bool = False) -> int:
     from compiler.algebra.script import event_script
 
     client = connect(url)
-    script = client.register_script(event_script())
+    source = event_script()
+    script = client.register_script(source)
     n = 0
-    pipe = pipeline(client, (event_script(),))
+    pipe = pipeline(client, (source,))  # reused: a pipeline empties itself on execute
     expiring: dict[str, int] = {}
     tiled: set[str] = set()
     pending = 0
 
     def flush() -> None:
-        nonlocal pipe, pending
+        nonlocal pending
         for rk in tiled:
             pipe.hdel(rk, "_m")
         for rk, ttl in expiring.items():
@@ -68,7 +69,6 @@ def write_partition(rows: Iterable, url: str, forced: bool = False) -> int:
         pipe.execute()
         expiring.clear()
         tiled.clear()
-        pipe = pipeline(client, (event_script(),))
         pending = 0
 
     for row in rows:
@@ -132,9 +132,10 @@ def write_keys(rows: Iterable, url: str, forced: bool = False) -> dict[int, int]
     from compiler.algebra.script import event_script
 
     client = connect(url)
-    script = client.register_script(event_script())
+    source = event_script()
+    script = client.register_script(source)
     counts: dict[int, int] = {}
-    pipe = pipeline(client, (event_script(),))
+    pipe = pipeline(client, (source,))  # reused: a pipeline empties itself on execute
     pending = 0
     for row in rows:
         rk, mode, kv = row["rk"], row["mode"], row["kv"]
@@ -156,7 +157,6 @@ def write_keys(rows: Iterable, url: str, forced: bool = False) -> dict[int, int]
         pending += n
         if pending >= KEY_BATCH_FIELDS:
             pipe.execute()
-            pipe = pipeline(client, (event_script(),))
             pending = 0
     pipe.execute()
     client.close()
@@ -240,20 +240,20 @@ def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: 
     from compiler.algebra.script import event_script
 
     client = connect(url)
-    script = client.register_script(event_script())
+    source = event_script()
+    script = client.register_script(source)
     hang = fault is not None and fault[0] == batch_id
     per_pipe = 1 if hang else MERGE_BATCH
-    pipe = pipeline(client, (event_script(),))
+    pipe = pipeline(client, (source,))  # reused: a pipeline empties itself on execute
     applied = skipped = pending = 0
 
     def flush() -> None:
-        nonlocal pipe, pending, applied, skipped
+        nonlocal pending, applied, skipped
         for res in pipe.execute():
             if int(res[0]) == 1:
                 applied += 1
             else:
                 skipped += 1
-        pipe = pipeline(client, (event_script(),))
         pending = 0
         if hang and applied >= fault[1]:
             with open(fault[2], "w") as f:
@@ -339,12 +339,12 @@ def claim_ids(batches: Iterable, url: str, marker: str, ttl_ms: int):
 
     client = connect(url)
     want = marker.encode()
+    pipe = pipeline(client)  # reused: a pipeline empties itself on execute
     try:
         for batch in batches:
             ids, seqs = batch.column("_id").to_pylist(), batch.column("_seq").to_pylist()
             taken: list[bool] = []
             for i in range(0, len(ids), MERGE_BATCH):
-                pipe = pipeline(client)
                 for event_id in ids[i:i + MERGE_BATCH]:
                     pipe.set(id_key(event_id), marker, nx=True, px=ttl_ms, get=True)
                 taken += [old is not None and old != want for old in pipe.execute()]

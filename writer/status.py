@@ -111,30 +111,41 @@ def record_coverage(client: redis.Redis, hashes: list[str], start_ms: int, end_m
     """
     for h in hashes:
         key = cov_key(h)
-        with node_client(client, key).pipeline() as pipe:  # (a cluster: the key's node)
-            while True:
-                try:
-                    pipe.watch(key)
-                    old = {}
-                    for k, v in pipe.hgetall(key).items():
-                        lo, _, hi = k.decode().rpartition("-")
-                        old[(int(lo), int(hi))] = int(v)
-                    merged, _ = merge_intervals([*old, (start_ms, end_ms)])
-                    fields = {}
-                    for lo, hi in merged:
-                        if lo <= start_ms and end_ms <= hi:
-                            fields[f"{lo}-{hi}"] = now_ms
-                        else:  # old intervals only
-                            fields[f"{lo}-{hi}"] = max(t for (a, b), t in old.items() if lo <= a and b <= hi)
-                    pipe.multi()
-                    pipe.delete(key)
-                    pipe.hset(key, mapping=fields)
-                    pipe.execute()
-                    break
-                except (redis.WatchError, redis.exceptions.MovedError, redis.exceptions.AskError):
-                    if isinstance(client, redis.RedisCluster):  # the slot moved: ask the cluster again
-                        client.nodes_manager.initialize()
-                    continue
+        while not _rewrite_coverage(client, key, start_ms, end_ms, now_ms):
+            pass
+
+
+def _rewrite_coverage(client: redis.Redis | redis.RedisCluster, key: str, start_ms: int, end_ms: int,
+                      now_ms: int) -> bool:
+    """One ``WATCH``/``MULTI`` attempt of :func:`record_coverage` on ``key``'s node; ``False``: retry.
+
+    A concurrent writer fails the ``EXEC`` (``WatchError``); in a cluster, so
+    does a slot that moved (``MOVED``/``ASK``: the slot map is reloaded, and
+    the next attempt goes to the key's new node).
+    """
+    with node_client(client, key).pipeline() as pipe:
+        try:
+            pipe.watch(key)
+            old = {}
+            for k, v in pipe.hgetall(key).items():
+                lo, _, hi = k.decode().rpartition("-")
+                old[(int(lo), int(hi))] = int(v)
+            merged, _ = merge_intervals([*old, (start_ms, end_ms)])
+            fields = {}
+            for lo, hi in merged:
+                if lo <= start_ms and end_ms <= hi:
+                    fields[f"{lo}-{hi}"] = now_ms
+                else:  # old intervals only
+                    fields[f"{lo}-{hi}"] = max(t for (a, b), t in old.items() if lo <= a and b <= hi)
+            pipe.multi()
+            pipe.delete(key)
+            pipe.hset(key, mapping=fields)
+            pipe.execute()
+            return True
+        except (redis.WatchError, redis.exceptions.MovedError, redis.exceptions.AskError):
+            if isinstance(client, redis.RedisCluster):
+                client.nodes_manager.initialize()
+            return False
 
 
 def read_online_starts(client: redis.Redis) -> dict[str, int]:

@@ -348,11 +348,11 @@ local function prune_step(key, c, cutoff)
     local d = byte(f, 2)
     if size and d and (d == 45 or (d >= 48 and d <= 57)) then
       local k = below[b]
-      if not k then
+      if not k then  -- K's text with the field's code letter in front, and its digit count (-1: K < 0)
         local q = math.floor(cutoff / size)
-        k = string.format('%d', q)
-        below[b], digits[b] = string.char(b) .. k, q >= 0 and #k or -1
-        k = below[b]
+        local text = string.format('%d', q)
+        k = string.char(b) .. text
+        below[b], digits[b] = k, q >= 0 and #text or -1
       end
       local e = find(f, '.', 3, true)
       local n = (e or #f + 1) - 2

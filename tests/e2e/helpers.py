@@ -33,6 +33,14 @@ def post_all(plan, url, events):
     return out
 
 
+def login_purchase_topology(login: str, purchase: str = "") -> str:
+    """The ``.scowl`` text of :func:`login_purchase_events`' two event types, their inputs declared here,
+    with the aggregate (and scalar) lines ``login`` and ``purchase`` added to each."""
+    return ("event login\nuser := $.user as string\nip := $.ip as string?\namount := $.amount as float?\n"
+            + login.strip() + "\n\nevent purchase\nuser := $.user as string\ntotal := $.total as int\n"
+            + purchase.strip() + "\n")
+
+
 def login_purchase_events(n: int, seed: int, start_ms: int, n_users: int = 12, n_ips: int = 6,
                           digits: int | None = None) -> list[dict]:
     """``n`` seeded ``login``/``purchase`` events from ``start_ms`` on, in time order.

@@ -29,15 +29,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from compiler import compile_sources
-from tests.e2e.helpers import close, login_purchase_events, post_all
-from writer.redisio import connect
+from tests.e2e.helpers import close, login_purchase_events, login_purchase_topology, post_all
 from tests.e2e.store_dump import assert_same_store, db_url, dump_store
+from writer.redisio import connect
 
-TOPOLOGY = """
-event login
-user := $.user as string
-ip := $.ip as string?
-amount := $.amount as float?
+TOPOLOGY = login_purchase_topology("""
 n_user := Count(by user last 1 hour)
 sum_amount := Sum(amount by ip last 1 day)
 ips := HyperLogLog(ip by user last 1 day)
@@ -46,13 +42,10 @@ uniq := CountUnique(ip by user last 1 hour)
 recent := Sequence(ip by user last 1 hour limit 3)
 decayed := DecayedSum(amount by user last 1 hour)
 all_events := Count<login, purchase>(by user last 1 day)
-
-event purchase
-user := $.user as string
-total := $.total as int
+""", """
 spent := Sum(total by user last 1 day)
 logins := Count<login>(by user last 1 hour)
-"""
+""")
 START_MS = 1_704_067_200_000
 
 

@@ -32,15 +32,11 @@ from fastapi.testclient import TestClient
 from serving.app import create_app
 from serving.settings import Settings
 from serving.store import Store, slot_tag, split_by_slot
-from tests.e2e.helpers import login_purchase_events, post_all
+from tests.e2e.helpers import login_purchase_events, login_purchase_topology, post_all
 from tests.e2e.store_dump import assert_same_store, dump_store, live_part
 from tests.serving.helpers import compile_text
 
-TOPOLOGY = """
-event login
-user := $.user as string
-ip := $.ip as string?
-amount := $.amount as float?
+TOPOLOGY = login_purchase_topology("""
 n_user := Count(by user last 1 hour)
 sum_ip := Sum(amount by ip last 1 day)
 avg_user := Average(amount by user last 10 minutes)
@@ -54,13 +50,10 @@ decayed := DecayedSum(amount by user last 1 hour)
 since_prev := Count(by user after prev last 1 day)
 n_all := Count(last 1 hour)
 uniq_all := CountUnique(user last 1 day)
-
-event purchase
-user := $.user as string
-total := $.total as int
+""", """
 spent := Sum(total by user last 1 day)
 logins := Count<login>(by user last 1 hour)
-"""
+""")
 T0 = 1_700_000_000_000
 
 

@@ -32,25 +32,18 @@ import httpx
 import pytest
 import redis
 
-from tests.e2e.helpers import login_purchase_events, post_all
+from tests.e2e.helpers import login_purchase_events, login_purchase_topology, post_all
 from tests.e2e.store_dump import assert_same_store, db_url, dump_store, live_part
 from tests.serving.helpers import compile_text, served
 
-TOPOLOGY = """
-event login
-user := $.user as string
-ip := $.ip as string?
-amount := $.amount as float?
+TOPOLOGY = login_purchase_topology("""
 n_user := Count(by user last 1 hour)
 sum_ip := Sum(amount by ip last 1 day)
 recent := Sequence(ip by user last 1 hour limit 3)
 uniq := CountUnique(ip by user last 1 day)
-
-event purchase
-user := $.user as string
-total := $.total as int
+""", """
 spent := Sum(total by user last 1 day)
-"""
+""")
 BATCH = 50
 
 
