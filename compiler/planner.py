@@ -43,7 +43,7 @@ import hashlib
 import json
 from typing import Any
 
-from compiler.algebra.registry import layout_of
+from compiler.algebra.registry import layout_of, state_limit
 from compiler.algebra.windows import resolution_s
 from compiler.check import CheckedTopology, FeatureInfo, stable_topo
 from compiler.plan import AggregateSpec, EventPlan, Expr, Feature, Plan, StateSpec, WriteSpec
@@ -141,7 +141,7 @@ class Planner:
         doc = {
             "function": a.function,
             "window_s": a.window_s,
-            "limit": a.limit,
+            "limit": state_limit(a.function, a.limit),
             "value_types": list(a.value_types),
             "key_types": list(a.key_types),
             "writers": writers,
@@ -214,7 +214,8 @@ class Planner:
                     if h not in states:
                         states[h] = StateSpec(
                             definition_hash=h, function=a.function, window_s=a.window_s, resolution_s=r,
-                            limit=a.limit, value_types=a.value_types, key_types=a.key_types,
+                            limit=state_limit(a.function, a.limit), value_types=a.value_types,
+                            key_types=a.key_types,
                             writes={w: WriteSpec(w, a.write_keys, a.values, a.where.get(w))
                                     for w in sorted(a.scopes)},
                         )

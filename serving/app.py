@@ -48,7 +48,8 @@ def create_app(plan: Plan, settings: Settings | None = None, redis_url: str | No
         raise ValueError("no store: set SCOWL_REDIS_URL or run through `scowl serve` (embedded store)")
     # Built eagerly so an unsupported plan fails before serving; the
     # lifespan attaches the store's script call.
-    evaluator = Evaluator(plan, run=None, id_ttl_ms=settings.id_ttl_s * 1000, event_stream=settings.event_stream)
+    evaluator = Evaluator(plan, run=None, id_ttl_ms=settings.id_ttl_s * 1000, event_stream=settings.event_stream,
+                          lateness_ms=settings.allowed_lateness * 1000)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -36,9 +36,11 @@ from compiler.algebra.keys import encode_key, redis_key
 from compiler.algebra.lua import LuaGenerator, ReadSlot, RoundSpec, WriteSlot
 from compiler.algebra.ops import AggregateOp, make_op
 from compiler.algebra.storekeys import id_key
+from compiler.algebra.windows import ALLOWED_LATENESS_S
 from compiler.codegen.python import EvalError, compile_expr
 from compiler.plan import AggregateSpec, EventPlan, Feature, Plan, StateSpec, WriteSpec
 from compiler.typesystem import MAX_TIME_MS, MIN_TIME_MS, format_time, parse_time, read_input, to_json_value
+from serving.metrics import LATE_EVENTS, OUT_OF_ORDER_EVENTS
 
 
 class BadEvent(ValueError):
@@ -63,6 +65,11 @@ RunScript = Callable[[str, Sequence[str], Sequence[Any], Sequence[tuple[int, boo
 
 #: The Lua target of the algebra (stateless).
 LUA = LuaGenerator()
+
+#: Bits of a round's reply flag (``compiler.algebra.lua``): bit 0 the ``_id``
+#: flag; LATE: a state held a write later than the event; BEYOND: more than
+#: the allowed lateness later (SPEC §3.3).
+LATE, BEYOND = 2, 4
 
 #: Signature of the online-start record: ``{definition hash: event time ms}`` -> None
 #: (``serving.store.Store.record_online``: keeps the minimum per state).
@@ -152,6 +159,8 @@ class EventProgram:
     Args:
         plan: the compiled plan.
         event: event type name (a key of ``plan.events``).
+        lateness_ms: the allowed lateness ``L`` (ms, SPEC §3.3): the generated
+            scripts keep what reads up to ``L`` late need.
 
     Raises:
         NotImplementedError: the event uses an aggregate function the tile
@@ -160,8 +169,9 @@ class EventProgram:
             the compiler should have rejected).
     """
 
-    def __init__(self, plan: Plan, event: str):
+    def __init__(self, plan: Plan, event: str, lateness_ms: int = ALLOWED_LATENESS_S * 1000):
         self.plan = plan
+        self.lateness_ms = lateness_ms
         self.event: EventPlan = plan.events[event]
         self.name = event
         self.features: tuple[Feature, ...] = self.event.features
@@ -258,6 +268,7 @@ class EventProgram:
                 reads_before=tuple(r.slot for r in rd.reads_before),
                 writes=tuple(w.slot for w in rd.writes),
                 reads_after=tuple(r.slot for r in rd.reads_after),
+                lateness_ms=self.lateness_ms,
             ))
         self.first_write_round = min([w.round for w in self.writes.values()], default=0)
         self.by_stage: list[list[Feature]] = [[] for _ in range(n + 1)]
@@ -290,7 +301,7 @@ class EventProgram:
         online: OnlineStarts | None = None,
         append: tuple[str, str] | None = None,
         cluster: bool = False,
-    ) -> tuple[dict[str, Any], dict[str, str]]:
+    ) -> tuple[dict[str, Any], dict[str, str], int]:
         """Evaluate every feature of one event and record its writes.
 
         Args:
@@ -310,8 +321,12 @@ class EventProgram:
                 marker, ``serving.store.Store.run``), not only the first.
 
         Returns:
-            ``(values, errors)``: run-time values by feature name (plan order)
-            and error messages by feature name.
+            ``(values, errors, late)``: run-time values by feature name (plan
+            order), error messages by feature name, and the event's lateness
+            (SPEC §3.3): ``0`` in time order, :data:`LATE` when a state it
+            read or wrote held a later write, ``LATE | BEYOND`` when one more
+            than the allowed lateness later (its values are then what the
+            store still holds).
 
         Raises:
             Whatever ``run`` or ``online.record`` raises (``serving.store.StoreUnavailable``).
@@ -320,6 +335,7 @@ class EventProgram:
         errors: dict[str, str] = {}
         self._eval_scalars(self.by_stage[0], env, errors, event_time_ms, payload)
         skip_writes = False
+        late = 0
         for k, rd in enumerate(self.rounds, start=1):
             first = k == self.first_write_round and not skip_writes
             use_id = event_id is not None and (first or (cluster and bool(rd.writes)))
@@ -344,13 +360,15 @@ class EventProgram:
                 await online.note(written, event_time_ms)
             if written or pending or use_id or use_stream:
                 results = await run(rd.script, keys, argv, rd.layout)
-                if use_id and results[0] == 0 and not cluster:  # (a cluster's calls decide per slot)
+                flag = int(results[0])
+                late |= flag & (LATE | BEYOND)
+                if use_id and not flag & 1 and not cluster:  # (a cluster's calls decide per slot)
                     skip_writes = True
                 for (r, after_ms), res in zip(pending, results[1:]):
                     env[r.feature] = r.finish(res, event_time_ms, after_ms)
             self._eval_scalars(self.by_stage[k], env, errors, event_time_ms, payload)
         values = {f.name: env.get(f.name) for f in self.features}
-        return values, errors
+        return values, errors, late
 
     def _read_args(self, r: _Read, env: dict, keys: list, argv: list, pending: list, encoded: dict) -> None:
         """Append one read's slot key (``""``: null key, the value is null) and ``after`` argument."""
@@ -408,13 +426,18 @@ class Evaluator:
             ``event``: the body with the resolved ``_time`` in epoch ms and
             its ``_id``) for ``scowl stream --source redis:KEY`` (SPEC §5.7);
             ``None``: nothing appended.
+        lateness_ms: the allowed lateness (ms, SPEC §3.3,
+            ``SCOWL_ALLOWED_LATENESS``); late events are counted in
+            ``scowl_out_of_order_events_total`` and, beyond it, in
+            ``scowl_late_events_total`` (``serving.metrics``).
 
     Raises:
         NotImplementedError: see :class:`EventProgram`.
     """
 
     def __init__(self, plan: Plan, run: RunScript | None, id_ttl_ms: int = 86_400_000,
-                 record_online: RecordOnline | None = None, event_stream: str | None = None):
+                 record_online: RecordOnline | None = None, event_stream: str | None = None,
+                 lateness_ms: int = ALLOWED_LATENESS_S * 1000):
         self.plan = plan
         self.event_stream = event_stream
         self.run = run
@@ -422,7 +445,7 @@ class Evaluator:
         self.online: OnlineStarts | None = OnlineStarts(record_online) if record_online is not None else None
         #: the store is a Redis Cluster (set by the app once the store says so; SPEC §5.1)
         self.cluster = False
-        self.programs = {e: EventProgram(plan, e) for e in plan.events}
+        self.programs = {e: EventProgram(plan, e, lateness_ms) for e in plan.events}
 
     def parse(self, body: Any) -> tuple[EventProgram, int, str | None]:
         """Validate an event object; return its program, event time (ms) and ``_id``.
@@ -473,8 +496,12 @@ class Evaluator:
         append = None
         if self.event_stream and prog.first_write_round:
             append = (self.event_stream, orjson.dumps({**body, "_time": t_ms, "_id": response_id}).decode())
-        values, errors = await prog.evaluate(body, t_ms, self.run, event_id, self.id_ttl_ms, self.online, append,
-                                             self.cluster)
+        values, errors, late = await prog.evaluate(body, t_ms, self.run, event_id, self.id_ttl_ms, self.online,
+                                                   append, self.cluster)
+        if late:
+            OUT_OF_ORDER_EVENTS.labels(prog.name).inc()
+            if late & BEYOND:
+                LATE_EVENTS.labels(prog.name).inc()
         feats = {f.name: to_json_value(values[f.name], f.type) for f in prog.outputs}
         if errors and prog.inline_parent:
             errors = _errors_of_outputs(errors, prog.inline_parent)

@@ -6,6 +6,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from compiler.algebra.storekeys import DEFAULT_ID_TTL_S
+from compiler.algebra.windows import ALLOWED_LATENESS_S
 
 
 class Settings(BaseSettings):
@@ -26,6 +27,12 @@ class Settings(BaseSettings):
             (413 ``batch-too-large`` above; default 100,000 events).
         id_ttl_s: how long an ``_id`` is remembered for idempotency (seconds).
         store_timeout_s: Redis socket timeout (seconds).
+        allowed_lateness: ``SCOWL_ALLOWED_LATENESS``, seconds (SPEC §3.3,
+            default 3600): online values are exact for events up to this
+            late; states keep that much more history (tiles of ``W + r + L``,
+            raw entries of the last ``L``). Later events are answered from
+            what the store still holds and counted in
+            ``scowl_late_events_total``.
         event_stream: ``SCOWL_EVENT_STREAM``: a Redis stream key in the store
             to which every accepted event that writes state is appended
             (``XADD``, inside the event's own script call) for ``scowl stream
@@ -45,6 +52,7 @@ class Settings(BaseSettings):
     id_ttl_s: int = Field(default=DEFAULT_ID_TTL_S, ge=1)
     store_timeout_s: float = Field(default=2.0, gt=0)
     event_stream: str | None = None
+    allowed_lateness: int = Field(default=ALLOWED_LATENESS_S, ge=0)
 
     def key_set(self) -> frozenset[str]:
         """Return the accepted API keys (empty: auth disabled)."""

@@ -369,7 +369,8 @@ def split_by_slot(keys: Sequence[str], argv: Sequence[Any], layout: Sequence[tup
 
     def merge(replies: list) -> list:
         its = [iter(r[1:]) for r in replies]
-        flag = min([int(r[0]) for r in replies], default=1)
+        # bit 0: the id flag (0 if any call saw the id); bits 1-2: lateness (compiler.algebra.lua)
+        flag = min([int(r[0]) & 1 for r in replies], default=1) | max([int(r[0]) & 6 for r in replies], default=0)
         return [flag] + [next(its[c]) for c in order]
 
     return calls, merge

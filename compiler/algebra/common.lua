@@ -78,11 +78,19 @@ local function next_rank(key, ms)
 end
 
 -- Add a write-log member, drop members before cutoff_ms, keep the n latest,
--- and PEXPIRE ttl_ms (all but rank as the op's text arguments).
-local function log_add(key, ms, rank, json, n, cutoff_ms, ttl_ms)
+-- and PEXPIRE ttl_ms (all but rank as the op's text arguments). With late_ms
+-- (the allowed lateness, SPEC §3.3; a number): keep every member at or after
+-- ms - late_ms and the n latest before it, so that a read up to late_ms late
+-- still finds the n latest writes up to its own time.
+local function log_add(key, ms, rank, json, n, cutoff_ms, ttl_ms, late_ms)
   redis.call('ZADD', key, ms, string.format('%08d', rank) .. ms .. ':' .. json)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. cutoff_ms)
-  redis.call('ZREMRANGEBYRANK', key, 0, -(tonumber(n) + 1))
+  if late_ms then
+    local below = redis.call('ZCOUNT', key, '-inf', '(' .. string.format('%d', tonumber(ms) - late_ms))
+    if below > tonumber(n) then redis.call('ZREMRANGEBYRANK', key, 0, below - tonumber(n) - 1) end
+  else
+    redis.call('ZREMRANGEBYRANK', key, 0, -(tonumber(n) + 1))
+  end
   redis.call('PEXPIRE', key, ttl_ms)
 end
 
@@ -189,7 +197,7 @@ end
 -- ascending, then the largest tiles that fit before the end, descending;
 -- sizes in ms finest first, codes their letters, comps the component suffixes).
 -- With up: windows.short_cover instead, the ascending part, then whole tiles
--- of the level it reached through hi (they may end past hi), then '_m'.
+-- of the level it reached through hi (they may end past hi), then '_m' and '_t'.
 local function cover(lo, hi, r, sizes, codes, comps, up)
   local fields = {}
   if lo > hi then return fields end
@@ -208,6 +216,7 @@ local function cover(lo, hi, r, sizes, codes, comps, up)
   if up then
     emit(fields, sizes[j], codes[j], start, math.ceil((stop - start) / sizes[j]), comps, nc)
     fields[#fields + 1] = '_m'
+    fields[#fields + 1] = '_t'
     return fields
   end
   while j >= 1 do

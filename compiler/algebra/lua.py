@@ -83,7 +83,7 @@ from compiler.algebra.ops import (
     values_json,
 )
 from compiler.algebra.script import common_script
-from compiler.algebra.windows import LEVEL_CODE, counted_range, levels_s
+from compiler.algebra.windows import ALLOWED_LATENESS_S, LEVEL_CODE, counted_range, levels_s
 
 
 #: Hoisted constants kept in Lua locals (the rest go to the table ``K``); the
@@ -176,12 +176,16 @@ class RoundSpec:
             of a state the event writes).
         writes: the round's state writes.
         reads_after: the other reads (they see the event's own writes).
+        lateness_ms: the allowed lateness ``L`` in ms (SPEC §3.3,
+            ``SCOWL_ALLOWED_LATENESS``): states keep what reads up to ``L``
+            late need (module docstring).
     """
 
     name: str
     reads_before: tuple[ReadSlot, ...] = ()
     writes: tuple[WriteSlot, ...] = ()
     reads_after: tuple[ReadSlot, ...] = ()
+    lateness_ms: int = ALLOWED_LATENESS_S * 1000
 
 
 # Functions of every generated script, after common.lua (shared with event.lua).
@@ -195,13 +199,247 @@ local function live(k)
   return k ~= '' and string.byte(k, 1) ~= 123
 end
 
+-- Late events (SPEC §3.3). late_flag: 2 when a state read or written holds a
+-- write after t, 6 when one is more than LATE (the allowed lateness, ms)
+-- after t; added to the reply's first element.
+local late_flag = 0
+local function note_late(latest, t)
+  if latest > t then
+    if latest - t > LATE then late_flag = 6 elseif late_flag == 0 then late_flag = 2 end
+  end
+end
+
+-- Raw entries of a resolution tile, kept for late reads: '<ms> <length> <payload>'
+-- each, in arrival order; cur is the tile's raw text (false: none yet).
+local function raw_add(cur, ts, payload)
+  local e = ts .. ' ' .. #payload .. ' ' .. payload
+  if cur then return cur .. e end
+  return e
+end
+
+-- Appends to out the tile texts of the raw entries in text with lo_ms <= ms <=
+-- hi_ms, each as a one-write tile of the function: its payload ('1' for a
+-- Count), for kind 'a' (Average) the pair payload, '1', for kind 'f' (First)
+-- '<ms>\t<payload>'.
+local function raw_tiles(out, text, lo_ms, hi_ms, kind)
+  local find, sub = string.find, string.sub
+  local i, len = 1, #text
+  local k = #out
+  while i <= len do
+    local s1 = find(text, ' ', i, true)
+    local s2 = find(text, ' ', s1 + 1, true)
+    local ms = tonumber(sub(text, i, s1 - 1))
+    local e = s2 + tonumber(sub(text, s1 + 1, s2 - 1))
+    if ms >= lo_ms and ms <= hi_ms then
+      local p = sub(text, s2 + 1, e)
+      if kind == 'a' then
+        out[k + 1], out[k + 2] = p, '1'
+        k = k + 2
+      elseif kind == 'f' then
+        out[k + 1] = sub(text, i, s1 - 1) .. '\t' .. p
+        k = k + 1
+      else
+        out[k + 1] = p
+        k = k + 1
+      end
+    end
+    i = e + 1
+  end
+end
+
+-- CountUnique beside its tuples u<tuple> (scored by last-seen ms, in (-HALF,
+-- HALF)) keeps, for late reads, one raw member 'R<ms>:u<tuple>' per write at
+-- ms + OFF, and for the tuples whose raw members left (older than the write
+-- time minus LATE) one member 'Pu<tuple>' at the latest such ms - OFF. One
+-- sorted set, one key: the ranges never meet (|ms| < 2^49).
+local OFF, HALF = 1125899906842624, 562949953421312
+
+-- a CountUnique write of member u at t (text ts); cutoff: no read uses a time before it
+local function cu_write(key, u, t, ts, cutoff)
+  local fmt = string.format
+  redis.call('ZADD', key, 'GT', ts, u)
+  redis.call('ZADD', key, fmt('%d', t + OFF), 'R' .. ts .. ':' .. u)
+  local h = '(' .. fmt('%d', t - LATE + OFF)
+  local old = redis.call('ZRANGEBYSCORE', key, HALF, h, 'WITHSCORES')
+  if #old > 0 then
+    local find, sub = string.find, string.sub
+    for i = 1, #old, 2 do
+      local mem = old[i]
+      redis.call('ZADD', key, 'GT', fmt('%d', tonumber(old[i + 1]) - 2 * OFF), 'P' .. sub(mem, find(mem, ':', 2, true) + 1))
+    end
+    redis.call('ZREMRANGEBYSCORE', key, HALF, h)
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', cutoff - OFF))
+  end
+  redis.call('ZREMRANGEBYSCORE', key, -HALF, fmt('%d', cutoff))
+end
+
+-- the tuple of a raw member 'R<ms>:u<tuple>'
+local function cu_tuple(mem)
+  return string.sub(mem, string.find(mem, ':', 2, true) + 1)
+end
+
+-- number of CountUnique tuples with a write in [lo_ms, t]: those last seen
+-- there (ZCOUNT); for a late read (a tuple last seen after t), also each tuple
+-- written after t with a raw member in [lo_ms, t] or its latest older write
+-- (its P member) there.
+local function cu_read(key, lo_ms, t, ts)
+  local fmt = string.format
+  local n = redis.call('ZCOUNT', key, fmt('%d', lo_ms), ts)
+  local top = redis.call('ZREVRANGEBYSCORE', key, '(' .. HALF, '(' .. -HALF, 'WITHSCORES', 'LIMIT', 0, 1)
+  local latest = top[2] and tonumber(top[2])
+  if not latest or latest <= t then return n end
+  note_late(latest, t)
+  local inside = {}
+  local early = redis.call('ZRANGEBYSCORE', key, fmt('%d', lo_ms + OFF), fmt('%d', t + OFF))
+  for i = 1, #early do inside[cu_tuple(early[i])] = true end
+  local later = redis.call('ZRANGEBYSCORE', key, '(' .. fmt('%d', t + OFF), '+inf')
+  local done = {}
+  for i = 1, #later do
+    local u = cu_tuple(later[i])
+    if not done[u] then
+      done[u] = true
+      if inside[u] then
+        n = n + 1
+      else
+        local p = redis.call('ZSCORE', key, 'P' .. u)
+        if p then
+          local ms = tonumber(p) + OFF
+          if ms >= lo_ms and ms <= t then n = n + 1 end
+        end
+      end
+    end
+  end
+  return n
+end
+
+-- Decayed: (ref ms, sum, count) merged with one write (ms, v, weight 1), both
+-- weighed to the later time (decay constant w ms; common.lua decay_merge)
+local function dmerge(acc, ms, v, w)
+  if not acc then return { ms, v, 1 } end
+  if ms >= acc[1] then
+    local f = math.exp(-(ms - acc[1]) / w)
+    return { ms, acc[2] * f + v, acc[3] * f + 1 }
+  end
+  local f = math.exp(-(acc[1] - ms) / w)
+  return { acc[1], acc[2] + v * f, acc[3] + f }
+end
+
+-- fold the raw entries of text (ms <= hi_ms) into acc
+local function dfold(acc, text, hi_ms, w)
+  local vals = {}
+  raw_tiles(vals, text, -EXACT * 1024, hi_ms, 'f')
+  for i = 1, #vals do
+    local tab = string.find(vals[i], '\t', 1, true)
+    acc = dmerge(acc, tonumber(string.sub(vals[i], 1, tab - 1)), tonumber(string.sub(vals[i], tab + 1)), w)
+  end
+  return acc
+end
+
+-- raw tile fields of a Decayed hash (code byte rb) with their indices, ascending
+local function draw_fields(key, rb, below)
+  local names = redis.call('HKEYS', key)
+  local out = {}
+  for i = 1, #names do
+    local f = names[i]
+    if string.byte(f, 1) == rb then
+      local q = tonumber(string.sub(f, 2))
+      if q and (not below or q < below) then out[#out + 1] = { q, f } end
+    end
+  end
+  table.sort(out, function(x, y) return x[1] < y[1] end)
+  return out
+end
+
+-- A Decayed write of value text v at t (text ts): the main state dt/dv/dw
+-- (decay_merge), and for late reads the raw entry in resolution tile q
+-- (raw_add) while q >= T(_t - LATE), raw tiles that fall out folded into the
+-- base bt/bv/bw (writes before raw tile '_r').
+local function decay_write(key, t, ts, v, w, res, rawcode)
+  local fmt = string.format
+  decay_merge(key, ts, tonumber(v), 1, w)
+  local q = math.floor(t / res)
+  local rawf = rawcode .. fmt('%d', q)
+  local cur = redis.call('HMGET', key, '_t', '_r', rawf, 'bt', 'bv', 'bw')
+  local latest = t
+  if cur[1] and tonumber(cur[1]) > t then
+    latest = tonumber(cur[1])
+    note_late(latest, t)
+  end
+  local qh = math.floor((latest - LATE) / res)
+  local low = cur[2] and tonumber(cur[2])
+  local base = cur[4] and { tonumber(cur[4]), tonumber(cur[5]), tonumber(cur[6]) }
+  local args = { '_t', fmt('%d', latest) }
+  local based = false
+  if low and qh > low then
+    local names = {}
+    if qh - low <= 64 then
+      for i = low, qh - 1 do names[#names + 1] = rawcode .. fmt('%d', i) end
+    else
+      local dead = draw_fields(key, string.byte(rawcode), qh)
+      for i = 1, #dead do names[i] = dead[i][2] end
+    end
+    if #names > 0 then
+      local texts = redis.call('HMGET', key, unpack(names))
+      for i = 1, #names do
+        if texts[i] then
+          base = dfold(base, texts[i], EXACT * 1024, w)
+          based = true
+        end
+      end
+      redis.call('HDEL', key, unpack(names))
+    end
+    low = qh
+  end
+  if q >= qh then
+    args[#args + 1] = rawf
+    args[#args + 1] = raw_add(cur[3], ts, v)
+    if not low or q < low then low = q end
+  else
+    base = dmerge(base, t, tonumber(v), w)
+    based = true
+  end
+  if low then
+    args[#args + 1] = '_r'
+    args[#args + 1] = fmt('%d', low)
+  end
+  if based then
+    args[#args + 1] = 'bt'
+    args[#args + 1] = fmt('%d', base[1])
+    args[#args + 1] = 'bv'
+    args[#args + 1] = fmt('%.17g', base[2])
+    args[#args + 1] = 'bw'
+    args[#args + 1] = fmt('%.17g', base[3])
+  end
+  redis.call('HSET', key, unpack(args))
+end
+
+-- A Decayed read at t: dt/dv/dw; for a late read (dt > t) within the allowed
+-- lateness, the base and the raw entries up to t, weighed to the latest of them.
+local function decay_read(key, t, w, res, rawcode)
+  local cur = redis.call('HMGET', key, 'dt', 'dv', 'dw', '_r', 'bt', 'bv', 'bw')
+  if not cur[1] or tonumber(cur[1]) <= t then return { cur[1], cur[2], cur[3] } end
+  local latest = tonumber(cur[1])
+  note_late(latest, t)
+  local q = math.floor(t / res)
+  -- beyond the allowed lateness, or written before raw entries were kept: what the store holds
+  if not cur[4] or q < math.floor((latest - LATE) / res) then return { cur[1], cur[2], cur[3] } end
+  -- the base holds the writes before raw tile _r, the raw tiles every later one
+  local acc = cur[5] and { tonumber(cur[5]), tonumber(cur[6]), tonumber(cur[7]) }
+  local raw = draw_fields(key, string.byte(rawcode), q + 1)
+  for i = 1, #raw do acc = dfold(acc, redis.call('HGET', key, raw[i][2]), t, w) end
+  if not acc then return { false, false, false } end
+  return { string.format('%d', acc[1]), string.format('%.17g', acc[2]), string.format('%.17g', acc[3]) }
+end
+
 -- The values of a read's cover fields: the short cover (common.lua cover with
 -- up) when no write lies in a tile after hi (the state's latest written
--- resolution tile _m, its last field, is at most hi), else the exact cover.
+-- resolution tile _m, second to last field, is at most hi) nor after t (its
+-- latest write time _t, the last field), else the exact cover; a late read
+-- (_t > t) takes tile hi from its raw entries (raw_tiles).
 -- Covers depend only on (window, components, lo, hi): the reads of one call
 -- that share them pass the same slot and compute each once.
 local CV, CX = {}, {}
-local function tiles(key, lo, hi, r, sizes, codes, comps, slot)
+local function tiles(key, lo, hi, r, sizes, codes, comps, slot, t, rawcode, kind)
   local short = slot and CV[slot]
   if not short then
     short = cover(lo, hi, r, sizes, codes, comps, true)
@@ -210,8 +448,25 @@ local function tiles(key, lo, hi, r, sizes, codes, comps, slot)
   local n = #short
   if n == 0 then return short end
   local v = redis.call('HMGET', key, unpack(short))
-  local m = v[n]
+  local tt, m = v[n], v[n - 1]
   v[n] = nil
+  v[n - 1] = nil
+  if tt then
+    local x = tonumber(tt)
+    if x > t then
+      -- a late read (SPEC §3.3): writes after t lie in tile hi or later. Count the exact
+      -- cover of lo..hi-1 and, of tile hi, the raw entries up to t; within the allowed
+      -- lateness (hi >= T(_t - LATE)) tile hi's raw entries are complete. _m absent: a
+      -- stream or forced backfill wrote since (no raw entries), the exact cover below.
+      note_late(x, t)
+      if m and hi >= math.floor((x - LATE) / r) then
+        local out = hmget(key, cover(lo, hi - 1, r, sizes, codes, comps, false))
+        local raw = redis.call('HGET', key, rawcode .. string.format('%d', hi))
+        if raw then raw_tiles(out, raw, hi * r, t, kind) end
+        return out
+      end
+    end
+  end
   if m and tonumber(m) <= hi then return v end
   local exact = slot and CX[slot]
   if not exact then
@@ -305,12 +560,14 @@ local function present(v)
 end
 
 local function log_write(key, ms, json, n, keep_ms, ttl_ms)
-  log_add(key, ms, next_rank(key, ms), json, n, string.format('%d', tonumber(ms) - keep_ms), ttl_ms)
+  log_add(key, ms, next_rank(key, ms), json, n, string.format('%d', tonumber(ms) - keep_ms), ttl_ms, LATE)
 end
 
 -- tile size (ms) by the byte of its level code (windows.LEVEL_CODE)
+-- (upper-case: the raw tiles of late events at the resolution levels, see book)
 local SIZE_OF = { [115] = 1000, [97] = 5000, [98] = 15000, [109] = 60000, [99] = 300000,
-                  [101] = 900000, [104] = 3600000, [102] = 14400000, [100] = 86400000 }
+                  [101] = 900000, [104] = 3600000, [102] = 14400000, [100] = 86400000,
+                  [83] = 1000, [77] = 60000, [72] = 3600000, [68] = 86400000 }
 
 local function hdel_all(key, dead)
   for i = 1, #dead, 500 do
@@ -320,7 +577,8 @@ end
 
 -- One step of a tiled state's pruning pass: HSCAN from cursor c (COUNT
 -- fields), delete the tile fields (<code><index>[.s|.c]) that end at or
--- before cutoff; returns the next cursor ('0': the pass is over). A pass is
+-- before cutoff (raw tiles, upper-case codes: before rawcut); returns the
+-- next cursor ('0': the pass is over). A pass is
 -- spread over the writes that follow its start, one step each, so no call
 -- walks a whole hash (a 7-day state keyed by an airport holds ~30k fields).
 -- A field of tile i at size z is dead iff (i + 1) * z <= cutoff, i.e.
@@ -330,7 +588,7 @@ end
 -- string, hashed: 3x the cost of the scan). NOVALUES (Valkey 8, Redis 7.4)
 -- leaves the values out; an older server answers without it.
 local PRUNE_STEP = 256
-local function prune_step(key, c, cutoff)
+local function prune_step(key, c, cutoff, rawcut)
   local res = redis.pcall('HSCAN', key, c, 'COUNT', PRUNE_STEP, 'NOVALUES')
   local step = 1
   if res.err then
@@ -349,7 +607,7 @@ local function prune_step(key, c, cutoff)
     if size and d and (d == 45 or (d >= 48 and d <= 57)) then
       local k = below[b]
       if not k then  -- K's text with the field's code letter in front, and its digit count (-1: K < 0)
-        local q = math.floor(cutoff / size)
+        local q = math.floor((b < 97 and rawcut or cutoff) / size)
         local text = string.format('%d', q)
         k = string.char(b) .. text
         below[b], digits[b] = k, q >= 0 and #text or -1
@@ -361,7 +619,7 @@ local function prune_step(key, c, cutoff)
         if n < kn or (n == kn and f < k) then dead[#dead + 1] = f end
       else  -- a negative index or cutoff (before 1970): parse
         local idx = tonumber(string.sub(f, 2, n + 1))
-        if idx and (idx + 1) * size <= cutoff then dead[#dead + 1] = f end
+        if idx and (idx + 1) * size <= (b < 97 and rawcut or cutoff) then dead[#dead + 1] = f end
       end
     end
   end
@@ -385,29 +643,68 @@ local function max_tile(key, rcode)
   return m
 end
 
--- Bookkeeping of a tiled write into resolution tile q at t, given the current
--- texts p of '_p', m of '_m' and c of '_c' (false: absent): appends to args
--- (n entries used) the raised '_m', the next '_p' when a pruning pass is due
--- (every `every` ms of event time: it starts one, or lets the one under way
--- go on), and the pass's next cursor '_c' after one prune_step (dropped when
--- the pass ends); returns the new n.
-local function book(key, args, n, p, m, c, q, t, every, cutoff, rcode)
+-- Bookkeeping of a tiled write at t (text ts) into resolution tile q of res
+-- ms, given cur, the current texts of '_p', '_m', '_c', '_t', '_r' and of
+-- raw tile field rawf (false: absent): appends to args (n entries used)
+-- * the raised '_m' and '_t' (the latest written resolution tile and ms);
+-- * the write's raw entry (raw_add) to rawf, the raw tile of q (the
+--   resolution code in upper case, then q), kept while a read within the
+--   allowed lateness LATE can need it: q >= T(_t - LATE); '_r' is the
+--   lowest raw tile that may remain; older ones are deleted by name when
+--   at most 64, else by the next pruning pass;
+-- * the next '_p' when a pruning pass is due (every `every` ms of event time:
+--   it starts one, or lets the one under way go on), and the pass's next
+--   cursor '_c' after one prune_step (dropped when the pass ends);
+-- returns the new n.
+local function book(key, args, n, cur, q, t, ts, every, cutoff, rcode, res, rawcode, rawf, entry)
+  local p, m, c, tt, r0 = cur[1], cur[2], cur[3], cur[4], cur[5]
+  local fmt = string.format
   local mq = m and tonumber(m)
   if not mq then mq = max_tile(key, rcode) end
   if not m or q > mq then
     args[n + 1] = '_m'
-    args[n + 2] = string.format('%d', q > mq and q or mq)
+    args[n + 2] = fmt('%d', q > mq and q or mq)
+    n = n + 2
+  end
+  local latest = t
+  if tt and tonumber(tt) > t then
+    latest = tonumber(tt)
+    note_late(latest, t)
+  else
+    args[n + 1] = '_t'
+    args[n + 2] = ts
+    n = n + 2
+  end
+  local qh = math.floor((latest - LATE) / res)
+  local low = r0 and tonumber(r0)
+  if low and qh > low then
+    if qh - low <= 64 then
+      local dead = {}
+      for i = low, qh - 1 do dead[#dead + 1] = rawcode .. fmt('%d', i) end
+      redis.call('HDEL', key, unpack(dead))
+    end
+    low = qh
+  end
+  if q >= qh then
+    args[n + 1] = rawf
+    args[n + 2] = raw_add(cur[6], ts, entry)
+    n = n + 2
+    if not low or q < low then low = q end
+  end
+  if low and low ~= (r0 and tonumber(r0)) then
+    args[n + 1] = '_r'
+    args[n + 2] = fmt('%d', low)
     n = n + 2
   end
   local cursor = c
   if not p or t >= tonumber(p) then
     args[n + 1] = '_p'
-    args[n + 2] = string.format('%d', t + every)
+    args[n + 2] = fmt('%d', t + every)
     n = n + 2
     cursor = cursor or '0'
   end
   if cursor then
-    local nxt = prune_step(key, cursor, cutoff)
+    local nxt = prune_step(key, cursor, cutoff, latest - LATE)
     if nxt ~= '0' then
       args[n + 1] = '_c'
       args[n + 2] = nxt
@@ -419,29 +716,29 @@ local function book(key, args, n, p, m, c, q, t, every, cutoff, rcode)
   return n
 end
 
--- One read-modify-write of a tiled state written into resolution tile q:
+-- One read-modify-write of a tiled state written at t into resolution tile q:
 -- HMGET the bookkeeping fields and the level fields fs, new texts from
 -- update(cur, i, x, y, z) (nil: unchanged), then one HSET with the bookkeeping
-local function rmw(key, fs, t, q, rcode, every, cutoff, update, x, y, z)
-  local cur = redis.call('HMGET', key, '_p', '_m', '_c', unpack(fs))
+local function rmw(key, fs, t, ts, q, rcode, every, cutoff, res, rawcode, rawf, entry, update, x, y, z)
+  local cur = redis.call('HMGET', key, '_p', '_m', '_c', '_t', '_r', rawf, unpack(fs))
   local args, n = {}, 0
   for i = 1, #fs do
-    local new = update(cur[i + 3], i, x, y, z)
+    local new = update(cur[i + 6], i, x, y, z)
     if new then
       args[n + 1] = fs[i]
       args[n + 2] = new
       n = n + 2
     end
   end
-  n = book(key, args, n, cur[1], cur[2], cur[3], q, t, every, cutoff, rcode)
+  n = book(key, args, n, cur, q, t, ts, every, cutoff, rcode, res, rawcode, rawf, entry)
   if n > 0 then redis.call('HSET', key, unpack(args)) end
 end
 
 -- the bookkeeping alone, after writes made by other commands (HINCRBY)
-local function tiled_book(key, t, q, rcode, every, cutoff)
-  local cur = redis.call('HMGET', key, '_p', '_m', '_c')
+local function tiled_book(key, t, ts, q, rcode, every, cutoff, res, rawcode, rawf, entry)
+  local cur = redis.call('HMGET', key, '_p', '_m', '_c', '_t', '_r', rawf)
   local args = {}
-  local n = book(key, args, 0, cur[1], cur[2], cur[3], q, t, every, cutoff, rcode)
+  local n = book(key, args, 0, cur, q, t, ts, every, cutoff, rcode, res, rawcode, rawf, entry)
   if n > 0 then redis.call('HSET', key, unpack(args)) end
 end
 
@@ -466,6 +763,11 @@ def _lua_str(s: str) -> str:
 
 def _lua_list(items: Sequence[Any]) -> str:
     return "{" + ", ".join(_lua_str(x) if isinstance(x, str) else str(x) for x in items) + "}"
+
+
+def _raw_code(resolution_s: int) -> str:
+    """The letter of a state's raw tile fields: its resolution's level code in upper case (S, M, H, D)."""
+    return LEVEL_CODE[resolution_s].upper()
 
 
 def _extreme_kind(op: AggregateOp) -> str:
@@ -517,7 +819,7 @@ class LuaGenerator:
             body.append("if not skip then")
             for w in spec.writes:
                 slot += 1
-                body += ["  " + line for line in self._write(s, w, slot)]
+                body += ["  " + line for line in self._write(s, w, slot, spec.lateness_ms)]
             body.append("end")
         for r in spec.reads_after:
             slot += 1
@@ -525,6 +827,7 @@ class LuaGenerator:
         head = [
             f"-- generated by compiler.algebra.lua for {spec.name}: do not edit (see that module)",
             common_script(),
+            f"local LATE = {int(spec.lateness_ms)}",
             _PRELUDE,
             "local t = tonumber(ARGV[1])",
             "local ts = ARGV[1]",
@@ -540,7 +843,7 @@ class LuaGenerator:
         consts = ["local K = {}"] + [
             f"{'' if name.startswith('K[') else 'local '}{name} = {text}" for text, name in s.consts.items()
         ]
-        return "\n".join(head + consts + body + ["return out", ""])
+        return "\n".join(head + consts + body + ["out[1] = out[1] + late_flag", "return out", ""])
 
     def _read(self, s: _Script, r: ReadSlot, k: int) -> list[str]:
         key = f"KEYS[{k}]"
@@ -562,13 +865,17 @@ class LuaGenerator:
 
         Reads without ``after`` that share a window and components share
         one cover per script call (computed on first use, kept in ``CV``).
+        A late read takes the tile of its own time from the raw entries
+        (``tiles`` in the prelude, SPEC §3.3).
         """
         sizes = levels_s(r.window_s)
         sz = s.const(_lua_list([x * 1000 for x in sizes]))
         codes = s.const(_lua_list([LEVEL_CODE[x] for x in sizes]))
         comps = s.const(_lua_list(list(r.op.components)))
         slot = "nil" if r.has_after else s.const(f"'{r.window_s}:{','.join(r.op.components)}'")
-        return f"tiles({key}, lo, hi, {r.resolution_s * 1000}, {sz}, {codes}, {comps}, {slot})"
+        raw = _raw_code(r.resolution_s)
+        kind = "a" if isinstance(r.op, AverageOp) else "f" if isinstance(r.op, FirstOp) else ""
+        return f"tiles({key}, lo, hi, {r.resolution_s * 1000}, {sz}, {codes}, {comps}, {slot}, t, '{raw}', '{kind}')"
 
     def _read_expr(self, s: _Script, r: ReadSlot, key: str) -> list[str]:
         op = r.op
@@ -577,9 +884,9 @@ class LuaGenerator:
             return [f"out[o] = redis.call('ZREVRANGEBYSCORE', {key}, ts, lo * {r_ms}, "
                     f"'WITHSCORES', 'LIMIT', 0, {int(r.limit)})"]
         if isinstance(op, DecayedOp):
-            return [f"out[o] = redis.call('HMGET', {key}, 'dt', 'dv', 'dw')"]
+            return [f"out[o] = decay_read({key}, t, {op.window_ms}, {r_ms}, '{_raw_code(r.resolution_s)}')"]
         if isinstance(op, CountUniqueOp):
-            return [f"if lo <= hi then out[o] = count_seen({key}, lo * {r_ms}, t) else out[o] = 0 end"]
+            return [f"if lo <= hi then out[o] = cu_read({key}, lo * {r_ms}, t, ts) else out[o] = 0 end"]
         if isinstance(op, LatestOp):
             return [f"out[o] = redis.call('HMGET', {key}, 'lt', 'lv')"]
         cov = self._cover(s, r, key)
@@ -604,7 +911,7 @@ class LuaGenerator:
             out.append(s.const(f"'{LEVEL_CODE[size]}' .. string.format('%d', math.floor(t / {size * 1000}))"))
         return out
 
-    def _write(self, s: _Script, w: WriteSlot, k: int) -> list[str]:
+    def _write(self, s: _Script, w: WriteSlot, k: int, lateness_ms: int) -> list[str]:
         op = w.op
         key = f"KEYS[{k}]"
         window_ms, res_ms = w.window_s * 1000, w.resolution_s * 1000
@@ -614,17 +921,20 @@ class LuaGenerator:
         if n:
             lines.append(f"  a = a + {n}")
         body: list[str] = []
+        # what reads at times >= t - L can use: T(s) > T(t - L - W) - 1 (SPEC §3.2, §3.3, §5.3)
+        keep_ms = window_ms + res_ms + lateness_ms
         if w.limit is not None:
-            body.append(f"log_write({key}, ts, v1, {int(w.limit)}, {window_ms + res_ms}, {window_ms + res_ms})")
+            body.append(f"log_write({key}, ts, v1, {int(w.limit)}, {keep_ms}, {window_ms + res_ms})")
             return lines + ["  " + x for x in body] + ["end"]
         ttl_ms = DECAY_HORIZON * window_ms if isinstance(op, DecayedOp) else window_ms + res_ms
-        # prune fields no read at time >= t can use (T(s) <= T(t - W) - 1, SPEC §5.3) once a
-        # prune_every_ms; Latest and Decayed* keep fixed fields: nothing to prune
-        every, cutoff = prune_every_ms(w.window_s, w.resolution_s), f"t - {window_ms + res_ms}"
+        # prune fields no read at time >= t - L can use once a prune_every_ms; Decayed*
+        # keeps fixed fields and its raw tiles (decay_write): no pruning pass
+        every, cutoff = prune_every_ms(w.window_s, w.resolution_s), f"t - {keep_ms}"
         fields = self._tile_fields(s, w) if op.tiled else []
         rmw = None  # (update function, its arguments): one HMGET + one HSET for every level
+        entry = "v1"  # a tiled write's raw entry: its one-write tile text (raw_tiles)
         if isinstance(op, CountOp):
-            rmw = "u_count"
+            rmw, entry = "u_count", "'1'"
         elif isinstance(op, SumOp) and op.is_int:  # int64 sums: HINCRBY (exact past 2^53)
             body += [f"redis.call('HINCRBY', {key}, {f}, v1)" for f in fields]
         elif isinstance(op, SumOp):
@@ -638,24 +948,25 @@ class LuaGenerator:
         elif isinstance(op, FirstOp):
             rmw = "u_first, ts, v1"
         elif isinstance(op, HyperLogLogOp):
-            rmw = "u_hll, v1, v2"
+            rmw, entry = "u_hll, v1, v2", "';' .. v1 .. ':' .. v2"
         elif isinstance(op, CountUniqueOp):
-            body.append(f"seen({key}, v1, ts)")
+            body.append(f"cu_write({key}, v1, t, ts, t - {keep_ms})")
         elif isinstance(op, LatestOp):
             body.append(f"latest({key}, ts, v1)")
         elif isinstance(op, DecayedOp):
-            body.append(f"decay_merge({key}, ts, tonumber(v1), 1, {op.window_ms})")
+            body.append(f"decay_write({key}, t, ts, v1, {op.window_ms}, {res_ms}, '{_raw_code(w.resolution_s)}')")
         else:
             raise NotImplementedError(f"no Lua write for {type(op).__name__}")
         if op.tiled:
             q = s.const(f"math.floor(t / {res_ms})")
-            book = f"t, {q}, {ord(LEVEL_CODE[w.resolution_s])}, {every}, {cutoff}"
+            raw = _raw_code(w.resolution_s)
+            rawf = s.const(f"'{raw}' .. string.format('%d', math.floor(t / {res_ms}))")
+            book = (f"t, ts, {q}, {ord(LEVEL_CODE[w.resolution_s])}, {every}, {cutoff}, {res_ms}, "
+                    f"'{raw}', {rawf}, {entry}")
             if rmw is not None:
                 body.append(f"rmw({key}, {{{', '.join(fields)}}}, {book}, {rmw})")
             else:
                 body.append(f"tiled_book({key}, {book})")
-        elif isinstance(op, CountUniqueOp):  # O(log n) when nothing is due: no pass, no _p
-            body.append(f"redis.call('ZREMRANGEBYSCORE', {key}, '-inf', string.format('%d', {cutoff}))")
         body.append(f"redis.call('PEXPIRE', {key}, '{ttl_ms}')")  # a string: Lua numbers print as %.17g
         return lines + ["  " + x for x in body] + ["end"]
 

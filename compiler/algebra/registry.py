@@ -52,7 +52,8 @@ from typing import Callable, Sequence
 
 from compiler.algebra import ops
 
-__all__ = ["AggregateDef", "REGISTRY", "definition", "expiry_ms", "layout_of", "make_op", "storage_of"]
+__all__ = ["AggregateDef", "LOG_OF_ONE", "REGISTRY", "definition", "expiry_ms", "layout_of", "make_op", "state_limit",
+           "storage_of"]
 
 STORAGE_KINDS = ("tiles", "seen", "latest", "decayed", "log")
 
@@ -136,6 +137,24 @@ def make_op(function: str, value_types: Sequence[str], value_names: Sequence[str
         NotImplementedError: a function not in :data:`REGISTRY`.
     """
     return definition(function).python(tuple(value_types), tuple(value_names), int(window_s) * 1000)
+
+
+#: Functions whose states are write logs of one write without a ``limit``: a
+#: read late by up to the allowed lateness needs the latest write before its
+#: own time, not only the latest one (SPEC §3.3); ``limit 1`` keeps exactly
+#: that (``ops``' write logs), and gives the same values.
+LOG_OF_ONE = frozenset({"Latest", "LatestTime"})
+
+
+def state_limit(function: str, limit: int | None) -> int | None:
+    """Return the write-log length a state of ``function`` with ``limit`` keeps.
+
+    ``limit`` itself; ``1`` for :data:`LOG_OF_ONE` without one; ``None``: not a write log.
+    The planner puts it into the state (``StateSpec.limit``) and its definition document.
+    """
+    if limit is None and function in LOG_OF_ONE:
+        return 1
+    return limit
 
 
 def storage_of(state) -> str:

@@ -21,6 +21,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
+#: Default allowed lateness in seconds (SPEC §3.3, ``SCOWL_ALLOWED_LATENESS``):
+#: online values are exact for events up to this late.
+ALLOWED_LATENESS_S = 3600
+
 #: Candidate resolutions in seconds, finest first (SPEC §3.2).
 LEVELS_S: tuple[int, ...] = (1, 60, 3600, 86400)
 

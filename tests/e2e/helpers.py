@@ -21,9 +21,12 @@ def close(a, b):
     return a == b
 
 
-def post_all(plan, url, events):
-    """POST ``events`` in order through ``/batch`` (500 a request); return the feature dicts."""
-    app = create_app(plan, Settings(), redis_url=url)
+def post_all(plan, url, events, **settings):
+    """POST ``events`` in order through ``/batch`` (500 a request); return the feature dicts.
+
+    ``settings``: :class:`serving.settings.Settings` fields (e.g. ``allowed_lateness``).
+    """
+    app = create_app(plan, Settings(**settings), redis_url=url)
     out = []
     with TestClient(app) as c:
         for i in range(0, len(events), 500):

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import redis
 
 from compiler.algebra.ops import AverageOp, DecayedOp, SumOp, make_op
-from compiler.algebra.windows import LEVEL_CODE
+from compiler.algebra.windows import ALLOWED_LATENESS_S, LEVEL_CODE
 from compiler.plan import Plan
 
 #: Relative tolerance of float sums (SPEC §3.3's 1e-9, as ``tests.e2e.helpers.close``).
@@ -219,27 +219,31 @@ def assert_same_store(a: dict, b: dict, plan: Plan | None = None) -> None:
         raise AssertionError(f"stores differ:\n{diff}")
 
 
-def live_part(dump: dict, plan: Plan, now_ms: int) -> dict:
+def live_part(dump: dict, plan: Plan, now_ms: int, lateness_s: int = ALLOWED_LATENESS_S) -> dict:
     """A store image (:func:`dump_store`) without what pruning may or may not have removed yet.
 
     Pruning walks a hash with ``HSCAN`` a few hundred fields per write, in the
     hash table's order, which depends on the server's random hash seed: two
     servers given the same writes prune in another order. Left out: the scan
-    cursor ``_c`` and the tile fields that end before ``now - W - r`` (no
-    read at or after ``now`` uses them, SPEC 5.3).
+    cursor ``_c``, the tile fields that end before ``now - W - r - L`` (no
+    read at or after ``now - L`` uses them, SPEC 5.3, §3.3; ``L`` the allowed
+    lateness) and the raw tiles of late reads (upper-case level codes) that
+    end before ``now - L``.
     """
     size_of = {code: s * 1000 for s, code in LEVEL_CODE.items()}
+    size_of.update({code.upper(): s * 1000 for s, code in LEVEL_CODE.items()})
     out = {}
     for key, (kind, content, ttl) in dump.items():
         state = plan.states.get(key.rsplit(b":", 1)[-1].decode()) if key.startswith(b"sc:{") else None
         if kind == b"hash" and state is not None:
-            cutoff = now_ms - (state.window_s + state.resolution_s) * 1000
+            cutoff = now_ms - (state.window_s + state.resolution_s + lateness_s) * 1000
             kept = {}
             for f, v in content.items():
                 name = f.decode()
                 size = size_of.get(name[:1])
                 idx = name[1:].split(".")[0]
-                if name == "_c" or (size and idx.lstrip("-").isdigit() and (int(idx) + 1) * size <= cutoff):
+                cut = now_ms - lateness_s * 1000 if name[:1].isupper() else cutoff
+                if name == "_c" or (size and idx.lstrip("-").isdigit() and (int(idx) + 1) * size <= cut):
                     continue
                 kept[f] = v
             content = kept
