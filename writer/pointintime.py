@@ -20,7 +20,8 @@ for a reading event ``e`` of type ``E`` at time ``t`` and arrival ``seq``:
   and key components non-null (``writer.tiles.writes_of_state``), its
   encoded write key, time ``s`` and arrival;
 * a write counts iff it has the read's ``rk`` and (SPEC §3.2, §3.3)
-  ``(s, seq_w) < (t, seq)``, or it is the reading event itself and ``A`` is
+  ``s <= t`` and ``seq_w < seq`` (it arrived before the read: ``seq`` is the
+  input's file order), or it is the reading event itself and ``A`` is
   inclusive (``E`` in the scope, not ``exclusive``); ``T(s) > T(t - W)``;
   and, with ``after`` and a non-null ``a``, ``T(s) > T(a)``
   (``T(x) = floor(x / r)``). ``Decayed*`` have no window: every earlier write
@@ -37,8 +38,9 @@ for a reading event ``e`` of type ``E`` at time ``t`` and arrival ``seq``:
   0 / 0.0, ``Average`` null, ``Sequence`` ``[]``, ...), a read with a null
   key null.
 
-These are SPEC §3.3's values: the online path gives the same ones when
-events arrive in event-time order (its reads are exact only then).
+These are SPEC §3.3's values: the online path gives the same ones for
+events posted in the input's order, late ones up to the allowed lateness
+included.
 
 Results have the run-time representation of the feature's plan type that
 ``compiler.codegen.spark`` expects (:func:`compiler.codegen.spark.spark_ddl`):

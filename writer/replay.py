@@ -2,7 +2,8 @@
 
 For every input event of the requested types, the value of every feature of
 that event as the online API would have returned it had the events been
-posted in order (by time, then arrival) to a fresh store: inputs and scalars
+posted in the input's order (SPEC §3.3: arrival order is the order of
+``_seq``, late events included) to a fresh store: inputs and scalars
 from the generated Spark column expressions (``writer.features``, the same
 plan as serving, SPEC §5.10), aggregates from ``writer.pointintime`` (one
 shuffle and one vectorised sweep per key bucket for each dependency stage).

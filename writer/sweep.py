@@ -17,19 +17,17 @@ from the first one at or after ``lo = (T(t - W) + 1) * r`` (raised to
 (``compiler.algebra.arrow.KERNELS``, the Arrow target of the algebra
 registry) computes the aggregate of every range at once with numpy.
 
-Arrival order that is not time order (SPEC §3.3 as revised; issue 12 makes
-it exact everywhere): a read then counts the writes of its key with time in
-``[lo, t]`` *and* arrival before its own. Sorted by (key, time), that is the
-same range ``[lo, hi)`` with one more bound, ``seq < r_seq``: ``Count`` is
-:func:`count_below` over the writes' arrival numbers; ``Sum``/``Average``
-and ``Min``/``Max`` keep, per merge-sort-tree node, prefix sums or minima in
-arrival order (``O(log^2 m)`` per read); ``Latest``/``First`` and ``limit
-n`` are order statistics over the same nodes. ``CountUnique`` and the
-HyperLogLog histogram gain a third dimension (the previous occurrence among
-the writes that arrived earlier): an offline pass in arrival order with a
-Fenwick tree over time positions, or a persistent merge-sort tree, keeps
-them ``O(m log^2 m)``. None of that is done here: replay
-keeps the time-order rule that the online path implements today.
+Arrival order that is not time order (SPEC §3.3): a read counts the writes
+of its key with time in ``[lo, t]`` *and* an arrival (``seq``, the input's
+file order) before its own. In (key, time, arrival) order that is the range
+``[lo, hi)`` less the writes in it that arrived later (late events). Reads
+that arrived before a write of their key with an earlier time are found in
+``O(m)`` (a running maximum of arrival per key, :func:`_arrived_before`) and
+recomputed over the writes of their range that arrived before them, each in
+a segment of its own (:func:`_recount`); the others keep the sweep's value.
+The extra cost is the range length of those reads only (nothing for events
+in time order); a merge-sort tree over arrival would make it ``O(log^2 m)``
+per read if heavily disordered inputs need it.
 
 Table exchanged with Spark (one bucket per call):
 
@@ -154,21 +152,95 @@ def sweep_table(table: pa.Table, spec: SweepSpec) -> pa.Table:
         rel = np.clip(lo_t - tmin, 0, span - 1)
         lo = np.searchsorted(w_comp, r_kid * span + rel, "left")
     lo = np.minimum(lo, hi)
+    lo_all = lo  # before limit n
     if spec.limit is not None:
         lo = np.maximum(lo, hi - spec.limit)
     n = hi - lo
+    late = _arrived_before(seq_all[w_rows], w_kid, seq_all[r_rows], hi, key_start)
 
     # results in merged-read order, then scattered to the table's read order
     r_index = np.searchsorted(read_rows, r_rows)
-    n_out[r_index] = n
     if (n > 0).any():
         a_vals = kernel(Batch(table, w_rows, w_kid, w_t, lo, hi, r_t, spec.window_ms, spec.int_values))
     else:
         a_vals = pa.nulls(len(lo), a_type)
+    if len(late):
+        a_vals, n = _recount(kernel, table, spec, a_vals, n, late, lo_all, hi, seq_all[w_rows], seq_all[r_rows],
+                             w_rows, w_t, r_t, a_type)
+    n_out[r_index] = n
     a_full = _scatter(a_vals, r_index, len(read_rows), a_type)
     if decayed:
         n_out[r_index] = (n > 0).astype(np.int64)
     return pa.table({"r_seq": pa.array(r_seq_out, pa.int64()), "a": a_full, "n": pa.array(n_out, pa.int64())})
+
+
+def _arrived_before(w_seq: np.ndarray, w_kid: np.ndarray, r_seq: np.ndarray, hi: np.ndarray,
+                    key_start: np.ndarray) -> np.ndarray:
+    """Positions of the reads (merged order) that arrived before a write of their key with an earlier time.
+
+    In (key, time, arrival) order a read's range ``[lo, hi)`` may hold writes
+    that arrived after it (a larger ``seq``: late events, SPEC §3.3); a read
+    can have one only if the largest arrival among its key's writes before
+    ``hi`` is above its own. None when events arrive in time order.
+
+    Args:
+        w_seq, w_kid: arrival and key number of each write, in write order.
+        r_seq: arrival of each keyed read, in merged order.
+        hi, key_start: per read, the end of its range and its key's first write.
+
+    Returns:
+        int64 read positions (ascending).
+    """
+    if not len(w_seq) or not len(hi):
+        return np.zeros(0, np.int64)
+    big = int(w_seq.max()) - int(min(w_seq.min(), 0)) + 1
+    base = w_kid * big
+    # running maximum of arrival within each key (keys ascend, so key k's values exceed key k-1's)
+    peak = np.maximum.accumulate(base + w_seq) - base
+    has = hi > key_start
+    last = np.where(has, hi - 1, 0)
+    return np.flatnonzero(has & (peak[last] > r_seq))
+
+
+def _recount(kernel, table: pa.Table, spec: SweepSpec, a_vals: pa.Array, n: np.ndarray, late: np.ndarray,
+             lo_all: np.ndarray, hi: np.ndarray, w_seq: np.ndarray, r_seq: np.ndarray, w_rows: np.ndarray,
+             w_t: np.ndarray, r_t: np.ndarray, a_type: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+    """Recompute the reads in ``late`` over the writes of their range that arrived before them (SPEC §3.3).
+
+    A read counts the writes of ``[lo, hi)`` (time order, before ``limit n``)
+    with an arrival at most its own (its own write included when inclusive),
+    then the ``n`` latest of those. Each such read gets a segment of its own
+    (a key number of its own) in one more :class:`Batch` for the kernel; the
+    cost is the length of those reads' ranges (whole histories for
+    ``Decayed*``), only for reads that arrived before a write with an
+    earlier time.
+
+    Returns:
+        ``(a_vals, n)`` with the recounted reads replaced.
+    """
+    segs = []
+    for i in late:
+        j = np.arange(lo_all[i], hi[i], dtype=np.int64)
+        keep = j[w_seq[j] <= r_seq[i]]
+        if spec.limit is not None:
+            keep = keep[len(keep) - spec.limit:] if len(keep) > spec.limit else keep
+        segs.append(keep)
+    lens = np.array([len(x) for x in segs], dtype=np.int64)
+    g = np.concatenate(segs) if segs else np.zeros(0, np.int64)
+    ends = np.cumsum(lens)
+    starts = ends - lens
+    n = n.copy()
+    n[late] = lens
+    if not lens.any():
+        fixed = pa.nulls(len(late), a_type)
+    else:
+        sub = Batch(table, w_rows[g], np.repeat(np.arange(len(late), dtype=np.int64), lens), w_t[g], starts, ends,
+                    r_t[late], spec.window_ms, spec.int_values)
+        fixed = kernel(sub)
+    pos = np.arange(len(a_vals), dtype=np.int64)
+    pos[late] = len(a_vals) + np.arange(len(late), dtype=np.int64)
+    both = pa.concat_arrays([a_vals.cast(a_type), fixed.cast(a_type)])
+    return both.take(pa.array(pos)), n
 
 
 def _scatter(values: pa.Array, index: np.ndarray, size: int, typ: pa.DataType) -> pa.Array:

@@ -8,6 +8,7 @@ import random
 import orjson
 from fastapi.testclient import TestClient
 
+from compiler.typesystem import parse_time
 from serving.app import create_app
 from serving.settings import Settings
 
@@ -34,6 +35,25 @@ def post_all(plan, url, events, **settings):
             assert r.status_code == 200, r.text
             out.extend(x["features"] for x in r.json())
     return out
+
+
+def displaced(events: list[dict], seed: int, lateness_ms: int = 3_600_000) -> list[dict]:
+    """``events`` (in time order) in an arrival order where each is up to ``lateness_ms`` late (SPEC §3.3).
+
+    Each event arrives at its time plus a delay: none for about half, else
+    up to ``lateness_ms`` (a third of those under 2 s, so same-tile and
+    same-millisecond displacements are common); arrival is sorted by that,
+    ties in time order. An event is then late by at most ``lateness_ms``:
+    one that arrived before it has ``t' + d' <= t + d``.
+    """
+    rng = random.Random(seed)
+    times = [parse_time(e["_time"]) for e in events]
+    delays = []
+    for _ in events:
+        k = rng.random()
+        delays.append(0 if k < 0.5 else rng.randint(0, 2_000) if k < 0.67 else rng.randint(0, lateness_ms))
+    order = sorted(range(len(events)), key=lambda i: (times[i] + delays[i], i))
+    return [events[i] for i in order]
 
 
 def login_purchase_topology(login: str, purchase: str = "") -> str:

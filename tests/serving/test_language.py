@@ -36,9 +36,9 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from compiler.typesystem import format_time, parse_time
+from compiler.typesystem import format_time
 from serving.metrics import LATE_EVENTS, OUT_OF_ORDER_EVENTS
-from tests.e2e.helpers import post_all
+from tests.e2e.helpers import displaced, post_all
 from tests.reference import reference_run, reference_run_text, reference_values
 from tests.serving.helpers import batch, client_for, compile_text
 
@@ -455,29 +455,6 @@ def test_long_sparse_timeline_across_the_epoch(fn, redis_url, reference_pool):
     text, defs = topology(fn)
     events = timeline(seed=11, n=500, t0=-20 * 86_400_000 - 123_456, stretch=120)
     run_and_compare(text, events, redis_url, reference_pool, defs)
-
-
-#: Allowed lateness of the late-event tests (SPEC §3.3 default, ``SCOWL_ALLOWED_LATENESS``), ms.
-LATENESS_MS = 3_600_000
-
-
-def displaced(events: list[dict], seed: int, lateness_ms: int = LATENESS_MS) -> list[dict]:
-    """``events`` (in time order) in an arrival order where each is up to ``lateness_ms`` late (SPEC §3.3).
-
-    Each event arrives at its time plus a delay: none for about half, else
-    up to ``lateness_ms`` (a third of those under 2 s, so same-tile and
-    same-millisecond displacements are common); arrival is sorted by that,
-    ties in time order. An event is then late by at most ``lateness_ms``:
-    one that arrived before it has ``t' + d' <= t + d``.
-    """
-    rng = random.Random(seed)
-    times = [parse_time(e["_time"]) for e in events]
-    delays = []
-    for _ in events:
-        k = rng.random()
-        delays.append(0 if k < 0.5 else rng.randint(0, 2_000) if k < 0.67 else rng.randint(0, lateness_ms))
-    order = sorted(range(len(events)), key=lambda i: (times[i] + delays[i], i))
-    return [events[i] for i in order]
 
 
 @pytest.mark.parametrize("lateness_s", [3600, 20])

@@ -8,7 +8,8 @@ one branch per function, independently of the algebra registry:
 * one left outer join of reads to writes on ``(rk, bucket)``, the bucket
   being ``floor(time / W)`` (each write is duplicated into its bucket and
   the next, so a read meets the writes of its key from the last ``W`` to
-  ``2 W``), a write counting iff ``(s, seq_w) < (t, seq)`` (or it is the
+  ``2 W``), a write counting iff ``s <= t`` and ``seq_w < seq`` (SPEC
+  §3.3: it arrived before the read; or it is the
   reading event itself and the aggregate is inclusive), ``T(s) > T(t - W)``
   and, with ``after a``, ``T(s) > T(a)``; ``Decayed*`` join on ``rk`` alone;
 * a ``row_number`` window for ``limit``;
@@ -79,7 +80,8 @@ class JoinPointInTime(PointInTime):
         Returns:
             ``r_seq``, ``r_rk``, ``a``, ``n``.
         """
-        earlier = (F.col("t") < F.col("r_t")) | ((F.col("t") == F.col("r_t")) & (F.col("seq") < F.col("r_seq")))
+        # SPEC §3.3: arrived before the read with a time <= its own (seq is the arrival order)
+        earlier = (F.col("t") <= F.col("r_t")) & (F.col("seq") < F.col("r_seq"))
         if inclusive:
             earlier = earlier | (F.col("seq") == F.col("r_seq"))
         keyed = reads

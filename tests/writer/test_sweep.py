@@ -125,7 +125,8 @@ def counted(spec: SweepSpec, read: Event, writes: list[Event]) -> list[Event]:
     for w in writes:
         if w.rk != read.rk:
             continue
-        if not ((w.t, w.seq) < (read.t, read.seq) or (spec.inclusive and w.seq == read.seq)):
+        # SPEC §3.3: arrived before the read (seq: arrival) with a time <= its own, or its own write
+        if not ((w.t <= read.t and w.seq < read.seq) or (spec.inclusive and w.seq == read.seq)):
             continue
         if not spec.function.startswith("Decayed"):
             if not w.t // r > (read.t - W) // r:
