@@ -20,7 +20,11 @@ uvloop + httptools when installed) over one embedded Valkey:
 4. with ``--cluster``, ``scowl <topology>, cluster of 1|3``: the same API
    over a local Redis Cluster of 1 and of 3 masters
    (``scowl.embedded.LocalCluster``, SPEC §5.1); Valkey's CPU is summed over
-   the primaries.
+   the primaries;
+5. with ``--late SECONDS``, ``scowl <topology>, up to SECONDS s late``: the
+   same events in an arrival order where each is up to that late
+   (:func:`displaced`; SPEC §3.3): the cost of late reads against the
+   in-order row.
 
 Each row runs these phases, each a warm-up (``--warmup`` s; twice that
 before the first phase of a server with several workers) then ``--seconds``
@@ -63,7 +67,7 @@ the server and Valkey share the machine's cores.
 
 Usage: ``python bench/serve.py [--topology demo|wide|both] [--workers N]
 [--seconds 8] [--rates 1000,250] [--concurrency 8] [--pool 32]
-[--client auto|wrk|asyncio]``.
+[--client auto|wrk|asyncio] [--cluster] [--late SECONDS]``.
 """
 
 from __future__ import annotations
@@ -146,6 +150,27 @@ def demo_events(n: int) -> list[dict[str, Any]]:
         if len(events) >= n:
             break
     return events
+
+
+def displaced(events: list[dict[str, Any]], late_ms: int, seed: int = 0) -> list[dict[str, Any]]:
+    """``events`` (time order) in an arrival order where each is up to ``late_ms`` late (SPEC §3.3).
+
+    Half arrive on time; of the others a third up to 2 s late, the rest up
+    to ``late_ms`` (uniform): arrival sorted by time plus delay, so no event
+    is more than ``late_ms`` late (``tests.e2e.helpers.displaced``, the same
+    rule).
+    """
+    import random
+
+    from compiler.typesystem import parse_time
+
+    rng = random.Random(seed)
+    keyed = []
+    for i, e in enumerate(events):
+        k = rng.random()
+        delay = 0 if k < 0.5 else rng.randint(0, 2_000) if k < 0.67 else rng.randint(0, late_ms)
+        keyed.append((parse_time(e["_time"]) + delay, i))
+    return [events[i] for _, i in sorted(keyed)]
 
 
 def states_per_event(plan, events: list[dict[str, Any]]) -> tuple[float, int]:
@@ -960,6 +985,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rates", default="1000,250", help="open-loop offered rates, events/s, comma-separated")
     ap.add_argument("--cluster", action="store_true",
                     help="also run the scowl rows on a local Redis Cluster of 1 and of 3 masters")
+    ap.add_argument("--late", type=int, default=0, metavar="SECONDS",
+                    help="also run the scowl rows on the same events arriving up to SECONDS late (SPEC §3.3; "
+                         "at most the allowed lateness, 3600 s by default, to stay exact)")
     args = ap.parse_args(argv)
 
     from rich.console import Console
@@ -1000,6 +1028,11 @@ def main(argv: list[str] | None = None) -> None:
             if args.workers > 1:
                 rows.append(safely(lambda: scowl_row(label, topo, store.url, bodies, states, opts,
                                                      args.workers)[0], f"scowl {label}, {args.workers} workers"))
+            if args.late:
+                late_bodies = [orjson.dumps(e) for e in displaced(events, args.late * 1000)]
+                rows.append(safely(lambda: scowl_row(label, topo, store.url, late_bodies, states, opts, 1)[0],
+                                   f"scowl {label}"))
+                rows[-1].name += f", up to {args.late} s late"
             console.print(f"[dim]done: {label}[/dim]")
             if args.cluster:
                 for masters in (1, 3):

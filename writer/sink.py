@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from compiler.algebra.windows import ALLOWED_LATENESS_S
+
 BATCH = 2000
 
 
@@ -88,7 +90,8 @@ def write_partition(rows: Iterable, url: str, forced: bool = False) -> int:
             members = orjson.loads(row["value"])
             if members:
                 pipe.zadd(row["rk"], {m["m"]: m["t"] for m in members})
-            pipe.zremrangebyrank(row["rk"], 0, -(int(keep) + 1))
+            # the n latest before the latest write minus the allowed lateness, and every later one (as serving)
+            script(keys=[row["rk"]], args=["ZT", 1, int(keep)], client=pipe)
         else:  # pragma: no cover - rows come from state_rows
             raise ValueError(f"unknown row mode {mode}")
         expiring[row["rk"]] = int(row["ttl_ms"])
@@ -282,7 +285,7 @@ def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: 
                 args += ["DM", 1, ms, v, c, w]
             elif mode == "ZM":
                 for m in orjson.loads(value):
-                    args += ["ZM", 1, m["t"], m["r"], m["j"], limit, m["t"] - w - r, ttl]
+                    args += ["ZM", 1, m["t"], m["r"], m["j"], limit, m["t"] - w - r - ALLOWED_LATENESS_S * 1000, ttl]
             else:
                 raise ValueError(f"unknown merge mode {mode}")
         if storage == "seen":

@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 
 from compiler.algebra.registry import expiry_ms, storage_of
 from compiler.algebra.spark import SPARK, values_json_column
+from compiler.algebra.windows import ALLOWED_LATENESS_S
 from compiler.plan import Plan, StateSpec
 from writer.features import with_features
 from writer.sources import carried_columns
@@ -127,21 +128,29 @@ def feature_frames(raw: DataFrame, plan: Plan, states: Sequence[StateSpec], hist
 
 
 def _log_rows(writes: DataFrame, state: StateSpec, start_ms: int, end_ms: int, cutoff: int, ttl: Column) -> DataFrame:
-    """Write-log rows (mode ``log``): one per entity key, the ``n`` latest members.
+    """Write-log rows (mode ``log``): one per entity key, the members of the allowed lateness before its latest
+    (``compiler.algebra.windows.ALLOWED_LATENESS_S``, SPEC §3.3) and the ``n`` latest before those (as
+    serving keeps).
 
     ``field`` is ``<start_ms>:<end_ms>:<n>`` (the sink replaces the log's
     members scored in ``[start, end)``, then trims to ``n``); ``value`` is the
-    JSON list ``[{"t": ms, "m": member}, ..]`` (``ops.log_member`` layout).
+    JSON list ``[{"t": ms, "m": member}, ..]`` (``ops.log_member`` layout); the sink trims the log
+    the same way (``event.lua``'s ``ZT``).
     """
     n = state.limit
     by_ms = Window.partitionBy("rk", "t").orderBy("seq")
-    latest = Window.partitionBy("rk").orderBy(F.col("t").desc(), F.col("seq").desc())
     member = F.concat(
         F.lpad((F.row_number().over(by_ms) - 1).cast("string"), 8, "0"),
         F.col("t").cast("string"), F.lit(":"), values_json_column(len(state.value_types)),
     )
-    w = writes.select("rk", "t", member.alias("m"), F.row_number().over(latest).alias("k"))
-    w = w.where((F.col("k") <= F.lit(n)) & (F.col("t") > F.lit(cutoff)))
+    # every write of the allowed lateness before the key's latest, and the n latest before that (what
+    # serving keeps, SPEC §3.3: a read up to that late finds the n latest writes up to its time)
+    late = ALLOWED_LATENESS_S * 1000
+    w = writes.select("rk", "t", "seq", member.alias("m"), F.max("t").over(Window.partitionBy("rk")).alias("top"))
+    w = w.withColumn("recent", F.col("t") >= F.col("top") - F.lit(late))
+    latest = Window.partitionBy("rk", "recent").orderBy(F.col("t").desc(), F.col("seq").desc())
+    w = w.withColumn("k", F.row_number().over(latest))
+    w = w.where((F.col("recent") | (F.col("k") <= F.lit(n))) & (F.col("t") > F.lit(cutoff)))
     g = w.groupBy("rk").agg(F.to_json(F.collect_list(F.struct("t", "m"))).alias("value"))
     return g.select("rk", F.lit(f"{start_ms}:{end_ms}:{n}").alias("field"), "value",
                     F.lit("log").alias("mode"), ttl.alias("ttl_ms"))
@@ -182,7 +191,7 @@ def state_rows(writes: DataFrame, state: StateSpec, end_ms: int, start_ms: int |
     """
     W = state.window_s * 1000
     r = state.resolution_s * 1000
-    cutoff = end_ms - W - r
+    cutoff = end_ms - W - r - ALLOWED_LATENESS_S * 1000
     storage = storage_of(state)
     writes = writes.where(F.col("t") < F.lit(end_ms))
     if storage == "decayed":

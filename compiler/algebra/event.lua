@@ -25,8 +25,11 @@
 --   ZW   k ms json n cutoff_ms ttl_ms
 --                          write log (sorted set): add member
 --                          "<8-digit rank at ms><ms>:<json>" scored ms, drop
---                          members scored < cutoff, keep the n highest,
+--                          members scored < cutoff, keep the n highest
+--                          before ms - LATE_MS and every later one,
 --                          PEXPIRE ttl                            (write)
+--   ZT   k n               write log: keep the n highest members before the
+--                          highest score - LATE_MS and every later one (write)
 --   X    k ttl_ms ms w_ms r_ms prune_every_ms
 --                          prune fields no read at time >= ms can use, when
 --                          due; drop _m (the latest written tile of the
@@ -64,6 +67,10 @@
 --   XA   k json            XADD k * event json: append the event to a
 --                          Redis stream (serving's SCOWL_EVENT_STREAM) (write)
 -- Returns the pushed values, in order.
+
+-- the allowed lateness (ms) write logs keep every member of (common.lua log_add;
+-- windows.ALLOWED_LATENESS_S, the serving default: SPEC §3.3)
+local LATE_MS = 3600000
 
 -- tile size codes, as windows.LEVEL_CODE (ms / seconds)
 local SIZES = { s = 1000, a = 5000, b = 15000, m = 60000, c = 300000, e = 900000,
@@ -133,9 +140,19 @@ while i <= n do
   elseif op == 'ZW' then
     if not skip then
       local ms = ARGV[i + 2]
-      log_add(key, ms, next_rank(key, ms), ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6])
+      log_add(key, ms, next_rank(key, ms), ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], LATE_MS)
     end
     i = i + 7
+  elseif op == 'ZT' then
+    if not skip then
+      local top = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
+      if top[2] then
+        local below = redis.call('ZCOUNT', key, '-inf', '(' .. string.format('%d', tonumber(top[2]) - LATE_MS))
+        local n = tonumber(ARGV[i + 2])
+        if below > n then redis.call('ZREMRANGEBYRANK', key, 0, below - n - 1) end
+      end
+    end
+    i = i + 3
   elseif op == 'ZR' then
     out[#out + 1] = redis.call('ZREVRANGEBYSCORE', key, ARGV[i + 3], ARGV[i + 2], 'WITHSCORES', 'LIMIT', 0, ARGV[i + 4])
     i = i + 5
@@ -209,7 +226,7 @@ while i <= n do
         base = next_rank(key, ms)
         zbase[ck] = base
       end
-      log_add(key, ms, base + tonumber(ARGV[i + 3]), ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7])
+      log_add(key, ms, base + tonumber(ARGV[i + 3]), ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7], LATE_MS)
     end
     i = i + 8
   elseif op == 'XA' then

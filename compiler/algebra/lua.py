@@ -356,10 +356,14 @@ end
 -- base bt/bv/bw (writes before raw tile '_r').
 local function decay_write(key, t, ts, v, w, res, rawcode)
   local fmt = string.format
-  decay_merge(key, ts, tonumber(v), 1, w)
   local q = math.floor(t / res)
   local rawf = rawcode .. fmt('%d', q)
-  local cur = redis.call('HMGET', key, '_t', '_r', rawf, 'bt', 'bv', 'bw')
+  local cur = redis.call('HMGET', key, '_t', '_r', rawf, 'bt', 'bv', 'bw', 'dt', 'dv', 'dw')
+  if not cur[2] and cur[7] then
+    -- the first write of this path into a state written by others (backfill): all of it is the base
+    cur[4], cur[5], cur[6] = cur[7], cur[8], cur[9]
+  end
+  decay_merge(key, ts, tonumber(v), 1, w)
   local latest = t
   if cur[1] and tonumber(cur[1]) > t then
     latest = tonumber(cur[1])
@@ -369,7 +373,7 @@ local function decay_write(key, t, ts, v, w, res, rawcode)
   local low = cur[2] and tonumber(cur[2])
   local base = cur[4] and { tonumber(cur[4]), tonumber(cur[5]), tonumber(cur[6]) }
   local args = { '_t', fmt('%d', latest) }
-  local based = false
+  local based = not cur[2] and cur[7] and true or false
   if low and qh > low then
     local names = {}
     if qh - low <= 64 then
@@ -455,15 +459,18 @@ local function tiles(key, lo, hi, r, sizes, codes, comps, slot, t, rawcode, kind
     local x = tonumber(tt)
     if x > t then
       -- a late read (SPEC §3.3): writes after t lie in tile hi or later. Count the exact
-      -- cover of lo..hi-1 and, of tile hi, the raw entries up to t; within the allowed
-      -- lateness (hi >= T(_t - LATE)) tile hi's raw entries are complete. _m absent: a
-      -- stream or forced backfill wrote since (no raw entries), the exact cover below.
+      -- cover of lo..hi-1 and, of tile hi, the raw entries up to t: within the allowed
+      -- lateness (hi >= T(_t - LATE)) they are complete from raw tile _r on. Else the
+      -- exact cover below: _m absent (a stream or forced backfill wrote since, no raw
+      -- entries), or hi before _r (tile hi holds no online write: backfilled ones only).
       note_late(x, t)
       if m and hi >= math.floor((x - LATE) / r) then
-        local out = hmget(key, cover(lo, hi - 1, r, sizes, codes, comps, false))
-        local raw = redis.call('HGET', key, rawcode .. string.format('%d', hi))
-        if raw then raw_tiles(out, raw, hi * r, t, kind) end
-        return out
+        local rr = redis.call('HMGET', key, '_r', rawcode .. string.format('%d', hi))
+        if rr[1] and hi >= tonumber(rr[1]) then
+          local out = hmget(key, cover(lo, hi - 1, r, sizes, codes, comps, false))
+          if rr[2] then raw_tiles(out, rr[2], hi * r, t, kind) end
+          return out
+        end
       end
     end
   end

@@ -29,8 +29,11 @@ field              holds
                    epoch ms of its latest write; a read is one ``ZCOUNT``
                    over the counted range, a write one ``ZADD GT`` and a
                    ``ZREMRANGEBYSCORE`` of what no later read counts.
-``lt`` / ``lv``    ``Latest``/``LatestTime``: epoch ms and JSON object
+``lt`` / ``lv``    ``Latest``/``LatestTime`` written by ``event.lua`` and
+                   backfill's ``latest`` mode: epoch ms and JSON object
                    ``{"v0": .., "v1": ..}`` of the latest counted write.
+                   The planner keeps ``Latest*`` states as write logs of
+                   one (``registry.state_limit``), which late reads need.
 ``dt``/``dv``/``dw`` ``Decayed*``: reference time (ms), decayed sum of values
                    and decayed count, both weighed to ``dt`` (numbers as
                    ``%.17g`` text).
@@ -43,7 +46,32 @@ field              holds
                    stream writes and forced backfills drop the field (an
                    unforced backfill writes only before the online start),
                    and the next online write recomputes it from the tiles.
+``_t``             serving's writes (tiled and ``Decayed*``): the latest
+                   write time (ms). A read at ``t < _t`` is *late*.
+``<R><q>``         serving's writes, for late reads (SPEC §3.3): the raw
+                   entries of resolution tile ``q`` (``R`` the resolution's
+                   level code in upper case: ``S``, ``M``, ``H``, ``D``),
+                   ``<ms> <length> <payload>`` each, in arrival order; the
+                   payload is the write's one-write tile text. Kept while
+                   a read up to the allowed lateness ``L`` can need them
+                   (``q >= T(_t - L)``).
+``_r``             the lowest raw tile that may remain.
+``bt``/``bv``/``bw`` ``Decayed*``: the decayed sums of the writes before
+                   raw tile ``_r`` (the base of late reads).
 =================  ==========================================================
+
+**Late reads** (SPEC §3.3: a read counts only the writes up to its own
+time). Every state keeps what reads up to ``L`` late need: tiles of
+``W + r + L``, and a late tiled read merges the exact cover of the tiles
+before its own resolution tile with that tile's raw entries up to ``t``.
+``CountUnique`` keeps in its sorted set a raw member ``R<ms>:u<tuple>`` per
+write (score ``ms + 2**50``) and, for the tuples whose raw members left,
+``Pu<tuple>`` at the latest such write (score ``ms - 2**50``): a late read
+counts the tuples last seen in range, plus those written after ``t`` with
+a raw member or ``P`` member in range. ``Decayed*`` read late from the base
+and the raw entries up to ``t``. Write logs keep every member of the last
+``L`` and the ``n`` latest before it. ``compiler.algebra.lua`` generates
+all of it.
 
 Tiled functions keep one partial per tile at every level of
 ``windows.levels_s(W)``; a read merges the tiles of ``windows.cover(...)``:
@@ -65,7 +93,9 @@ latest members and drops members older than ``W + r``; a read takes the
 and folds them, oldest first, through the function's ``update`` (:func:`fold`).
 The ``n`` latest writes in a range that ends at the read time are the ``n``
 latest overall restricted to the range, so the trimmed log is exact for reads
-in event-time order.
+in event-time order; serving's writes keep every member of the last ``L``
+(the allowed lateness) and the ``n`` latest before it, exact for reads up to
+``L`` late.
 
 **Decayed** aggregates keep O(1) state: with reference time ``dt`` the
 stored sums are ``sum(v * exp(-(dt - s) / W))``; a write at ``s >= dt``

@@ -94,7 +94,7 @@ def test_generated_read_equals_fold(client, data, fn, window_s, with_after):
     rslot = ReadSlot(op, window_s, r, has_after=with_after)
     argv = [t, "", ""] + ([after] if with_after else [])
     res = run_round(client, RoundSpec("read", reads_after=(rslot,)), ["", "", key], argv)
-    assert res[0] == 1
+    assert res[0] & 1 == 1  # (bits 1-2: the read was late, SPEC §3.3)
     got = op.finalize(GEN.decode_read(rslot, res[1]))
     kept = counted(writes, t, window_s, after)
     want = fold(op, kept)
@@ -138,40 +138,54 @@ def test_many_windows_in_one_round_compile(client):
     assert all(op.finalize(GEN.decode_read(rd, x)) is None for rd, x in zip(reads, res[1:]))
 
 
+@pytest.mark.parametrize("lateness_s", [0, 90])
 @pytest.mark.parametrize("fn", [("Count", ()), ("Average", ("float",)), ("CountUnique", ("string",)),
                                 ("HyperLogLog", ("string",))])
-def test_writes_prune_what_no_later_read_can_use(client, fn):
-    """SPEC §5.3: a write drops, at most every W/2 (ops.prune_every_ms), the fields that end before t - W - r; nothing else."""
+def test_writes_prune_what_no_later_read_can_use(client, fn, lateness_s):
+    """SPEC §5.3, §3.3: a write drops, at most every W/2 (ops.prune_every_ms), the fields that end before
+    t - W - r - L (L the allowed lateness); nothing else. Raw tiles of late reads (upper-case codes) go as
+    soon as they end before t - L; CountUnique keeps one raw member per write of the last L."""
     function, vtypes = fn
-    window_s = 60
+    window_s, late_ms = 60, lateness_s * 1000
     op = make_op(function, vtypes, window_s=window_s)
     w = WriteSlot(op, window_s, 1)
     key = f"t:{{{uuid.uuid4().hex}}}"
-    spec = RoundSpec("w", writes=(w,))
+    spec = RoundSpec("w", writes=(w,), lateness_ms=late_ms)
     t = T0
     for i in range(600):  # ten windows, one write a second
         t = T0 + 1000 * i
         run_round(client, spec, ["", "", key], [t, "", "", *GEN.write_values(w, [f"v{i % 7}" if vt == "string" else i / 4 for vt in vtypes])])
+    cutoff = t - window_s * 1000 - 1000 - late_ms
     if function == "CountUnique":  # a sorted set, pruned by every write: nothing at or before the cutoff
-        cutoff = t - window_s * 1000 - 1000
         members = client.zrange(key, 0, -1, withscores=True)
-        assert members and min(score for _, score in members) > cutoff
-        assert len(members) == 7 and 0 < client.pttl(key) <= window_s * 1000 + 1000
+        tuples = [score for m, score in members if m.startswith(b"u")]
+        raw = [score - 2**50 for m, score in members if m.startswith(b"R")]
+        assert tuples and min(tuples) > cutoff and len(tuples) == 7
+        assert len(raw) == lateness_s + 1 and min(raw) >= t - late_ms  # the writes of the last L
+        assert all(score + 2**50 > cutoff for m, score in members if m.startswith(b"P"))
+        assert 0 < client.pttl(key) <= window_s * 1000 + 1000
         rd = ReadSlot(op, window_s, 1)
-        assert run_round(client, RoundSpec("r", reads_after=(rd,)), ["", "", key], [t, "", ""])[1] == 7
+        assert run_round(client, RoundSpec("r", reads_after=(rd,), lateness_ms=late_ms), ["", "", key],
+                         [t, "", ""])[1] == 7
         return
     fields = client.hgetall(key)
-    every_ms, cutoff = prune_every_ms(window_s, 1), t - window_s * 1000 - 1000
+    every_ms = prune_every_ms(window_s, 1)
     sizes = {"s": 1000, "a": 5000, "b": 15000, "m": 60000}
     oldest_end = None
+    raw_ends = []
     for f, v in fields.items():
         f = f.decode()
-        if f in ("_p", "_m", "_c"):  # bookkeeping: next pruning pass, latest written tile, pass cursor
+        if f in ("_p", "_m", "_c", "_t", "_r"):  # bookkeeping: next pass, latest tile and ms, cursor, raw start
             continue
         idx = int(f[1:].split(".")[0])
+        if f[0] == "S":  # raw tile of late reads
+            raw_ends.append((idx + 1) * 1000)
+            continue
         end = (idx + 1) * sizes[f[0]]
         oldest_end = end if oldest_end is None else min(oldest_end, end)
     assert oldest_end is not None and oldest_end > cutoff - every_ms - 1000
+    assert oldest_end <= cutoff + 60_000  # and what reads up to L late need is kept
+    assert len(raw_ends) == lateness_s + 1 and min(raw_ends) > t - late_ms
     assert 0 < client.pttl(key) <= window_s * 1000 + 1000
     # and the newest window is whole: the read still counts every write in it
     if function == "Count":
@@ -186,7 +200,7 @@ def test_late_writes_into_pruned_time_stay_bounded(client):
     op = make_op("Count", (), window_s=window_s)
     w = WriteSlot(op, window_s, 1)
     key = f"t:{{{uuid.uuid4().hex}}}"
-    spec = RoundSpec("w", writes=(w,))
+    spec = RoundSpec("w", writes=(w,), lateness_ms=0)  # the late writes are beyond the allowed lateness
     most = 0
     for i in range(1200):  # twenty windows; every other write is two windows late
         t = T0 + 1000 * i - (2 * window_s * 1000 if i % 2 else 0)
@@ -206,7 +220,7 @@ def test_late_writes_into_pruned_time_stay_bounded(client):
 def hour_count_writer(client):
     """A 1-hour Count at 1 s: its op, a fresh key and its write script (registered)."""
     op = make_op("Count", (), window_s=3600)
-    script = client.register_script(GEN.script(RoundSpec("w", writes=(WriteSlot(op, 3600, 1),))))
+    script = client.register_script(GEN.script(RoundSpec("w", writes=(WriteSlot(op, 3600, 1),), lateness_ms=0)))
     return op, f"t:{{{uuid.uuid4().hex}}}", script
 
 

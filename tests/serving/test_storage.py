@@ -39,12 +39,15 @@ def test_definition_hash_namespaces():
 def test_old_tiles_are_pruned(redis_url):
     store = redis.Redis.from_url(redis_url)
     t0 = 1_700_000_000_000
-    with client_for(TOPO, redis_url) as c:
+    with client_for(TOPO, redis_url, allowed_lateness=120) as c:
         events = [{"_type": "e", "_time": t0 + i * 7_000, "k": "a"} for i in range(600)]  # 70 min of events
         out = batch(c, events)
     assert out[-1]["n"] == 86                     # 10 min / 7 s, inclusive
     key = store.keys("sc:{s1:a}:*")[0]
     fields = store.hkeys(key)
-    # only tiles a read at the last time can still use survive (plus <= W/2 of slack, ops.prune_every_ms)
+    # only tiles a read at the last time minus the allowed lateness (120 s) can still use survive (plus
+    # <= W/2 of slack, ops.prune_every_ms), and raw tiles of the last 120 s (SPEC §3.3)
     oldest_s = min(int(f[1:]) for f in fields if f.startswith(b"s"))
-    assert oldest_s * 1000 >= t0 + 599 * 7_000 - (600 + 300 + 2) * 1000
+    assert oldest_s * 1000 >= t0 + 599 * 7_000 - (600 + 120 + 300 + 2) * 1000
+    raw = [int(f[1:]) for f in fields if f.startswith(b"S")]
+    assert 15 <= len(raw) <= 19 and min(raw) * 1000 >= t0 + 599 * 7_000 - 121_000
