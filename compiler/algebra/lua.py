@@ -20,8 +20,9 @@ script receives only what varies:
   with ``after`` takes the after time (epoch ms, ``""`` for null); a write
   takes :meth:`LuaGenerator.write_values` of its values.
 
-The reply is ``[id flag, one result per non-skipped read]``: the id flag is
-``1`` (new or no id) or ``0`` (seen: the writes were skipped). Reads of
+The reply is ``[flag, one result per non-skipped read]``: bit 0 of the flag
+is ``1`` (new or no id) or ``0`` (seen: the writes were skipped); bits 1-2
+say the event was late (below). Reads of
 ``Count``, ``Sum``, ``Average``, ``Min``, ``Max`` and ``First`` merge their
 tile cover inside the script and return one partial aggregate
 (:meth:`LuaGenerator.decode_read` turns it into the IR of ``ops``), so
@@ -47,9 +48,22 @@ of the last level through ``T(t)``, ~40% fewer fields than the exact
 and write every level, ``_p`` and ``_m`` in one ``HMGET`` and one ``HSET``
 (``HINCRBY`` per level for int sums, exact past 2**53).
 
+Late events (SPEC §3.3; ``RoundSpec.lateness_ms``, the allowed lateness
+``L``): every state keeps what a read up to ``L`` late needs, in its own key
+(``ops``' module docstring has the fields): tiles of ``W + r + L``; tiled
+writes append a raw entry to their resolution tile's raw field (in the same
+``HMGET``/``HSET``) and ``_t``, the latest write time; a read at ``t < _t``
+merges the exact cover of the tiles before ``T(t)`` with the raw entries of
+tile ``T(t)`` up to ``t``. ``CountUnique`` keeps raw and older-write members
+in its sorted set, ``Decayed*`` a base and raw tiles, write logs every
+member of the last ``L`` and the ``n`` latest before it. The reply's first
+element adds 2 when a state held a later write than ``t`` and 6 when one more
+than ``L`` later (``serving.evaluate`` counts them).
+
 Source: SPEC §3.2 (window rule, via :func:`windows.counted_range` and
 :func:`windows.cover`, reproduced here in Lua), §3.3 (exclusive reads before
-the event's writes), §5.2, §5.3 (expiry and pruning).
+the event's writes; arrival order and late events), §5.2, §5.3 (expiry and
+pruning).
 """
 
 from __future__ import annotations

@@ -81,5 +81,12 @@ def test_log_merge_ranks_follow_the_existing_members(script):
     run(keys=["z"], args=["ZM", 1, 1000, 0, '{"v0":"c"}', n, 0, ttl, "ZM", 1, 1000, 1, '{"v0":"d"}', n, 0, ttl,
                           "ZM", 1, 2000, 0, '{"v0":"e"}', n, 0, ttl])
     members = [m.decode() for m in client.zrange("z", 0, -1)]
+    # in (time, arrival) order; nothing trimmed: every member lies within the allowed lateness of the
+    # latest (SPEC §3.3: a read up to an hour late may need them)
+    assert members == [log_member(0, 1000, ["a"]), log_member(1, 1000, ["b"]), log_member(2, 1000, ["c"]),
+                       log_member(3, 1000, ["d"]), log_member(0, 2000, ["e"])]
+    # an hour and more later: the n = 4 latest before the last hour stay, and the new one
+    run(keys=["z"], args=["ZM", 1, 3_602_001, 0, '{"v0":"f"}', n, 0, ttl])
+    members = [m.decode() for m in client.zrange("z", 0, -1)]
     assert members == [log_member(1, 1000, ["b"]), log_member(2, 1000, ["c"]), log_member(3, 1000, ["d"]),
-                       log_member(0, 2000, ["e"])]  # trimmed to the n = 4 latest, in (time, arrival) order
+                       log_member(0, 2000, ["e"]), log_member(0, 3_602_001, ["f"])]
