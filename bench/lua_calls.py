@@ -17,7 +17,7 @@ Use it to A/B a change to ``compiler/algebra/lua.py`` (run it on both
 commits) or to see which event type dominates. Numbers vary ±15% between
 runs on a shared machine; compare within a run.
 
-Usage: ``python bench/lua_calls.py [--events 12000] [--capture 2000] [--topology DIR]``.
+Usage: ``python bench/lua_calls.py [--events 12000] [--capture 2000] [--topology DIR] [--lateness S]``.
 """
 
 from __future__ import annotations
@@ -32,8 +32,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from compiler.algebra.windows import ALLOWED_LATENESS_S  # noqa: E402
 
-def capture_calls(plan, events: list[dict], url: str) -> list[tuple[int, str, str, list, list]]:
+
+def capture_calls(plan, events: list[dict], url: str, lateness_ms: int = ALLOWED_LATENESS_S * 1000
+                  ) -> list[tuple[int, str, str, list, list]]:
     """Evaluate ``events`` in order against the store at ``url``; return every round-script call.
 
     Returns:
@@ -46,7 +49,7 @@ def capture_calls(plan, events: list[dict], url: str) -> list[tuple[int, str, st
 
     async def go() -> None:
         store = Store(url)
-        evaluator = Evaluator(plan, None)
+        evaluator = Evaluator(plan, None, lateness_ms=lateness_ms)
         current: dict = {"i": 0, "type": ""}
 
         async def run(script, keys, argv, layout=None):
@@ -93,6 +96,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", type=int, default=50, help="calls per pipelined round trip")
     ap.add_argument("--repeat", type=int, default=3, help="measurements per row (the least is shown)")
     ap.add_argument("--topology", type=Path, default=ROOT / "examples" / "flights")
+    ap.add_argument("--lateness", type=int, default=ALLOWED_LATENESS_S,
+                    help="allowed lateness in seconds (SCOWL_ALLOWED_LATENESS, SPEC §3.3) of the scripts")
     args = ap.parse_args(argv)
 
     import redis
@@ -107,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     events = demo_events(args.events)
     with tempfile.TemporaryDirectory() as home, EmbeddedStore(home, persist=False) as store:
         client = redis.Redis.from_url(store.url)
-        every = capture_calls(plan, events, store.url)
+        every = capture_calls(plan, events, store.url, args.lateness * 1000)
         first_measured = len(events) - args.capture
         prefix = [c[1:] for c in every if c[0] < first_measured]
         calls = [c[1:] for c in every if c[0] >= first_measured]

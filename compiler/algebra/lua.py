@@ -217,6 +217,8 @@ end
 -- write after t, 6 when one is more than LATE (the allowed lateness, ms)
 -- after t; added to the reply's first element.
 local late_flag = 0
+-- raw tiles deleted at once (book, decay_write)
+local RAW_BATCH = 4
 local function note_late(latest, t)
   if latest > t then
     if latest - t > LATE then late_flag = 6 elseif late_flag == 0 then late_flag = 2 end
@@ -263,28 +265,17 @@ end
 
 -- CountUnique beside its tuples u<tuple> (scored by last-seen ms, in (-HALF,
 -- HALF)) keeps, for late reads, one raw member 'R<ms>:u<tuple>' per write at
--- ms + OFF, and for the tuples whose raw members left (older than the write
--- time minus LATE) one member 'Pu<tuple>' at the latest such ms - OFF. One
--- sorted set, one key: the ranges never meet (|ms| < 2^49).
+-- ms + OFF, as long as the tuples (no read at or after t - LATE counts an
+-- older one). One sorted set, one key: the ranges never meet (|ms| < 2^49).
 local OFF, HALF = 1125899906842624, 562949953421312
 
--- a CountUnique write of member u at t (text ts); cutoff: no read uses a time before it
+-- a CountUnique write of member u at t (text ts); cutoff: no read at or after t - LATE uses a time before it
 local function cu_write(key, u, t, ts, cutoff)
   local fmt = string.format
   redis.call('ZADD', key, 'GT', ts, u)
   redis.call('ZADD', key, fmt('%d', t + OFF), 'R' .. ts .. ':' .. u)
-  local h = '(' .. fmt('%d', t - LATE + OFF)
-  local old = redis.call('ZRANGEBYSCORE', key, HALF, h, 'WITHSCORES')
-  if #old > 0 then
-    local find, sub = string.find, string.sub
-    for i = 1, #old, 2 do
-      local mem = old[i]
-      redis.call('ZADD', key, 'GT', fmt('%d', tonumber(old[i + 1]) - 2 * OFF), 'P' .. sub(mem, find(mem, ':', 2, true) + 1))
-    end
-    redis.call('ZREMRANGEBYSCORE', key, HALF, h)
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', cutoff - OFF))
-  end
-  redis.call('ZREMRANGEBYSCORE', key, -HALF, fmt('%d', cutoff))
+  redis.call('ZREMRANGEBYSCORE', key, fmt('%d', -HALF), fmt('%d', cutoff))
+  redis.call('ZREMRANGEBYSCORE', key, fmt('%d', HALF), fmt('%d', cutoff + OFF))
 end
 
 -- the tuple of a raw member 'R<ms>:u<tuple>'
@@ -293,14 +284,13 @@ local function cu_tuple(mem)
 end
 
 -- number of CountUnique tuples with a write in [lo_ms, t]: those last seen
--- there (ZCOUNT); for a late read (a tuple last seen after t), also each tuple
--- written after t with a raw member in [lo_ms, t] or its latest older write
--- (its P member) there.
+-- there (ZCOUNT); for a late read (the latest raw member after t), also each
+-- tuple written after t with a raw member in [lo_ms, t].
 local function cu_read(key, lo_ms, t, ts)
   local fmt = string.format
   local n = redis.call('ZCOUNT', key, fmt('%d', lo_ms), ts)
-  local top = redis.call('ZREVRANGEBYSCORE', key, '(' .. HALF, '(' .. -HALF, 'WITHSCORES', 'LIMIT', 0, 1)
-  local latest = top[2] and tonumber(top[2])
+  local top = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
+  local latest = top[2] and tonumber(top[2]) - OFF
   if not latest or latest <= t then return n end
   note_late(latest, t)
   local inside = {}
@@ -312,15 +302,7 @@ local function cu_read(key, lo_ms, t, ts)
     local u = cu_tuple(later[i])
     if not done[u] then
       done[u] = true
-      if inside[u] then
-        n = n + 1
-      else
-        local p = redis.call('ZSCORE', key, 'P' .. u)
-        if p then
-          local ms = tonumber(p) + OFF
-          if ms >= lo_ms and ms <= t then n = n + 1 end
-        end
-      end
+      if inside[u] then n = n + 1 end
     end
   end
   return n
@@ -365,32 +347,36 @@ local function draw_fields(key, rb, below)
 end
 
 -- A Decayed write of value text v at t (text ts): the main state dt/dv/dw
--- (decay_merge), and for late reads the raw entry in resolution tile q
--- (raw_add) while q >= T(_t - LATE), raw tiles that fall out folded into the
--- base bt/bv/bw (writes before raw tile '_r').
+-- (decay_merge's rule), and for late reads the raw entry in resolution tile q
+-- (raw_add) while q >= T(_t - LATE); raw tiles that fall out are folded into
+-- the base bt/bv/bw (the writes before raw tile '_r'), RAW_BATCH at once.
+-- One HMGET and one HSET (and an HMGET + HDEL per fold).
 local function decay_write(key, t, ts, v, w, res, rawcode)
   local fmt = string.format
   local q = math.floor(t / res)
   local rawf = rawcode .. fmt('%d', q)
   local cur = redis.call('HMGET', key, '_t', '_r', rawf, 'bt', 'bv', 'bw', 'dt', 'dv', 'dw')
+  local x = tonumber(v)
+  local based = false
+  local base = cur[4] and { tonumber(cur[4]), tonumber(cur[5]), tonumber(cur[6]) }
   if not cur[2] and cur[7] then
     -- the first write of this path into a state written by others (backfill): all of it is the base
-    cur[4], cur[5], cur[6] = cur[7], cur[8], cur[9]
+    base = { tonumber(cur[7]), tonumber(cur[8]), tonumber(cur[9]) }
+    based = true
   end
-  decay_merge(key, ts, tonumber(v), 1, w)
+  local main = dmerge(cur[7] and { tonumber(cur[7]), tonumber(cur[8]), tonumber(cur[9]) }, t, x, w)
+  local args = { 'dt', fmt('%d', main[1]), 'dv', fmt('%.17g', main[2]), 'dw', fmt('%.17g', main[3]) }
   local latest = t
   if cur[1] and tonumber(cur[1]) > t then
     latest = tonumber(cur[1])
     note_late(latest, t)
   end
+  args[7], args[8] = '_t', fmt('%d', latest)
   local qh = math.floor((latest - LATE) / res)
   local low = cur[2] and tonumber(cur[2])
-  local base = cur[4] and { tonumber(cur[4]), tonumber(cur[5]), tonumber(cur[6]) }
-  local args = { '_t', fmt('%d', latest) }
-  local based = not cur[2] and cur[7] and true or false
-  if low and qh > low then
+  if low and qh - low >= RAW_BATCH then
     local names = {}
-    if qh - low <= 64 then
+    if qh - low <= 8 * RAW_BATCH then
       for i = low, qh - 1 do names[#names + 1] = rawcode .. fmt('%d', i) end
     else
       local dead = draw_fields(key, string.byte(rawcode), qh)
@@ -413,10 +399,10 @@ local function decay_write(key, t, ts, v, w, res, rawcode)
     args[#args + 1] = raw_add(cur[3], ts, v)
     if not low or q < low then low = q end
   else
-    base = dmerge(base, t, tonumber(v), w)
+    base = dmerge(base, t, x, w)
     based = true
   end
-  if low then
+  if low and low ~= (cur[2] and tonumber(cur[2])) then
     args[#args + 1] = '_r'
     args[#args + 1] = fmt('%d', low)
   end
@@ -457,7 +443,7 @@ end
 -- Covers depend only on (window, components, lo, hi): the reads of one call
 -- that share them pass the same slot and compute each once.
 local CV, CX = {}, {}
-local function tiles(key, lo, hi, r, sizes, codes, comps, slot, t, rawcode, kind)
+local function tiles(key, lo, hi, r, sizes, codes, comps, slot, t, rawcode, rsize, kind)
   local short = slot and CV[slot]
   if not short then
     short = cover(lo, hi, r, sizes, codes, comps, true)
@@ -473,14 +459,15 @@ local function tiles(key, lo, hi, r, sizes, codes, comps, slot, t, rawcode, kind
     local x = tonumber(tt)
     if x > t then
       -- a late read (SPEC §3.3): writes after t lie in tile hi or later. Count the exact
-      -- cover of lo..hi-1 and, of tile hi, the raw entries up to t: within the allowed
-      -- lateness (hi >= T(_t - LATE)) they are complete from raw tile _r on. Else the
+      -- cover of lo..hi-1 and, of tile hi, the raw entries up to t (in its raw bucket):
+      -- within the allowed lateness they are complete from raw bucket _r on. Else the
       -- exact cover below: _m absent (a stream or forced backfill wrote since, no raw
-      -- entries), or hi before _r (tile hi holds no online write: backfilled ones only).
+      -- entries), or a bucket before _r (tile hi holds no online write: backfilled ones).
       note_late(x, t)
-      if m and hi >= math.floor((x - LATE) / r) then
-        local rr = redis.call('HMGET', key, '_r', rawcode .. string.format('%d', hi))
-        if rr[1] and hi >= tonumber(rr[1]) then
+      local bh = math.floor(hi * r / rsize)  -- tile hi's raw bucket
+      if m and bh >= math.floor((x - LATE) / rsize) then
+        local rr = redis.call('HMGET', key, '_r', rawcode .. string.format('%d', bh))
+        if rr[1] and bh >= tonumber(rr[1]) then
           local out = hmget(key, cover(lo, hi - 1, r, sizes, codes, comps, false))
           if rr[2] then raw_tiles(out, rr[2], hi * r, t, kind) end
           return out
@@ -588,7 +575,7 @@ end
 -- (upper-case: the raw tiles of late events at the resolution levels, see book)
 local SIZE_OF = { [115] = 1000, [97] = 5000, [98] = 15000, [109] = 60000, [99] = 300000,
                   [101] = 900000, [104] = 3600000, [102] = 14400000, [100] = 86400000,
-                  [83] = 1000, [77] = 60000, [72] = 3600000, [68] = 86400000 }
+                  [66] = 15000, [77] = 60000, [72] = 3600000, [68] = 86400000 }
 
 local function hdel_all(key, dead)
   for i = 1, #dead, 500 do
@@ -664,15 +651,17 @@ local function max_tile(key, rcode)
   return m
 end
 
--- Bookkeeping of a tiled write at t (text ts) into resolution tile q of res
--- ms, given cur, the current texts of '_p', '_m', '_c', '_t', '_r' and of
+-- Bookkeeping of a tiled write at t (text ts) into resolution tile q, given
+-- res, the raw bucket size (ms), and cur, the current texts of '_p', '_m', '_c', '_t', '_r' and of
 -- raw tile field rawf (false: absent): appends to args (n entries used)
 -- * the raised '_m' and '_t' (the latest written resolution tile and ms);
--- * the write's raw entry (raw_add) to rawf, the raw tile of q (the
---   resolution code in upper case, then q), kept while a read within the
---   allowed lateness LATE can need it: q >= T(_t - LATE); '_r' is the
---   lowest raw tile that may remain; older ones are deleted by name when
---   at most 64, else by the next pruning pass;
+-- * the write's raw entry (raw_add) to rawf, its raw bucket (compiler.
+--   algebra.lua._raw_size: the resolution, at least 15 s; its level code in
+--   upper case, then floor(t / res)), kept while a read within the allowed
+--   lateness LATE can need it: floor(t / res) >= floor((_t - LATE) / res);
+--   '_r' is the lowest raw bucket that may remain; older ones are deleted by name once
+--   RAW_BATCH of them are due (one HDEL for many writes), by the next
+--   pruning pass when more than 8 * RAW_BATCH are (a key written rarely);
 -- * the next '_p' when a pruning pass is due (every `every` ms of event time:
 --   it starts one, or lets the one under way go on), and the pass's next
 --   cursor '_c' after one prune_step (dropped when the pass ends);
@@ -698,19 +687,20 @@ local function book(key, args, n, cur, q, t, ts, every, cutoff, rcode, res, rawc
   end
   local qh = math.floor((latest - LATE) / res)
   local low = r0 and tonumber(r0)
-  if low and qh > low then
-    if qh - low <= 64 then
+  if low and qh - low >= RAW_BATCH then
+    if qh - low <= 8 * RAW_BATCH then
       local dead = {}
       for i = low, qh - 1 do dead[#dead + 1] = rawcode .. fmt('%d', i) end
       redis.call('HDEL', key, unpack(dead))
     end
     low = qh
   end
-  if q >= qh then
+  local rq = math.floor(t / res)
+  if rq >= qh then
     args[n + 1] = rawf
     args[n + 2] = raw_add(cur[6], ts, entry)
     n = n + 2
-    if not low or q < low then low = q end
+    if not low or rq < low then low = rq end
   end
   if low and low ~= (r0 and tonumber(r0)) then
     args[n + 1] = '_r'
@@ -786,9 +776,18 @@ def _lua_list(items: Sequence[Any]) -> str:
     return "{" + ", ".join(_lua_str(x) if isinstance(x, str) else str(x) for x in items) + "}"
 
 
+def _raw_size(resolution_s: int) -> int:
+    """The size (seconds) of a state's raw buckets: its resolution, at least 15 s.
+
+    A 1-second state written every few seconds would otherwise create (and
+    delete) one raw field per write; a 15-second bucket holds a few writes.
+    """
+    return max(resolution_s, 15)
+
+
 def _raw_code(resolution_s: int) -> str:
-    """The letter of a state's raw tile fields: its resolution's level code in upper case (S, M, H, D)."""
-    return LEVEL_CODE[resolution_s].upper()
+    """The letter of a state's raw bucket fields: the level code of :func:`_raw_size` in upper case (B, M, H, D)."""
+    return LEVEL_CODE[_raw_size(resolution_s)].upper()
 
 
 def _extreme_kind(op: AggregateOp) -> str:
@@ -896,7 +895,8 @@ class LuaGenerator:
         slot = "nil" if r.has_after else s.const(f"'{r.window_s}:{','.join(r.op.components)}'")
         raw = _raw_code(r.resolution_s)
         kind = "a" if isinstance(r.op, AverageOp) else "f" if isinstance(r.op, FirstOp) else ""
-        return f"tiles({key}, lo, hi, {r.resolution_s * 1000}, {sz}, {codes}, {comps}, {slot}, t, '{raw}', '{kind}')"
+        return (f"tiles({key}, lo, hi, {r.resolution_s * 1000}, {sz}, {codes}, {comps}, {slot}, t, '{raw}', "
+                f"{_raw_size(r.resolution_s) * 1000}, '{kind}')")
 
     def _read_expr(self, s: _Script, r: ReadSlot, key: str) -> list[str]:
         op = r.op
@@ -905,7 +905,8 @@ class LuaGenerator:
             return [f"out[o] = redis.call('ZREVRANGEBYSCORE', {key}, ts, lo * {r_ms}, "
                     f"'WITHSCORES', 'LIMIT', 0, {int(r.limit)})"]
         if isinstance(op, DecayedOp):
-            return [f"out[o] = decay_read({key}, t, {op.window_ms}, {r_ms}, '{_raw_code(r.resolution_s)}')"]
+            rsize = _raw_size(r.resolution_s) * 1000
+            return [f"out[o] = decay_read({key}, t, {op.window_ms}, {rsize}, '{_raw_code(r.resolution_s)}')"]
         if isinstance(op, CountUniqueOp):
             return [f"if lo <= hi then out[o] = cu_read({key}, lo * {r_ms}, t, ts) else out[o] = 0 end"]
         if isinstance(op, LatestOp):
@@ -975,14 +976,15 @@ class LuaGenerator:
         elif isinstance(op, LatestOp):
             body.append(f"latest({key}, ts, v1)")
         elif isinstance(op, DecayedOp):
-            body.append(f"decay_write({key}, t, ts, v1, {op.window_ms}, {res_ms}, '{_raw_code(w.resolution_s)}')")
+            rsize = _raw_size(w.resolution_s) * 1000
+            body.append(f"decay_write({key}, t, ts, v1, {op.window_ms}, {rsize}, '{_raw_code(w.resolution_s)}')")
         else:
             raise NotImplementedError(f"no Lua write for {type(op).__name__}")
         if op.tiled:
             q = s.const(f"math.floor(t / {res_ms})")
-            raw = _raw_code(w.resolution_s)
-            rawf = s.const(f"'{raw}' .. string.format('%d', math.floor(t / {res_ms}))")
-            book = (f"t, ts, {q}, {ord(LEVEL_CODE[w.resolution_s])}, {every}, {cutoff}, {res_ms}, "
+            raw, rsize = _raw_code(w.resolution_s), _raw_size(w.resolution_s) * 1000
+            rawf = s.const(f"'{raw}' .. string.format('%d', math.floor(t / {rsize}))")
+            book = (f"t, ts, {q}, {ord(LEVEL_CODE[w.resolution_s])}, {every}, {cutoff}, {rsize}, "
                     f"'{raw}', {rawf}, {entry}")
             if rmw is not None:
                 body.append(f"rmw({key}, {{{', '.join(fields)}}}, {book}, {rmw})")

@@ -48,16 +48,16 @@ field              holds
                    and the next online write recomputes it from the tiles.
 ``_t``             serving's writes (tiled and ``Decayed*``): the latest
                    write time (ms). A read at ``t < _t`` is *late*.
-``<R><q>``         serving's writes, for late reads (SPEC §3.3): the raw
-                   entries of resolution tile ``q`` (``R`` the resolution's
-                   level code in upper case: ``S``, ``M``, ``H``, ``D``),
-                   ``<ms> <length> <payload>`` each, in arrival order; the
-                   payload is the write's one-write tile text. Kept while
-                   a read up to the allowed lateness ``L`` can need them
-                   (``q >= T(_t - L)``).
-``_r``             the lowest raw tile that may remain.
+``<R><b>``         serving's writes, for late reads (SPEC §3.3): the raw
+                   entries of raw bucket ``b`` (``lua._raw_size``: the
+                   resolution, at least 15 s; ``R`` its level code in upper
+                   case: ``B``, ``M``, ``H``, ``D``), ``<ms> <length>
+                   <payload>`` each, in arrival order; the payload is the
+                   write's one-write tile text. Kept while a read up to the
+                   allowed lateness ``L`` can need them.
+``_r``             the lowest raw bucket that may remain.
 ``bt``/``bv``/``bw`` ``Decayed*``: the decayed sums of the writes before
-                   raw tile ``_r`` (the base of late reads).
+                   raw bucket ``_r`` (the base of late reads).
 =================  ==========================================================
 
 **Late reads** (SPEC §3.3: a read counts only the writes up to its own
@@ -65,10 +65,9 @@ time). Every state keeps what reads up to ``L`` late need: tiles of
 ``W + r + L``, and a late tiled read merges the exact cover of the tiles
 before its own resolution tile with that tile's raw entries up to ``t``.
 ``CountUnique`` keeps in its sorted set a raw member ``R<ms>:u<tuple>`` per
-write (score ``ms + 2**50``) and, for the tuples whose raw members left,
-``Pu<tuple>`` at the latest such write (score ``ms - 2**50``): a late read
-counts the tuples last seen in range, plus those written after ``t`` with
-a raw member or ``P`` member in range. ``Decayed*`` read late from the base
+write (score ``ms + 2**50``) as long as its tuples: a late read counts the
+tuples last seen in range, plus those written after ``t`` with a raw member
+in range. ``Decayed*`` read late from the base
 and the raw entries up to ``t``. Write logs keep every member of the last
 ``L`` and the ``n`` latest before it. ``compiler.algebra.lua`` generates
 all of it.

@@ -466,8 +466,7 @@ def test_late_events_under_every_clause(fn, lateness_s, redis_url, reference_poo
     clause of :func:`test_function_under_every_clause`. With the default
     allowed lateness (an hour: longer than several windows) and with 20 s,
     where the raw entries of late reads leave the store all the time (raw
-    tiles deleted, ``CountUnique``'s older writes and ``Decayed*``'s base
-    taking over)."""
+    tiles deleted, ``Decayed*``'s base taking over)."""
     text, defs = topology(fn)
     events = displaced(timeline(seed=sum(map(ord, fn)) + lateness_s, n=N_EVENTS // 2), seed=len(fn),
                        lateness_ms=lateness_s * 1000)

@@ -49,5 +49,5 @@ def test_old_tiles_are_pruned(redis_url):
     # <= W/2 of slack, ops.prune_every_ms), and raw tiles of the last 120 s (SPEC §3.3)
     oldest_s = min(int(f[1:]) for f in fields if f.startswith(b"s"))
     assert oldest_s * 1000 >= t0 + 599 * 7_000 - (600 + 120 + 300 + 2) * 1000
-    raw = [int(f[1:]) for f in fields if f.startswith(b"S")]
-    assert 15 <= len(raw) <= 19 and min(raw) * 1000 >= t0 + 599 * 7_000 - 121_000
+    raw = [int(f[1:]) for f in fields if f.startswith(b"B")]  # 15-s raw buckets, deleted 4 at a time
+    assert 8 <= len(raw) <= 9 + 4 and (min(raw) + 1) * 15_000 >= t0 + 599 * 7_000 - 120_000 - 4 * 15_000
