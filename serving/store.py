@@ -64,6 +64,10 @@ class _HiredisPacking:
             return super().pack_command(*args)  # type: ignore[misc]
 
 
+#: Connections per cluster node of a serving process (connections open on demand and are kept).
+CLUSTER_MAX_CONNECTIONS = 4096
+
+
 class StoreUnavailable(RuntimeError):
     """The store could not be reached or failed a command (the API answers 503)."""
 
@@ -148,8 +152,12 @@ class Store:
             await probe.aclose()
         cluster = bool(int(info.get("cluster_enabled", 0)))
         if cluster:
+            # max_connections: per node. An event's per-slot calls go at once, so concurrent events
+            # need several connections each; past the limit redis-py's asyncio cluster client raises
+            # MaxConnectionsError rather than waiting (100 by default: 503s at ~30 concurrent events)
             self.client = RedisCluster.from_url(self.url, socket_timeout=self.timeout_s,
-                                                socket_connect_timeout=self.timeout_s, decode_responses=False)
+                                                socket_connect_timeout=self.timeout_s, decode_responses=False,
+                                                max_connections=CLUSTER_MAX_CONNECTIONS)
             # hiredis packing for the nodes' connections too (redis-py builds them from these kwargs;
             # where a redis-py version keeps them elsewhere, its own packer stays)
             node_kwargs = getattr(getattr(self.client, "nodes_manager", None), "connection_kwargs", None)
