@@ -129,12 +129,12 @@ def test_online_values_and_store_on_a_cluster_equal_a_single_node(redis_cluster,
 
 def test_many_concurrent_events_on_a_cluster_get_no_503(redis_cluster):
     """Regression (was a product bug: 503 ``store unreachable`` under load on a cluster). SPEC §5.1: an
-    event's per-slot calls go at once, so 64 concurrent events need far more connections to a node than
+    event's per-slot calls go at once, so 256 concurrent events need far more connections to a node than
     redis-py's asyncio cluster client allows by default (100, then ``MaxConnectionsError``, no waiting)."""
     from serving.evaluate import Evaluator
 
     plan = compile_text(TOPOLOGY)
-    events = [{k: v for k, v in e.items() if k != "_id"} for e in _events(640, seed=8)]
+    events = [{k: v for k, v in e.items() if k != "_id"} for e in _events(768, seed=8)]
 
     async def go() -> list:
         evaluator = Evaluator(plan, None)
@@ -142,9 +142,9 @@ def test_many_concurrent_events_on_a_cluster_get_no_503(redis_cluster):
         await store.connect()
         evaluator.run = store.run
         try:
-            batches = [events[i:i + 64] for i in range(0, len(events), 64)]
+            batches = [events[i:i + 256] for i in range(0, len(events), 256)]
             out = []
-            for b in batches:  # 64 events at a time, concurrently
+            for b in batches:  # 256 events at a time, concurrently
                 out += await asyncio.gather(*[evaluator.process(e) for e in b], return_exceptions=True)
             return out
         finally:
@@ -152,7 +152,7 @@ def test_many_concurrent_events_on_a_cluster_get_no_503(redis_cluster):
 
     out = asyncio.run(go())
     assert [type(x).__name__ for x in out if isinstance(x, Exception)] == []
-    assert len(out) == 640
+    assert len(out) == 768
 
 
 def test_events_retried_with_their_id_count_once_on_a_cluster(redis_cluster, redis_url):
