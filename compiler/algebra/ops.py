@@ -77,9 +77,10 @@ Tiled functions keep one partial per tile at every level of
 ``Count``, ``Sum``, ``Average`` (``.s``/``.c``), ``Min``, ``Max``, ``First``
 and ``FirstTime`` (``<ms>\t<json>`` of the tile's earliest write) and
 ``HyperLogLog`` (sparse registers ``;slot:rho;slot:rho``).
-``CountUnique`` and ``Latest`` need no tiles: the latest write time per value
-(resp. overall) decides membership in the window exactly when reads come in
-event-time order.
+``CountUnique`` needs no tiles: the latest write time per value decides
+membership in the window exactly when reads come in event-time order (late
+reads also use its raw members, below); ``Latest`` states are write logs of
+one.
 
 **Write logs.** A state with ``limit n`` (explicit, or ``Sequence``/``Set``'s
 default 100) is not a hash but a sorted set at the same Redis key: one member
@@ -401,7 +402,8 @@ class CountUniqueOp(AggregateOp):
     IR: ``{encoded value tuple: latest write time ms}``. A tuple counts for a
     read iff its latest write time lies in the counted range -- exact for
     reads in event-time order (SPEC §3.3), since any write of the tuple in
-    the window implies its latest one is too.
+    the window implies its latest one is too; the store's late reads also
+    look at the raw members of the writes after the read (module docstring).
     """
 
     tiled: ClassVar[bool] = False
