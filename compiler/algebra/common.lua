@@ -36,6 +36,17 @@ end
 -- Decayed sums dt/dv/dw of `key` merged with a partial (v, c) weighed at time
 -- ms_text (epoch ms as text): both weighed to the later time with decay
 -- constant w ms (ops.DecayedOp.update for c = 1, ops.DecayedOp.merge).
+-- Decayed sums (sv, sw) at reference time t0 merged with a partial (v, c) at
+-- ms: returns the later time and both sums weighed to it (ops.DecayedOp.merge)
+local function decay_sums(t0, sv, sw, ms, v, c, w)
+  if ms >= t0 then
+    local f = math.exp(-(ms - t0) / w)
+    return ms, sv * f + v, sw * f + c
+  end
+  local f = math.exp(-(t0 - ms) / w)
+  return t0, sv + v * f, sw + c * f
+end
+
 local function decay_merge(key, ms_text, v, c, w)
   local ms = tonumber(ms_text)
   local cur = redis.call('HMGET', key, 'dt', 'dv', 'dw')
@@ -43,14 +54,9 @@ local function decay_merge(key, ms_text, v, c, w)
   if not cur[1] then
     dt, dv, dw = ms_text, v, c
   else
-    local t0, sv, sw = tonumber(cur[1]), tonumber(cur[2]), tonumber(cur[3])
-    if ms >= t0 then
-      local f = math.exp(-(ms - t0) / w)
-      dt, dv, dw = ms_text, sv * f + v, sw * f + c
-    else
-      local f = math.exp(-(t0 - ms) / w)
-      dt, dv, dw = cur[1], sv + v * f, sw + c * f
-    end
+    local t
+    t, dv, dw = decay_sums(tonumber(cur[1]), tonumber(cur[2]), tonumber(cur[3]), ms, v, c, w)
+    dt = t == ms and ms_text or cur[1]
   end
   redis.call('HSET', key, 'dt', dt, 'dv', string.format('%.17g', dv), 'dw', string.format('%.17g', dw))
 end

@@ -308,16 +308,11 @@ local function cu_read(key, lo_ms, t, ts)
   return n
 end
 
--- Decayed: (ref ms, sum, count) merged with one write (ms, v, weight 1), both
--- weighed to the later time (decay constant w ms; common.lua decay_merge)
+-- Decayed: (ref ms, sum, count) merged with one write (ms, v, weight 1) (common.lua decay_sums)
 local function dmerge(acc, ms, v, w)
   if not acc then return { ms, v, 1 } end
-  if ms >= acc[1] then
-    local f = math.exp(-(ms - acc[1]) / w)
-    return { ms, acc[2] * f + v, acc[3] * f + 1 }
-  end
-  local f = math.exp(-(acc[1] - ms) / w)
-  return { acc[1], acc[2] + v * f, acc[3] + f }
+  local t, sv, sw = decay_sums(acc[1], acc[2], acc[3], ms, v, 1, w)
+  return { t, sv, sw }
 end
 
 -- fold the raw entries of text (ms <= hi_ms) into acc
@@ -430,7 +425,12 @@ local function decay_read(key, t, w, res, rawcode)
   -- the base holds the writes before raw tile _r, the raw tiles every later one
   local acc = cur[5] and { tonumber(cur[5]), tonumber(cur[6]), tonumber(cur[7]) }
   local raw = draw_fields(key, string.byte(rawcode), q + 1)
-  for i = 1, #raw do acc = dfold(acc, redis.call('HGET', key, raw[i][2]), t, w) end
+  if #raw > 0 then
+    local names = {}
+    for i = 1, #raw do names[i] = raw[i][2] end
+    local texts = redis.call('HMGET', key, unpack(names))
+    for i = 1, #texts do acc = dfold(acc, texts[i], t, w) end
+  end
   if not acc then return { false, false, false } end
   return { string.format('%d', acc[1]), string.format('%.17g', acc[2]), string.format('%.17g', acc[3]) }
 end
