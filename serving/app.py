@@ -71,6 +71,8 @@ def create_app(plan: Plan, settings: Settings | None = None, redis_url: str | No
     app = ScowlAPI(title="scowl", version="0.1.0", lifespan=lifespan)
     app.state.plan = plan
     app.state.settings = settings
+    #: the store's URL (the embedded server's when the CLI passed one): for pages that read the store directly
+    app.state.redis_url = url
     app.state.api_keys = ApiKeys(settings.key_set())
     install_error_handlers(app)
     app.include_router(events.router)

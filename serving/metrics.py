@@ -17,7 +17,8 @@ LATE_EVENTS = Counter(
 STORE_ERRORS = Counter("scowl_store_errors_total", "Requests answered 503 because the store failed.", registry=REGISTRY)
 EVENT_LATENCY = Histogram(
     "scowl_event_seconds",
-    "Time to evaluate one event (store round trips included), seconds.",
+    "Time to evaluate one event (store round trips included), seconds, by event type.",
+    ["event_type"],
     buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5),
     registry=REGISTRY,
 )

@@ -39,6 +39,11 @@ class Settings(BaseSettings):
             --source redis:KEY``. That stream job must write to *another*
             store (the API has already counted these events in this one).
             ``None``: nothing appended.
+        ui: ``SCOWL_UI``: serve the feature explorer under ``/ui`` (default
+            true; ``scowl.ui``).
+        ui_auth: ``SCOWL_UI_AUTH``: with keys set, the explorer asks for an
+            accepted ``x-api-key`` (header, or the ``scowl_api_key`` cookie
+            its login form sets); default false: open, like ``/topology``.
     """
 
     model_config = SettingsConfigDict(env_prefix="SCOWL_", extra="ignore")
@@ -53,6 +58,8 @@ class Settings(BaseSettings):
     store_timeout_s: float = Field(default=2.0, gt=0)
     event_stream: str | None = None
     allowed_lateness: int = Field(default=ALLOWED_LATENESS_S, ge=0)
+    ui: bool = True
+    ui_auth: bool = False
 
     def key_set(self) -> frozenset[str]:
         """Return the accepted API keys (empty: auth disabled)."""

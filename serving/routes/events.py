@@ -100,7 +100,7 @@ async def _process(evaluator, body, parsed, index: int | None = None) -> dict:
             f"event {index}: {e} (events before index {index} were processed; it and later ones were not)",
         ) from None
     EVENTS.labels(parsed[0].name).inc()
-    EVENT_LATENCY.observe(time.perf_counter() - start)
+    EVENT_LATENCY.labels(parsed[0].name).observe(time.perf_counter() - start)
     return resp
 
 
