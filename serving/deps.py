@@ -138,8 +138,32 @@ async def exports_flag(exports: Annotated[str | None, Query(description=_FLAG_DO
     return parse_flag("exports", exports)
 
 
+async def dry_run_flag(dry_run: Annotated[str | None, Query(description=(
+        "Read-only mode: answer the values this event would get now, and store nothing (no state, no _id marker). "
+        + _FLAG_DOC))] = None) -> bool | None:
+    """The ``dry_run`` query flag of ``POST /event`` / ``/batch`` (the read-only mode), parsed by :func:`parse_flag`.
+
+    Raises:
+        ApiError: 400 ``invalid-flag``.
+    """
+    return parse_flag("dry_run", dry_run)
+
+
+async def explain_flag(explain: Annotated[str | None, Query(description=(
+        "Add \"explain\": per aggregate feature, its entity key, the window it counted (from, to, resolution_s) "
+        "and the writes counted (null where its state keeps no count). " + _FLAG_DOC))] = None) -> bool | None:
+    """The ``explain`` query flag of ``POST /event`` / ``/batch``, parsed by :func:`parse_flag`.
+
+    Raises:
+        ApiError: 400 ``invalid-flag``.
+    """
+    return parse_flag("explain", explain)
+
+
 EvaluatorDep = Annotated[Evaluator, Depends(get_evaluator)]
 StoreDep = Annotated[Store, Depends(get_store)]
 ApiKey = Depends(check_api_key)
 FeaturesFlag = Annotated[bool | None, Depends(features_flag)]
 ExportsFlag = Annotated[bool | None, Depends(exports_flag)]
+DryRunFlag = Annotated[bool | None, Depends(dry_run_flag)]
+ExplainFlag = Annotated[bool | None, Depends(explain_flag)]

@@ -36,7 +36,7 @@ from compiler.algebra.keys import encode_key, redis_key
 from compiler.algebra.lua import LuaGenerator, ReadSlot, RoundSpec, WriteSlot
 from compiler.algebra.ops import AggregateOp, make_op
 from compiler.algebra.storekeys import id_key
-from compiler.algebra.windows import ALLOWED_LATENESS_S
+from compiler.algebra.windows import ALLOWED_LATENESS_S, counted_range
 from compiler.codegen.python import EvalError, compile_expr
 from compiler.plan import AggregateSpec, EventPlan, Feature, Plan, StateSpec, WriteSpec
 from compiler.typesystem import MAX_TIME_MS, MIN_TIME_MS, format_time, parse_time, read_input, to_json_value
@@ -125,6 +125,8 @@ class _Read:
                              self.spec.after is not None)
         #: (script result, read time ms, after ms) -> feature value
         self.finish = LUA.finisher(self.slot)
+        #: script result -> writes counted, or None (the read-only mode's explanation)
+        self.count_writes = LUA.write_counter(self.slot)
 
 
 @dataclass
@@ -271,10 +273,78 @@ class EventProgram:
                 lateness_ms=self.lateness_ms,
             ))
         self.first_write_round = min([w.round for w in self.writes.values()], default=0)
+        self._dry_rounds: list[_Round] | None = None
         self.by_stage: list[list[Feature]] = [[] for _ in range(n + 1)]
         for f in self.features:
             if f.kind != "aggregate":
                 self.by_stage[stage[f.name]].append(f)
+
+    def dry_rounds(self) -> list[_Round]:
+        """Return the rounds of a dry run (the API's read-only mode), built on first use.
+
+        Round ``k`` of a dry run holds its reads and the writes of rounds
+        ``1..k`` (an inclusive read in round ``k`` may read a state the event
+        wrote in an earlier round), in a script that puts every key it wrote
+        back as it was (:class:`compiler.algebra.lua.RoundSpec` ``dry``). So
+        each read sees exactly what it sees in a real call, and nothing is
+        left written.
+        """
+        if self._dry_rounds is None:
+            dry: list[_Round] = []
+            for k, rd in enumerate(self.rounds, start=1):
+                writes = sorted((w for w in self.writes.values() if w.round <= k), key=lambda w: w.round)
+                d = _Round(reads_before=rd.reads_before, writes=writes, reads_after=rd.reads_after)
+                d.layout = (tuple((int(r.slot.has_after), True) for r in d.reads_before)
+                            + tuple((LUA.write_arity(w.slot), False) for w in d.writes)
+                            + tuple((int(r.slot.has_after), True) for r in d.reads_after))
+                d.script = LUA.script(RoundSpec(
+                    name=f"event {self.name}, round {k} (dry run)",
+                    reads_before=tuple(r.slot for r in d.reads_before),
+                    writes=tuple(w.slot for w in d.writes),
+                    reads_after=tuple(r.slot for r in d.reads_after),
+                    lateness_ms=self.lateness_ms,
+                    dry=True,
+                ))
+                dry.append(d)
+            self._dry_rounds = dry
+        return self._dry_rounds
+
+    def explain(self, env: dict[str, Any], counted: dict[str, Any], t_ms: int) -> dict[str, dict[str, Any]]:
+        """Return, per aggregate feature of the response, what its read counted.
+
+        Args:
+            env: the evaluated features (``evaluate``'s values).
+            counted: feature name -> writes counted (``None``: the state
+                cannot tell, see ``LuaGenerator.write_counter``); a feature
+                absent from it was not read (null key).
+            t_ms: the event time (epoch ms).
+
+        Returns:
+            ``{feature: {"function", "state", "key", "window", "writes"}}``:
+            ``key`` the entity key's values (``None``: a null key, nothing
+            read), ``window`` ``{"from", "to", "resolution_s"}``: the counted
+            range of SPEC §3.2 (from the start of its first resolution tile
+            to the event time, ``after`` applied; ISO times; ``None`` with a
+            null key), ``writes`` the number of writes counted or ``None``.
+        """
+        out: dict[str, dict[str, Any]] = {}
+        for f in self.outputs:
+            r = self.reads.get(f.name)
+            if r is None:
+                continue
+            spec = r.spec
+            entry: dict[str, Any] = {"function": spec.function, "state": spec.definition_hash,
+                                     "key": None, "window": None, "writes": None}
+            if f.name in counted:
+                entry["key"] = [to_json_value(env.get(n), t) for n, t in zip(spec.read_keys, r.state.key_types)]
+                after = env.get(spec.after) if spec.after is not None else None
+                lo, _ = counted_range(t_ms, r.state.window_s, after)
+                res_ms = r.state.resolution_s * 1000
+                entry["window"] = {"from": format_time(max(lo * res_ms, MIN_TIME_MS)), "to": format_time(t_ms),
+                                   "resolution_s": r.state.resolution_s}
+                entry["writes"] = counted[f.name]
+            out[f.name] = entry
+        return out
 
     # ------------------------------------------------------------ evaluation
     def _eval_scalars(self, feats: list[Feature], env: dict, errors: dict, t_ms: int, payload: dict) -> None:
@@ -301,6 +371,8 @@ class EventProgram:
         online: OnlineStarts | None = None,
         append: tuple[str, str] | None = None,
         cluster: bool = False,
+        dry_run: bool = False,
+        counted: dict[str, Any] | None = None,
     ) -> tuple[dict[str, Any], dict[str, str], int]:
         """Evaluate every feature of one event and record its writes.
 
@@ -319,6 +391,11 @@ class EventProgram:
             cluster: the store is a Redis Cluster: every round that writes
                 carries the ``_id`` (each of its per-slot calls keeps its own
                 marker, ``serving.store.Store.run``), not only the first.
+            dry_run: the read-only mode: the same values, nothing stored
+                (:meth:`dry_rounds`); ``event_id``, ``online`` and ``append``
+                are then ignored.
+            counted: a dict to fill with feature name -> writes counted by
+                each aggregate read (:meth:`explain`); ``None``: not kept.
 
         Returns:
             ``(values, errors, late)``: run-time values by feature name (plan
@@ -336,7 +413,10 @@ class EventProgram:
         self._eval_scalars(self.by_stage[0], env, errors, event_time_ms, payload)
         skip_writes = False
         late = 0
-        for k, rd in enumerate(self.rounds, start=1):
+        rounds = self.rounds
+        if dry_run:
+            rounds, event_id, online, append = self.dry_rounds(), None, None, None
+        for k, rd in enumerate(rounds, start=1):
             first = k == self.first_write_round and not skip_writes
             use_id = event_id is not None and (first or (cluster and bool(rd.writes)))
             use_stream = first and append is not None
@@ -358,7 +438,7 @@ class EventProgram:
                 self._read_args(r, env, keys, argv, pending, encoded)
             if written and online is not None:
                 await online.note(written, event_time_ms)
-            if written or pending or use_id or use_stream:
+            if pending or ((written or use_id or use_stream) and not dry_run):
                 results = await run(rd.script, keys, argv, rd.layout)
                 flag = int(results[0])
                 late |= flag & (LATE | BEYOND)
@@ -366,6 +446,8 @@ class EventProgram:
                     skip_writes = True
                 for (r, after_ms), res in zip(pending, results[1:]):
                     env[r.feature] = r.finish(res, event_time_ms, after_ms)
+                    if counted is not None:
+                        counted[r.feature] = None if r.count_writes is None else r.count_writes(res)
             self._eval_scalars(self.by_stage[k], env, errors, event_time_ms, payload)
         values = {f.name: env.get(f.name) for f in self.features}
         return values, errors, late
@@ -480,12 +562,26 @@ class Evaluator:
             event_id = str(event_id)
         return self.programs[etype], t_ms, event_id
 
-    async def process(self, body: Any, parsed: tuple[EventProgram, int, str | None] | None = None) -> dict[str, Any]:
+    async def process(self, body: Any, parsed: tuple[EventProgram, int, str | None] | None = None,
+                      dry_run: bool = False, explain: bool = False) -> dict[str, Any]:
         """Evaluate one event and return the response object of SPEC §4.
+
+        Args:
+            body: the event object.
+            parsed: ``self.parse(body)`` if already done.
+            dry_run: the read-only mode (``POST /event?dry_run``): the values
+                a real call would answer now, with nothing stored -- no
+                state, no ``_id`` marker, no event-stream entry, no
+                online-start record, no late-event count
+                (:meth:`EventProgram.dry_rounds`).
+            explain: add ``"explain"``: per aggregate feature, its entity key,
+                the window it counted and the writes counted
+                (:meth:`EventProgram.explain`).
 
         Returns:
             ``{"event_id", "event_time", "features": {...}, "errors": {...}}``
-            (``errors`` only when non-empty) with JSON-ready values (§3.5).
+            (``errors`` only when non-empty) with JSON-ready values (§3.5),
+            and ``"explain"`` when asked for.
 
         Raises:
             BadEvent: invalid event (nothing written).
@@ -494,11 +590,12 @@ class Evaluator:
         prog, t_ms, event_id = parsed or self.parse(body)
         response_id = event_id if event_id is not None else uuid.uuid4().hex
         append = None
-        if self.event_stream and prog.first_write_round:
+        if self.event_stream and prog.first_write_round and not dry_run:
             append = (self.event_stream, orjson.dumps({**body, "_time": t_ms, "_id": response_id}).decode())
+        counted: dict[str, Any] | None = {} if explain else None
         values, errors, late = await prog.evaluate(body, t_ms, self.run, event_id, self.id_ttl_ms, self.online,
-                                                   append, self.cluster)
-        if late:
+                                                   append, self.cluster, dry_run, counted)
+        if late and not dry_run:
             OUT_OF_ORDER_EVENTS.labels(prog.name).inc()
             if late & BEYOND:
                 LATE_EVENTS.labels(prog.name).inc()
@@ -512,6 +609,8 @@ class Evaluator:
         }
         if errors:
             out["errors"] = errors
+        if counted is not None:
+            out["explain"] = prog.explain(values, counted, t_ms)
         return out
 
 

@@ -112,7 +112,7 @@ class ScowlAPI(FastAPI):
                 declared = value
         if not state.api_keys.accepts(api_key):
             raise ApiError(401, "unauthorized", "missing or wrong x-api-key header")
-        features = exports = None
+        features = exports = dry_run = explain = None
         qs = scope.get("query_string") or b""
         if qs:
             flags: dict[str, str] = {}
@@ -120,6 +120,8 @@ class ScowlAPI(FastAPI):
                 flags[k] = v  # repeated: the last one counts, as in FastAPI
             features = parse_flag("features", flags.get("features"))
             exports = parse_flag("exports", flags.get("exports"))
+            dry_run = parse_flag("dry_run", flags.get("dry_run"))
+            explain = parse_flag("explain", flags.get("explain"))
         limit = state.settings.max_body_bytes
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise ApiError(413, "body-too-large", f"request body larger than {limit} bytes")
@@ -147,5 +149,5 @@ class ScowlAPI(FastAPI):
             parsed = evaluator.parse(body)
         except BadEvent as e:
             raise ApiError(400, e.code, e.message) from None
-        resp = await _process(evaluator, body, parsed)
+        resp = await _process(evaluator, body, parsed, dry_run=bool(dry_run), explain=bool(explain))
         return _select(resp, features, exports)

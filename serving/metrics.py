@@ -14,6 +14,8 @@ OUT_OF_ORDER_EVENTS = Counter(
 LATE_EVENTS = Counter(
     "scowl_late_events", "Events later than the allowed lateness (SCOWL_ALLOWED_LATENESS), answered from what the "
     "store still holds, by event type.", ["event_type"], registry=REGISTRY)
+DRY_RUNS = Counter("scowl_dry_runs_total", "Read-only evaluations (POST /event?dry_run), by event type; not in "
+                   "scowl_events_total.", ["event_type"], registry=REGISTRY)
 STORE_ERRORS = Counter("scowl_store_errors_total", "Requests answered 503 because the store failed.", registry=REGISTRY)
 EVENT_LATENCY = Histogram(
     "scowl_event_seconds",

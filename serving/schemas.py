@@ -8,16 +8,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+
+
+class CountedWindow(BaseModel):
+    """The window an aggregate read counted (SPEC §3.2): from the start of its first tile to the event time."""
+
+    #: ISO time, ``YYYY-MM-DDTHH:MM:SS.mmmZ``
+    from_: str = Field(alias="from")
+    to: str
+    resolution_s: int
+
+
+class Explained(BaseModel):
+    """What one aggregate feature read (``?explain``; ``serving.evaluate.EventProgram.explain``)."""
+
+    function: str
+    state: str
+    key: list[Any] | None = None
+    window: CountedWindow | None = None
+    writes: int | None = None
 
 
 class EventResponse(BaseModel):
-    """One event's answer: every feature of the event, inputs included (SPEC §4)."""
+    """One event's answer: every feature of the event, inputs included (SPEC §4); ``explain`` with ``?explain``."""
 
     event_id: str
     event_time: str
     features: dict[str, Any]
     errors: dict[str, str] | None = None
+    explain: dict[str, Explained] | None = None
 
 
 class ErrorDetail(BaseModel):

@@ -17,10 +17,10 @@ import orjson
 from fastapi import APIRouter, Request
 from serving.responses import json_response
 
-from serving.deps import ApiKey, EvaluatorDep, ExportsFlag, FeaturesFlag
+from serving.deps import ApiKey, DryRunFlag, EvaluatorDep, ExplainFlag, ExportsFlag, FeaturesFlag
 from serving.errors import ApiError
 from serving.evaluate import BadEvent
-from serving.metrics import EVENT_LATENCY, EVENTS, STORE_ERRORS
+from serving.metrics import DRY_RUNS, EVENT_LATENCY, EVENTS, STORE_ERRORS
 from serving.schemas import ErrorBody, EventResponse
 from serving.store import StoreUnavailable
 
@@ -72,7 +72,8 @@ def _select(resp: dict, features: bool | None, exports: bool | None) -> dict:
     return resp
 
 
-async def _process(evaluator, body, parsed, index: int | None = None) -> dict:
+async def _process(evaluator, body, parsed, index: int | None = None, dry_run: bool = False,
+                   explain: bool = False) -> dict:
     """Evaluate one validated event, counting it in the metrics.
 
     Args:
@@ -80,6 +81,10 @@ async def _process(evaluator, body, parsed, index: int | None = None) -> dict:
         body: the event's JSON object.
         parsed: ``evaluator.parse(body)``.
         index: the event's position in a batch (``None`` for ``/event``).
+        dry_run: the read-only mode (``?dry_run``): nothing stored, counted
+            in ``scowl_dry_runs_total`` instead of the event metrics.
+        explain: add the ``explain`` object (``?explain``,
+            ``serving.evaluate.EventProgram.explain``).
 
     Returns:
         The event's response dict.
@@ -90,7 +95,7 @@ async def _process(evaluator, body, parsed, index: int | None = None) -> dict:
     """
     start = time.perf_counter()
     try:
-        resp = await evaluator.process(body, parsed)
+        resp = await evaluator.process(body, parsed, dry_run, explain)
     except StoreUnavailable as e:
         STORE_ERRORS.inc()
         if index is None:
@@ -99,14 +104,22 @@ async def _process(evaluator, body, parsed, index: int | None = None) -> dict:
             503, "store-unavailable",
             f"event {index}: {e} (events before index {index} were processed; it and later ones were not)",
         ) from None
-    EVENTS.labels(parsed[0].name).inc()
-    EVENT_LATENCY.labels(parsed[0].name).observe(time.perf_counter() - start)
+    if dry_run:
+        DRY_RUNS.labels(parsed[0].name).inc()
+    else:
+        EVENTS.labels(parsed[0].name).inc()
+        EVENT_LATENCY.labels(parsed[0].name).observe(time.perf_counter() - start)
     return resp
 
 
 @router.post("/event", response_model=EventResponse, responses=_ERRORS)
-async def post_event(request: Request, evaluator: EvaluatorDep, features: FeaturesFlag, exports: ExportsFlag):
+async def post_event(request: Request, evaluator: EvaluatorDep, features: FeaturesFlag, exports: ExportsFlag,
+                     dry_run: DryRunFlag, explain: ExplainFlag):
     """Evaluate one event's features and record its contribution (docs/semantics.md §8).
+
+    With ``?dry_run`` nothing is recorded: the read-only mode answers the
+    values the event would get now. ``?explain`` adds, per aggregate, the
+    window it counted and the writes counted.
 
     Body: one JSON object with ``_type`` and optional ``_time`` / ``_id``.
 
@@ -124,13 +137,18 @@ async def post_event(request: Request, evaluator: EvaluatorDep, features: Featur
         parsed = evaluator.parse(body)
     except BadEvent as e:
         raise ApiError(400, e.code, e.message) from None
-    resp = await _process(evaluator, body, parsed)
+    resp = await _process(evaluator, body, parsed, dry_run=bool(dry_run), explain=bool(explain))
     return json_response(_select(resp, features, exports))
 
 
 @router.post("/batch", response_model=list[EventResponse], responses=_ERRORS)
-async def post_batch(request: Request, evaluator: EvaluatorDep, features: FeaturesFlag, exports: ExportsFlag):
+async def post_batch(request: Request, evaluator: EvaluatorDep, features: FeaturesFlag, exports: ExportsFlag,
+                     dry_run: DryRunFlag, explain: ExplainFlag):
     """Evaluate a JSON array of events in order; all are validated before any is written (docs/semantics.md §8).
+
+    With ``?dry_run`` each event is evaluated alone against the store as it
+    is (nothing is stored, so an event does not see the batch's earlier
+    events); ``?explain`` as in :func:`post_event`.
 
     Returns:
         The list of responses of :func:`post_event`, in input order.
@@ -153,6 +171,6 @@ async def post_batch(request: Request, evaluator: EvaluatorDep, features: Featur
             raise ApiError(400, e.code, f"event {i}: {e.message}") from None
     out = []
     for i, (ev, p) in enumerate(zip(body, parsed)):
-        resp = await _process(evaluator, ev, p, index=i)
+        resp = await _process(evaluator, ev, p, index=i, dry_run=bool(dry_run), explain=bool(explain))
         out.append(_select(resp, features, exports))
     return json_response(out)

@@ -142,8 +142,9 @@ def test_flags_documented_as_query_parameters(redis_url):
         spec = c.get("/openapi.json").json()
     for path in ("/event", "/batch"):
         params = {p["name"]: p for p in spec["paths"][path]["post"]["parameters"] if p["in"] == "query"}
-        assert set(params) == {"features", "exports"}
-        assert "bare or empty means true" in params["features"]["description"]
+        assert set(params) == {"features", "exports", "dry_run", "explain"}
+        assert all("bare or empty means true" in p["description"] for p in params.values())
+        assert "store nothing" in params["dry_run"]["description"]
 
 
 # -- error bodies --------------------------------------------------------------
