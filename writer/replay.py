@@ -33,6 +33,11 @@ input order, columns
 Invalid records (not a JSON object with a known ``_type`` and a parseable
 ``_time``) are counted and set aside, as in backfill; they keep their
 ``_seq`` position, so ``_seq`` always points back into the input.
+
+Entry points: :func:`run_replay` (``scowl replay``: paths in, Parquet out)
+and, for a library call on the caller's session (``scowl.training``),
+:func:`prepare_events` then :func:`replay_frames` (any raw event DataFrame
+in, the same datasets out as computed DataFrames).
 """
 
 from __future__ import annotations
@@ -54,7 +59,8 @@ from writer.sources import event_id, mark_repeated_ids, read_events, valid
 
 Progress = Callable[[str, int, int], None]
 
-__all__ = ["ReplayError", "ReplayReport", "output_column", "run_replay", "tuple_names"]
+__all__ = ["ReplayError", "ReplayEvents", "ReplayReport", "output_column", "prepare_events", "replay_frames",
+           "run_replay", "tuple_names"]
 
 
 class ReplayError(ValueError):
@@ -174,6 +180,69 @@ def _has_time(type_name: str) -> bool:
     return any(_has_time(t) for _, t in param)
 
 
+@dataclass
+class ReplayEvents:
+    """The valid events of a replay's input, read once (:func:`prepare_events`).
+
+    Attributes:
+        events: raw events (``writer.sources``: ``_type``, ``_time_ms``,
+            ``_seq``, ``_raw``, and ``_repeat`` when some have an ``_id``),
+            valid ones only, persisted (``MEMORY_AND_DISK``) until :meth:`release`.
+        present: number of events per event type in the input.
+        rejected: invalid records set aside (they keep their ``_seq``).
+        rejected_path: where they were written, if anywhere.
+    """
+
+    events: DataFrame
+    present: dict[str, int]
+    rejected: int = 0
+    rejected_path: str | None = None
+
+    def release(self) -> None:
+        """Unpersist :attr:`events` (call it once every frame built on them is written or checkpointed)."""
+        self.events.unpersist()
+
+
+def prepare_events(plan: Plan, raw: DataFrame, rejected_dir: str | Path | None = None) -> ReplayEvents:
+    """Split a raw event DataFrame into the valid events (persisted) and the invalid records (counted, set aside).
+
+    Args:
+        plan: the compiled plan (its event types are the known ``_type`` values).
+        raw: raw events (``writer.sources.read_events``, ``events_from_frame``
+            or ``events_from_json``).
+        rejected_dir: where invalid records are written (JSONL text, one
+            ``replay-<ms>`` directory per call); default none (counted only).
+
+    Returns:
+        A :class:`ReplayEvents`; the caller calls its ``release``.
+
+    Raises:
+        ReplayError: no valid event in the input.
+
+    Source: SPEC §4 (a repeated ``_id`` is answered, not written), §5.8.
+    """
+    raw = raw.persist(StorageLevel.MEMORY_AND_DISK)
+    ok = valid(list(plan.events))
+    bad = raw.where(~ok | ok.isNull())
+    rejected = bad.count()
+    rejected_path = None
+    if rejected and rejected_dir is not None:
+        rejected_path = str(Path(rejected_dir) / f"replay-{int(time.time() * 1000)}")
+        bad.select("_raw").write.mode("overwrite").text(rejected_path)
+    events = raw.where(ok).persist(StorageLevel.MEMORY_AND_DISK)
+    counts = events.groupBy("_type").agg(F.count(F.lit(1)).alias("n"), F.count(event_id()).alias("ids")).collect()
+    present = {r["_type"]: r["n"] for r in counts}
+    if any(r["ids"] for r in counts):  # a repeated _id is answered, not written (SPEC §4): its writes are left out
+        marked = mark_repeated_ids(events).persist(StorageLevel.MEMORY_AND_DISK)
+        events.unpersist()
+        events = marked
+    raw.unpersist()
+    if not present:
+        events.unpersist()
+        raise ReplayError("no valid events in the input (each line needs a known _type and a parseable _time)")
+    return ReplayEvents(events, present, rejected, rejected_path)
+
+
 def run_replay(
     spark: SparkSession,
     plan: Plan,
@@ -211,36 +280,83 @@ def run_replay(
     §5.8, §6 (output layout).
     """
     report_progress = progress or (lambda phase, done, total: None)
-    unknown = [t for t in (types or []) if t not in plan.events]
-    if unknown:
-        raise ReplayError(f"unknown event type(s) {', '.join(unknown)}; the topology has {', '.join(sorted(plan.events))}")
+    _check_types(plan, types)
     out = Path(out_dir)
     report = ReplayReport(out_dir=str(out))
     t0 = time.perf_counter()
     report_progress("read", 0, 1)
-    raw = read_events(spark, paths).persist(StorageLevel.MEMORY_AND_DISK)
-    ok = valid(list(plan.events))
-    bad = raw.where(~ok | ok.isNull())
-    report.rejected = bad.count()
-    if report.rejected and rejected_dir is not None:
-        report.rejected_path = str(Path(rejected_dir) / f"replay-{int(time.time() * 1000)}")
-        bad.select("_raw").write.mode("overwrite").text(report.rejected_path)
-    events = raw.where(ok).persist(StorageLevel.MEMORY_AND_DISK)
-    counts = events.groupBy("_type").agg(F.count(F.lit(1)).alias("n"), F.count(event_id()).alias("ids")).collect()
-    present = {r["_type"]: r["n"] for r in counts}
-    if any(r["ids"] for r in counts):  # a repeated _id is answered, not written (SPEC §4): its writes are left out
-        marked = mark_repeated_ids(events).persist(StorageLevel.MEMORY_AND_DISK)
-        events.unpersist()
-        events = marked
-    raw.unpersist()
-    if not present:
-        events.unpersist()
-        raise ReplayError("no valid events in the input (each line needs a known _type and a parseable _time)")
-    wanted = list(types) if types else sorted(t for t in plan.events if t in present)
+    prepared = prepare_events(plan, read_events(spark, paths), rejected_dir)
+    report.rejected, report.rejected_path = prepared.rejected, prepared.rejected_path
+    wanted = list(types) if types else sorted(t for t in plan.events if t in prepared.present)
     report.seconds["read"] = time.perf_counter() - t0
     report_progress("read", 1, 1)
 
-    pit = PointInTime(events, plan)
+    def write(ev: str, df: DataFrame) -> int:
+        target = out / ev
+        if target.exists():
+            shutil.rmtree(target)
+        df.write.mode("overwrite").parquet(str(target))
+        return df.sparkSession.read.parquet(str(target)).count()
+
+    try:
+        _replay(plan, prepared, wanted, report, report_progress, write)
+    finally:
+        prepared.release()
+    return report
+
+
+def replay_frames(plan: Plan, prepared: ReplayEvents, types: Sequence[str]) -> dict[str, DataFrame]:
+    """The training set of each of ``types`` as a DataFrame, computed now (what :func:`run_replay` writes, unwritten).
+
+    Each frame has the columns and rows of the Parquet dataset
+    :func:`run_replay` writes for that type (module docstring), rows in
+    ``_seq`` order, and is computed before this returns: a
+    ``localCheckpoint`` (``MEMORY_AND_DISK`` on the executors, freed when
+    the DataFrame is garbage-collected), so the intermediate values are
+    released and later actions on it run no replay job again.
+
+    Args:
+        plan: the compiled plan.
+        prepared: the input's valid events (:func:`prepare_events`); not
+            released here (the caller may ask for more types).
+        types: event types of the plan (a type without events gives an
+            empty frame with every column but ``_id``).
+
+    Returns:
+        Event type -> DataFrame, in the order of ``types``.
+
+    Raises:
+        ReplayError: an unknown event type in ``types``.
+        writer.features.StagedFeatureError: see :func:`run_replay`.
+
+    Source: SPEC §3.3, §5.8, §6 (the columns of ``scowl replay``).
+    """
+    _check_types(plan, types)
+    out: dict[str, DataFrame] = {}
+
+    def keep(ev: str, df: DataFrame) -> int:
+        out[ev] = df.localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
+        return out[ev].count()
+
+    _replay(plan, prepared, list(dict.fromkeys(types)), ReplayReport(out_dir=""), lambda *a: None, keep)
+    return out
+
+
+def _check_types(plan: Plan, types: Sequence[str] | None) -> None:
+    """Raise :class:`ReplayError` for event types in ``types`` that the plan does not have."""
+    unknown = [t for t in (types or []) if t not in plan.events]
+    if unknown:
+        raise ReplayError(f"unknown event type(s) {', '.join(unknown)}; the topology has {', '.join(sorted(plan.events))}")
+
+
+def _replay(plan: Plan, prepared: ReplayEvents, wanted: list[str], report: ReplayReport, report_progress: Progress,
+            emit: Callable[[str, DataFrame], int]) -> None:
+    """Compute the training set of every ``wanted`` type and hand each to ``emit`` (which returns its row count).
+
+    ``emit`` must materialise the frame (write or checkpoint it): the
+    point-in-time values it is built on are released on return.
+    """
+    pit = PointInTime(prepared.events, plan)
     t1 = time.perf_counter()
     pit.prepare({ev: [f.name for f in plan.events[ev].outputs] for ev in wanted})
     report.seconds["features"] = time.perf_counter() - t1
@@ -252,17 +368,15 @@ def run_replay(
     try:
         for i, ev in enumerate(wanted, start=1):
             t1 = time.perf_counter()
-            report.rows[ev] = _write_event(pit, events, plan, ev, out / ev)
+            report.rows[ev] = emit(ev, _event_frame(pit, prepared.events, plan, ev))
             report.seconds[ev] = time.perf_counter() - t1
             report_progress("replay", i, len(wanted))
     finally:
         pit.release()
-        events.unpersist()
-    return report
 
 
-def _write_event(pit: PointInTime, events: DataFrame, plan: Plan, ev: str, target: Path) -> int:
-    """Write the dataset of one event type; return its row count.
+def _event_frame(pit: PointInTime, events: DataFrame, plan: Plan, ev: str) -> DataFrame:
+    """The dataset of one event type, in ``_seq`` order (not computed).
 
     Columns: ``_seq``, ``_time``, ``_id`` (if any event has one) and one per
     named feature (``ep.outputs``); inline aggregates are computed (the
@@ -279,8 +393,4 @@ def _write_event(pit: PointInTime, events: DataFrame, plan: Plan, ev: str, targe
         cols.append(F.col("_id"))
     cols += [output_column(F.col(f"f_{f.name}"), f.type, tuple_names(ep, f.name)).alias(f.name)
              for f in ep.outputs]
-    df = frame.select(*cols).orderBy("_seq")
-    if target.exists():
-        shutil.rmtree(target)
-    df.write.mode("overwrite").parquet(str(target))
-    return df.sparkSession.read.parquet(str(target)).count()
+    return frame.select(*cols).orderBy("_seq")

@@ -4,7 +4,10 @@ Inputs: JSONL timelines (Sumatra format: one JSON object per line with
 ``_type``, optional ``_time``, payload fields) and Parquet files with the same
 fields as columns (``_time`` a string, epoch ms or a timestamp). Files, globs
 and directories are expanded into one sorted list of files; "file order" is
-that list, then line (row) order within each file.
+that list, then line (row) order within each file. In-memory inputs
+(``scowl.training``) take the same path: a Spark DataFrame of events is
+rendered row by row as a Parquet file is (:func:`events_from_frame`), and
+JSON texts, one per event, are numbered in list order (:func:`events_from_json`).
 
 Output columns: ``_type`` (string), ``_time_ms`` (long, event time in epoch
 ms), ``_seq`` (long, the 0-based position of the record among the input's
@@ -61,12 +64,16 @@ def _is_parquet(path: str) -> bool:
     return path.endswith(".parquet") or (os.path.isdir(path) and any(Path(path).glob("*.parquet")))
 
 
+def _json_rows(df: DataFrame) -> DataFrame:
+    """Each row of ``df`` as its JSON text, one ``_raw`` string column (null fields left out, timestamps ISO-8601)."""
+    opts = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSXXX", "ignoreNullFields": "true"}
+    return df.select(F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns]), opts).alias("_raw"))
+
+
 def _raw_lines(spark: SparkSession, path: str) -> DataFrame:
     """One file as a single ``_raw`` string column, in file order."""
     if _is_parquet(path):
-        df = spark.read.parquet(path)
-        opts = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSXXX", "ignoreNullFields": "true"}
-        return df.select(F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns]), opts).alias("_raw"))
+        return _json_rows(spark.read.parquet(path))
     return spark.read.text(path).withColumnRenamed("value", "_raw")
 
 
@@ -99,6 +106,49 @@ def read_events(spark: SparkSession, paths: Sequence[str | Path], dense_seq: boo
     df = _raw_lines(spark, files[0])
     for f in files[1:]:
         df = df.unionByName(_raw_lines(spark, f))
+    return _numbered(df, dense_seq)
+
+
+def events_from_frame(df: DataFrame) -> DataFrame:
+    """Read the events of a Spark DataFrame (one row per event) into the raw event DataFrame (module docstring).
+
+    Each row becomes the JSON text of its columns, as a Parquet input's row
+    does (``_type``, ``_time`` -- string, epoch ms or timestamp -- and the
+    payload fields; null fields left out, timestamps ISO-8601 with their
+    offset). The text is checkpointed (``localCheckpoint``, one job) before it
+    is numbered, so that ``_seq`` is stable even when ``df`` is not
+    deterministic; ``_seq`` is the row order Spark gives (its partitions in
+    order: ``orderBy`` first when the order matters).
+
+    Args:
+        df: the events; any columns Spark's ``to_json`` renders.
+
+    Returns:
+        Columns ``_type``, ``_time_ms``, ``_seq`` (0, 1, 2, ..), ``_raw``, as :func:`read_events`.
+    """
+    from pyspark import StorageLevel
+
+    return _numbered(_json_rows(df).localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK), True)
+
+
+def events_from_json(spark: SparkSession, records: Sequence[str]) -> DataFrame:
+    """Read events given as JSON texts, in arrival order, into the raw event DataFrame (module docstring).
+
+    Args:
+        spark: the session.
+        records: one JSON text per event (a JSONL line without its newline);
+            ``_seq`` is the position in ``records`` (0-based).
+
+    Returns:
+        Columns ``_type``, ``_time_ms``, ``_seq``, ``_raw``, as :func:`read_events`
+        (a text that is not a valid event has a null ``_type`` or ``_time_ms``).
+    """
+    df = spark.createDataFrame([(i, r) for i, r in enumerate(records)], "_seq long, _raw string")
+    return _event_columns(df, F.col("_seq"))
+
+
+def _numbered(df: DataFrame, dense_seq: bool) -> DataFrame:
+    """Number the non-blank ``_raw`` records of ``df`` in partition order (:func:`read_events`) and parse them."""
     df = df.where(F.col("_raw").isNotNull() & (F.length(F.trim(F.col("_raw"))) > 0))
     df = df.select("_raw", F.spark_partition_id().alias("_pid"), F.monotonically_increasing_id().alias("_mid"))
     if dense_seq:
@@ -112,6 +162,11 @@ def read_events(spark: SparkSession, paths: Sequence[str | Path], dense_seq: boo
         seq = offset + (F.col("_mid") - F.shiftleft(F.col("_pid").cast("long"), 33))
     else:
         seq = F.col("_mid")
+    return _event_columns(df, seq)
+
+
+def _event_columns(df: DataFrame, seq: Column) -> DataFrame:
+    """``_type``, ``_time_ms``, ``_seq`` (= ``seq``) and ``_raw`` of a frame with the ``_raw`` text."""
     return df.select(
         F.get_json_object("_raw", "$._type").alias("_type"),
         time_column(F.get_json_object("_raw", "$._time")).alias("_time_ms"),
