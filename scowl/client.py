@@ -257,6 +257,9 @@ class Window:
             of the first tile counted, UTC-aware :class:`~datetime.datetime`.
         end: the wire's ``to``: the read time (the event time), UTC-aware.
         resolution_s: the aggregate's resolution ``r`` in seconds (SPEC §3.2).
+        decay: for ``Decayed*``, which weigh all history by
+            ``exp(-(t - s) / W)`` (``start`` is then ``None``): ``W`` as a
+            :class:`~datetime.timedelta`; ``None`` otherwise.
 
     Serving's ``CountedWindow`` (serving/schemas.py) is the wire model.
     """
@@ -264,6 +267,7 @@ class Window:
     start: datetime | None
     end: datetime | None
     resolution_s: int | float | None
+    decay: timedelta | None = None
 
 
 @dataclass(frozen=True)
@@ -347,7 +351,9 @@ def _explain_entry(entry: Any) -> FeatureExplain:
     w = entry.get("window")
     window = None
     if isinstance(w, dict):
-        window = Window(_maybe_time(w.get("from")), _maybe_time(w.get("to")), w.get("resolution_s"))
+        decay = w.get("decay_s")
+        window = Window(_maybe_time(w.get("from")), _maybe_time(w.get("to")), w.get("resolution_s"),
+                        None if decay is None else timedelta(seconds=decay))
     return FeatureExplain(entry.get("function"), entry.get("state"), entry.get("key"), window,
                           entry.get("writes"), entry)
 

@@ -34,7 +34,7 @@ import orjson
 
 from compiler.algebra.keys import encode_key, redis_key
 from compiler.algebra.lua import LuaGenerator, ReadSlot, RoundSpec, WriteSlot
-from compiler.algebra.ops import AggregateOp, make_op
+from compiler.algebra.ops import AggregateOp, DecayedOp, make_op
 from compiler.algebra.storekeys import id_key
 from compiler.algebra.windows import ALLOWED_LATENESS_S, counted_range
 from compiler.codegen.python import EvalError, compile_expr
@@ -325,7 +325,9 @@ class EventProgram:
             read), ``window`` ``{"from", "to", "resolution_s"}``: the counted
             range of SPEC §3.2 (from the start of its first resolution tile
             to the event time, ``after`` applied; ISO times; ``None`` with a
-            null key), ``writes`` the number of writes counted or ``None``.
+            null key) -- for ``Decayed*``, which weigh all history,
+            ``"from": None`` and ``"decay_s": W`` --, ``writes`` the number
+            of writes counted or ``None``.
         """
         out: dict[str, dict[str, Any]] = {}
         for f in self.outputs:
@@ -337,11 +339,15 @@ class EventProgram:
                                      "key": None, "window": None, "writes": None}
             if f.name in counted:
                 entry["key"] = [to_json_value(env.get(n), t) for n, t in zip(spec.read_keys, r.state.key_types)]
-                after = env.get(spec.after) if spec.after is not None else None
-                lo, _ = counted_range(t_ms, r.state.window_s, after)
-                res_ms = r.state.resolution_s * 1000
-                entry["window"] = {"from": format_time(max(lo * res_ms, MIN_TIME_MS)), "to": format_time(t_ms),
-                                   "resolution_s": r.state.resolution_s}
+                if isinstance(r.op, DecayedOp):  # all history, weighed by exp(-(t - s) / W) (SPEC §2.3)
+                    entry["window"] = {"from": None, "to": format_time(t_ms), "resolution_s": r.state.resolution_s,
+                                       "decay_s": r.state.window_s}
+                else:
+                    after = env.get(spec.after) if spec.after is not None else None
+                    lo, _ = counted_range(t_ms, r.state.window_s, after)
+                    res_ms = r.state.resolution_s * 1000
+                    entry["window"] = {"from": format_time(max(lo * res_ms, MIN_TIME_MS)), "to": format_time(t_ms),
+                                       "resolution_s": r.state.resolution_s}
                 entry["writes"] = counted[f.name]
             out[f.name] = entry
         return out

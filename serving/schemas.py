@@ -12,12 +12,16 @@ from pydantic import BaseModel, Field
 
 
 class CountedWindow(BaseModel):
-    """The window an aggregate read counted (SPEC §3.2): from the start of its first tile to the event time."""
+    """The window an aggregate read counted (SPEC §3.2): from the start of its first tile to the event time.
+
+    ``Decayed*`` weigh all history by ``exp(-(t - s) / W)``: ``from`` is null and ``decay_s`` is ``W``.
+    """
 
     #: ISO time, ``YYYY-MM-DDTHH:MM:SS.mmmZ``
-    from_: str = Field(alias="from")
+    from_: str | None = Field(alias="from")
     to: str
     resolution_s: int
+    decay_s: int | None = None
 
 
 class Explained(BaseModel):

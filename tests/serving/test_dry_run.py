@@ -182,6 +182,8 @@ def test_explain_gives_each_aggregates_counted_window_and_writes(redis_url):
                                 "writes": None}  # a null ip: nothing read
         assert ex["uniq"]["writes"] is None and ex["uniq"]["key"] == ["a"]  # CountUnique keeps no write count
         assert ex["n_all"]["key"] == []  # the global key
+        assert ex["decayed"]["window"] == {"from": None, "to": "2023-11-14T22:13:22.500Z", "resolution_s": 1,
+                                           "decay_s": 3600}  # all history, weighed
         # after prev (T0 + 2 s, at 1-minute resolution): from the next minute, after the event: nothing counts
         assert ex["since_prev"]["window"] == {"from": "2023-11-14T22:14:00.000Z", "to": "2023-11-14T22:13:22.500Z",
                                               "resolution_s": 60}
