@@ -22,6 +22,8 @@ import typer
 from typer.core import TyperCommand
 
 from scowl.commands import backfill, check, demo, plan, replay, serve, status, stream
+from scowl.commands import explain as explain_command
+from scowl.commands import ui as ui_command
 from scowl.common import EXIT_USER_ERROR, UserError, console, print_error
 from scowl.signals import Stopped, signals_stop
 
@@ -110,12 +112,14 @@ app = typer.Typer(
 COMMANDS = (
     ("check", check.check),
     ("plan", plan.plan),
+    ("explain", explain_command.explain),
     ("backfill", backfill.backfill),
     ("serve", serve.serve),
     ("stream", stream.stream),
     ("replay", replay.replay),
     ("status", status.status),
     ("demo", demo.demo),
+    ("ui", ui_command.ui),
 )
 for _name, _function in COMMANDS:
     app.command(_name, cls=ScowlCommand)(_function)

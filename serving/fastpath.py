@@ -61,13 +61,17 @@ class ScowlAPI(FastAPI):
     """
 
     fast_path: bool = True
+    #: path prefixes whose routes check the API key themselves (``scowl.ui``: the header or a login cookie):
+    #: ``SCOWL_AUTH_ALL``'s header gate lets requests for ``P`` and ``P/...`` through to them
+    self_checked_prefixes: tuple[str, ...] = ()
 
     async def __call__(self, scope, receive, send) -> None:
         """ASGI entry point: ``POST /event`` on the fast path, anything else through FastAPI.
 
         With ``SCOWL_AUTH_ALL`` (``Settings.auth_all``) and keys set, a
-        request to any path but ``serving.deps.OPEN_PATHS`` without an
-        accepted ``x-api-key`` is answered 401 here.
+        request to any path but ``serving.deps.OPEN_PATHS`` and
+        :attr:`self_checked_prefixes` without an accepted ``x-api-key`` is
+        answered 401 here.
         """
         if scope["type"] == "http":
             if self.fast_path and scope["path"] == "/event" and scope["method"] == "POST" \
@@ -76,10 +80,15 @@ class ScowlAPI(FastAPI):
                 return
             settings = getattr(self.state, "settings", None)
             if settings is not None and settings.auth_all and scope["path"] not in OPEN_PATHS \
+                    and not self._self_checked(scope["path"]) \
                     and not self.state.api_keys.accepts(_header(scope, b"x-api-key")):
                 await _answer(send, 401, error_body("unauthorized", "missing or wrong x-api-key header"))
                 return
         await super().__call__(scope, receive, send)
+
+    def _self_checked(self, path: str) -> bool:
+        """Whether ``path`` is under one of :attr:`self_checked_prefixes` (the prefix itself or below it)."""
+        return any(path == p or path.startswith(p + "/") for p in self.self_checked_prefixes)
 
     async def post_event_fast(self, scope, receive, send) -> None:
         """Answer one ``POST /event`` (same contract as ``serving.routes.events.post_event``).

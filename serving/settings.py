@@ -19,7 +19,9 @@ class Settings(BaseSettings):
         auth_all: ``SCOWL_AUTH_ALL``: with keys set, require one on every
             path but ``/health`` and ``/ready`` (``/metrics``, ``/topology``,
             ``/docs``, ``/openapi.json`` too), not only on ``/event`` and
-            ``/batch``.
+            ``/batch``. The explorer under ``/ui`` (when installed) then
+            checks the key itself, from the header or its login cookie, and
+            leaves its login page and static files open (``scowl.ui.auth``).
         home: ``SCOWL_HOME``, state directory of the embedded server.
         max_body_bytes: ``SCOWL_MAX_BODY_BYTES``: largest accepted request
             body in bytes (413 ``body-too-large`` above; default 10 MiB).

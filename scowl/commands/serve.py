@@ -84,8 +84,13 @@ def serve(
         except NotImplementedError as e:
             raise UserError(str(e)) from None
         if workers == 1:
+            from scowl.ui import install_ui
+
+            ui = install_ui(api, directory)  # the explorer under /ui (SCOWL_UI, default on)
             freeze_heap()
             console.print(f"serving {directory} on http://{host}:{port} (store {redact_url(url)})")
+            if ui:
+                console.print(f"feature explorer: http://{host}:{port}/ui")
             server = graceful_server_class()(uvicorn.Config(api, host=host, port=port, log_level="warning"))
             _starting(server.run, host, port)
             return
@@ -110,20 +115,24 @@ def worker_app() -> "FastAPI":
     Ignores SIGHUP (the parent stops the workers with SIGTERM, gracefully),
     asks for SIGTERM when the parent dies (Linux), and returns
     ``serving.app.create_app_from_env()``: the topology ``$SCOWL_TOPOLOGY``
-    over the store ``$SCOWL_REDIS_URL``.
+    over the store ``$SCOWL_REDIS_URL``, with the feature explorer under
+    ``/ui`` (``scowl.ui.install_ui``, unless ``SCOWL_UI=false``).
 
     Returns:
         The FastAPI app.
     """
     import multiprocessing
 
+    from scowl.ui import install_ui
     from serving.app import create_app_from_env
 
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     parent = multiprocessing.parent_process()
     if parent is not None:
         _die_with_parent(parent.pid)
-    return create_app_from_env()
+    app = create_app_from_env()
+    install_ui(app, os.environ.get("SCOWL_TOPOLOGY"))  # the explorer under /ui (SCOWL_UI, default on)
+    return app
 
 
 def _die_with_parent(parent_pid: int) -> None:
