@@ -45,6 +45,8 @@ def test_next_steps_name_the_store_the_data_and_the_commands(tmp_path, monkeypat
     other = next_steps(tmp_path / "h2", Path("/elsewhere/flights"), tmp_path / "h2" / "demo" / "h.jsonl",
                        tmp_path / "h2" / "demo" / "l.jsonl")
     assert "  SCOWL_HOME=h2 scowl status /elsewhere/flights" in other
+    assert "  SCOWL_HOME=h2 scowl ui /elsewhere/flights" in other
+    assert "  scowl explain /elsewhere/flights departure.departures_1h" in other
     external = next_steps(home, tmp_path / "t", home / "h", home / "l", external_store=True)
     assert external[0].startswith("The demo's store is kept in SCOWL_REDIS_URL;")
     assert "  scowl status t" in external
