@@ -18,9 +18,9 @@ from __future__ import annotations
 import math
 
 from compiler.codegen import UnsupportedError
-from compiler.plan import Expr
+from compiler.plan import EventPlan, Expr, Feature, Plan
 
-__all__ = ["to_scowl"]
+__all__ = ["aggregate_to_scowl", "last_clause", "to_scowl"]
 
 #: Binary operators: symbol and level (1 binds tightest; SPEC §2.3 ladder).
 _BINARY = {
@@ -119,3 +119,77 @@ def _literal(e: Expr) -> str:
         text = repr(f)
         return text if any(c in text for c in ".eE") else text + ".0"
     return str(v)
+
+
+def last_clause(window_s: int) -> str:
+    """Return the ``last`` clause of a window in its largest whole unit.
+
+    Args:
+        window_s: the window ``W`` in seconds (``>= 1``).
+
+    >>> last_clause(3600), last_clause(30 * 86400), last_clause(90)
+    ('last 1 hour', 'last 30 days', 'last 90 seconds')
+    """
+    for unit, size in (("day", 86_400), ("hour", 3_600), ("minute", 60)):
+        if window_s % size == 0:
+            n = window_s // size
+            return f"last {n} {unit}{'s' if n != 1 else ''}"
+    return f"last {window_s} second{'s' if window_s != 1 else ''}"
+
+
+def aggregate_to_scowl(plan: Plan, event: EventPlan, feature: Feature, with_last: bool = False) -> str:
+    """Return an aggregate feature's definition in the language's syntax (SPEC §2.4), rebuilt from the plan.
+
+    ``Function<scopes>(values by key as write_key, … where … after t [last W] limit n exclusive)``:
+    the scope only for a cross-event aggregate; ``as`` where the writers'
+    key differs from the reading event's (several writers with different
+    keys: ``as a|b``); a filter as Scowl text (:func:`to_scowl`), or
+    ``where ...`` when the writers filter differently.
+
+    Args:
+        plan: the plan (for the state's writes).
+        event: the reading event.
+        feature: an aggregate feature of ``event``.
+        with_last: include the ``last`` clause (:func:`last_clause`).
+
+    Returns:
+        E.g. ``"Latest<weather_obs>(visib by origin as airport)"``.
+
+    Raises:
+        ValueError: ``feature`` is not an aggregate.
+    """
+    a = feature.aggregate
+    if a is None:
+        raise ValueError(f"{feature.name} is not an aggregate")
+    state = plan.states.get(a.definition_hash)
+    writes = list(state.writes.values()) if state is not None else []
+    scope = "" if tuple(a.scopes) == (event.name,) else f"<{', '.join(a.scopes)}>"
+    clauses: list[str] = []
+    if a.value_names:
+        clauses.append(", ".join(a.value_names))
+    if a.read_keys:
+        keys = []
+        for i, k in enumerate(a.read_keys):
+            written = sorted({w.keys[i] for w in writes if i < len(w.keys)})
+            keys.append(k if written in ([], [k]) else f"{k} as {'|'.join(written)}")
+        clauses.append("by " + ", ".join(keys))
+    filters = {w.where for w in writes if w.where is not None}
+    if filters:
+        clauses.append("where " + (_filter_text(filters.pop()) if len(filters) == 1 else "..."))
+    if a.after:
+        clauses.append(f"after {a.after}")
+    if with_last:
+        clauses.append(last_clause(a.window_s))
+    if a.limit is not None:
+        clauses.append(f"limit {a.limit}")
+    if a.exclusive:
+        clauses.append("exclusive")
+    return f"{a.function}{scope}({' '.join(clauses)})"
+
+
+def _filter_text(where: Expr) -> str:
+    """A ``where`` filter as Scowl text (``...`` if it has no text, which the checker never produces)."""
+    try:
+        return to_scowl(where)
+    except UnsupportedError:
+        return "..."

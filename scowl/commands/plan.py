@@ -22,7 +22,7 @@ from pathlib import Path
 
 import typer
 
-from compiler.plan import EventPlan, Expr, Feature, Plan
+from compiler.plan import EventPlan, Feature, Plan
 from scowl.common import compile_topology, console, format_duration_s
 
 #: Widest name and type column before a longer value just pushes its own line.
@@ -107,52 +107,9 @@ def _feature_lines(p: Plan, ev: EventPlan, f: Feature, label: str, indent: str, 
 def aggregate_call(p: Plan, ev: EventPlan, f: Feature) -> str:
     """Return an aggregate feature's definition in the language's syntax, without ``last`` (SPEC §2.4).
 
-    ``Function<scopes>(values by key as write_key, … where … after t limit n exclusive)``:
-    the scope only for a cross-event aggregate; ``as`` where the writers'
-    key differs from the reading event's (several writers with different
-    keys: ``as a|b``); a filter as Scowl text (``compiler.codegen.scowl``),
-    or ``where ...`` when the writers filter differently.
-
-    Args:
-        p: the plan (for the state's writes).
-        ev: the reading event.
-        f: an aggregate feature of ``ev``.
-
-    Returns:
-        E.g. ``"Latest<weather_obs>(visib by origin as airport)"``.
+    ``compiler.codegen.scowl.aggregate_to_scowl``, e.g.
+    ``"Latest<weather_obs>(visib by origin as airport)"``.
     """
-    a = f.aggregate
-    assert a is not None
-    state = p.states.get(a.definition_hash)
-    writes = list(state.writes.values()) if state is not None else []
-    scope = "" if tuple(a.scopes) == (ev.name,) else f"<{', '.join(a.scopes)}>"
-    clauses: list[str] = []
-    if a.value_names:
-        clauses.append(", ".join(a.value_names))
-    if a.read_keys:
-        keys = []
-        for i, k in enumerate(a.read_keys):
-            written = sorted({w.keys[i] for w in writes if i < len(w.keys)})
-            keys.append(k if written in ([], [k]) else f"{k} as {'|'.join(written)}")
-        clauses.append("by " + ", ".join(keys))
-    filters = {w.where for w in writes if w.where is not None}
-    if filters:
-        clauses.append("where " + (_filter_text(filters.pop()) if len(filters) == 1 else "..."))
-    if a.after:
-        clauses.append(f"after {a.after}")
-    if a.limit is not None:
-        clauses.append(f"limit {a.limit}")
-    if a.exclusive:
-        clauses.append("exclusive")
-    return f"{a.function}{scope}({' '.join(clauses)})"
+    from compiler.codegen.scowl import aggregate_to_scowl
 
-
-def _filter_text(where: Expr) -> str:
-    """A ``where`` filter as Scowl text (``...`` if it has no text, which the checker never produces)."""
-    from compiler.codegen import UnsupportedError
-    from compiler.codegen.scowl import to_scowl
-
-    try:
-        return to_scowl(where)
-    except UnsupportedError:
-        return "..."
+    return aggregate_to_scowl(p, ev, f)

@@ -102,56 +102,15 @@ def expr_text(expr: Expr | None) -> str:
         return "..."
 
 
-def _last_text(window_s: int) -> str:
-    """``last`` clause text: ``"last 1 hour"``, ``"last 30 days"``, ``"last 90 seconds"``."""
-    for unit, size in (("day", 86_400), ("hour", 3_600), ("minute", 60)):
-        if window_s % size == 0:
-            n = window_s // size
-            return f"last {n} {unit}{'s' if n != 1 else ''}"
-    return f"last {window_s} second{'s' if window_s != 1 else ''}"
-
-
 def aggregate_text(plan: Plan, ev: EventPlan, f: Feature) -> str:
     """Return an aggregate feature's definition in the language's syntax, ``last`` included (SPEC §2.4).
 
-    ``Function<scopes>(values by key as write_key, … where … after t last W limit n exclusive)``:
-    the scope only for a cross-event aggregate; ``as`` where the writers'
-    key differs from the reading event's (several writers with different
-    keys: ``as a|b``); ``where ...`` when the writers filter differently.
-
-    Args:
-        plan: the plan (for the state's writes).
-        ev: the reading event.
-        f: an aggregate feature of ``ev``.
-
-    Returns:
-        E.g. ``"Latest<weather_obs>(visib by origin as airport last 3 hours)"``.
+    ``compiler.codegen.scowl.aggregate_to_scowl`` with ``last``, e.g.
+    ``"Latest<weather_obs>(visib by origin as airport last 3 hours)"``.
     """
-    a = f.aggregate
-    assert a is not None
-    state = plan.states.get(a.definition_hash)
-    writes = list(state.writes.values()) if state is not None else []
-    scope = "" if tuple(a.scopes) == (ev.name,) else f"<{', '.join(a.scopes)}>"
-    clauses: list[str] = []
-    if a.value_names:
-        clauses.append(", ".join(a.value_names))
-    if a.read_keys:
-        keys = []
-        for i, k in enumerate(a.read_keys):
-            written = sorted({w.keys[i] for w in writes if i < len(w.keys)})
-            keys.append(k if written in ([], [k]) else f"{k} as {'|'.join(written)}")
-        clauses.append("by " + ", ".join(keys))
-    filters = {w.where for w in writes if w.where is not None}
-    if filters:
-        clauses.append("where " + (expr_text(filters.pop()) if len(filters) == 1 else "..."))
-    if a.after:
-        clauses.append(f"after {a.after}")
-    clauses.append(_last_text(a.window_s))
-    if a.limit is not None:
-        clauses.append(f"limit {a.limit}")
-    if a.exclusive:
-        clauses.append("exclusive")
-    return f"{a.function}{scope}({' '.join(clauses)})"
+    from compiler.codegen.scowl import aggregate_to_scowl
+
+    return aggregate_to_scowl(plan, ev, f, with_last=True)
 
 
 def definition_text(plan: Plan, ev: EventPlan, f: Feature) -> str:
