@@ -6,7 +6,8 @@ For notebooks and pipelines that already hold a ``SparkSession``::
 
     df = scowl.training_set("examples/flights", "events.jsonl", spark, event_type="departure")
     df.groupBy("origin").avg("departures_1h").show()
-    pdf = scowl.to_pandas(df.limit(1000))          # times as datetime64[ms, UTC]
+    pdf = df.to_pandas()                            # small results: times as datetime64[ms, UTC]
+    pdf = scowl.to_pandas(df.where("departures_1h > 10"))   # the same for a derived DataFrame
 
 :func:`training_set` gives the point-in-time correct training set of one
 event type: the values ``scowl replay`` writes to ``OUTDIR/EVENT/`` (the
@@ -37,10 +38,11 @@ Inputs (``events``), in arrival order:
 Invalid records (no known ``_type`` or no parseable ``_time``) are skipped
 with a ``warnings.warn`` saying how many, as ``scowl replay`` notes them.
 
-Pandas: :func:`to_pandas` is a function, not a method, on purpose: the
-result stays a genuine ``pyspark.sql.DataFrame`` (not a wrapper or a
-subclass that Spark's own methods would turn back into a plain
-DataFrame). Each column carries its plan type in Spark's column metadata
+Pandas: the DataFrame returned has a ``to_pandas()`` method for small
+results, and :func:`to_pandas` is the same as a function, for DataFrames
+derived from it: the result stays a genuine ``pyspark.sql.DataFrame`` (not
+a wrapper or a subclass that Spark's own methods would turn back into a
+plain DataFrame), with the method set on that one object. Each column carries its plan type in Spark's column metadata
 (``{"scowl_type": "time"}``), which ``select``, ``where``, ``join`` and
 ``alias`` keep, so ``to_pandas`` converts any DataFrame derived from a
 training set: ``time`` columns (``_time`` included) to
@@ -150,7 +152,7 @@ def training_set(
     plan = _plan(topology)
     if event_type is not None:
         _check_types(plan, [event_type])
-    return _run(plan, events, spark, master, [event_type] if event_type else None, pick_one=True)[0][1]
+    return _with_to_pandas(_run(plan, events, spark, master, [event_type] if event_type else None, pick_one=True)[0][1])
 
 
 def training_sets(
@@ -189,7 +191,19 @@ def training_sets(
     if event_types is not None:
         event_types = [event_types] if isinstance(event_types, str) else list(event_types)
         _check_types(plan, event_types)
-    return dict(_run(plan, events, spark, master, event_types or None, pick_one=False))
+    return {ev: _with_to_pandas(df) for ev, df in _run(plan, events, spark, master, event_types or None, pick_one=False)}
+
+
+def _with_to_pandas(df: "DataFrame") -> "DataFrame":
+    """Give ``df`` a ``to_pandas()`` method (:func:`to_pandas` on it); ``df`` stays a plain ``pyspark.sql.DataFrame``.
+
+    Only this object has it: a DataFrame derived from it (``select``,
+    ``where``, ...) is Spark's own; call ``scowl.to_pandas(derived)`` on it.
+    """
+    import types
+
+    df.to_pandas = types.MethodType(to_pandas, df)  # type: ignore[attr-defined]
+    return df
 
 
 def to_pandas(df: "DataFrame") -> "pandas.DataFrame":

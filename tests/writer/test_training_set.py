@@ -123,7 +123,9 @@ def test_event_type_errors(spark, case, tmp_path):
 def test_only_type_present_is_the_default(spark, case):
     """With one event type in the input, event_type may be left out (a probe reads 0 pays); a type without events."""
     probes = [e for e in case["events"] if e["_type"] == "probe"]
-    rows = scowl.training_set(case["plan"], probes, spark).toArrow().to_pylist()  # a compiled plan works too
+    probe_set = scowl.training_set(case["plan"], probes, spark)  # a compiled plan works too
+    assert len(probe_set.to_pandas()) == len(probes)
+    rows = probe_set.toArrow().to_pylist()
     assert [r["_seq"] for r in rows] == list(range(len(probes)))
     assert {r["n_pay"] for r in rows} == {0} and list(rows[0]) == ["_seq", "_time", "user", "n_pay"]
     # a type of the topology without events in the input: an empty frame with its columns (no _id)
@@ -135,7 +137,8 @@ def test_only_type_present_is_the_default(spark, case):
 def test_to_pandas_types(case, frames):
     """Times datetime64[ms, UTC], durations timedelta64, exact Int64 ints, nullable booleans; after select too."""
     df = frames["pay"]
-    pdf = scowl.to_pandas(df)
+    pdf = df.to_pandas()  # the convenience method of a training set (the function for derived frames, below)
+    assert pdf.equals(scowl.to_pandas(df))
     expected = case["expected"]["pay"].to_pylist()
     assert len(pdf) == len(expected) and list(pdf.columns) == [c for c in expected[0]]
     assert str(pdf["_seq"].dtype) == "int64"
