@@ -199,6 +199,12 @@ def test_lookup_through_the_form_equals_the_dry_run_api_and_writes_nothing(fligh
             assert x["window"]["from"] in window, (name, window)
         assert writes.strip() == ("—" if x["writes"] is None else str(x["writes"])), (name, writes)
 
+    # what the lookup showed is what posting the event for real then answers (and that one is written)
+    real = httpx.post(f"{flights.base}/event", json=body, timeout=30)
+    assert real.status_code == 200, real.text
+    assert real.json()["features"] == shown
+    assert dump_store(flights.redis_url) != before
+
 
 def test_lookup_builds_nested_paths(payments: Server, page):
     _goto(page, f"{payments.base}/ui/lookup?event=payment")
