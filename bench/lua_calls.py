@@ -17,7 +17,16 @@ Use it to A/B a change to ``compiler/algebra/lua.py`` (run it on both
 commits) or to see which event type dominates. Numbers vary ±15% between
 runs on a shared machine; compare within a run.
 
-Usage: ``python bench/lua_calls.py [--events 12000] [--capture 2000] [--topology DIR] [--lateness S]``.
+``--per-slot EVENT`` adds a second table: for each slot (read or write) of
+that event type's first round, a script of that one slot (the same
+generator, ``compiler.algebra.lua``), run on the slot's own key and
+arguments cut from each captured call, on the state the prefix built. It
+shows which functions, windows and resolutions the event's Valkey time goes
+to. (Each slot runs alone, so a read sees the state as the prefix left it,
+without the captured calls' other writes: a close, not an exact, picture.)
+
+Usage: ``python bench/lua_calls.py [--events 12000] [--capture 2000] [--topology DIR] [--lateness S]
+[--per-slot departure]``.
 """
 
 from __future__ import annotations
@@ -89,6 +98,56 @@ def replay_us(client, calls: list[tuple[str, str, list, list]], batch: int, scri
     return (cpu_s(client) - before) / max(1, len(calls)) * 1e6
 
 
+def slot_calls(program, calls: list[tuple[str, str, list, list]], lateness_ms: int) -> list[tuple[str, list]]:
+    """Split the captured first-round calls of ``program`` into one-slot calls, per slot (``--per-slot``).
+
+    Args:
+        program: the event type's ``serving.evaluate.EventProgram``.
+        calls: captured calls ``(event type, script, keys, argv)`` of that type.
+        lateness_ms: the scripts' allowed lateness (ms).
+
+    Returns:
+        ``[(label, [(event type, one-slot script, keys, argv), ...]), ...]``,
+        one entry per slot of round 1, in script order; a slot skipped in a
+        call (null key, no write) is left out of that call.
+    """
+    from compiler.algebra.lua import RoundSpec
+    from serving.evaluate import LUA
+
+    rd = program.rounds[0]
+    slots = ([("read", r) for r in rd.reads_before] + [("write", w) for w in rd.writes]
+             + [("read", r) for r in rd.reads_after])
+    out = []
+    for j, (kind, x) in enumerate(slots):
+        spec = RoundSpec(name=f"{program.name} slot {j}", lateness_ms=lateness_ms,
+                         reads_before=(x.slot,) if kind == "read" and x in rd.reads_before else (),
+                         writes=(x.slot,) if kind == "write" else (),
+                         reads_after=(x.slot,) if kind == "read" and x in rd.reads_after else ())
+        script = LUA.script(spec)
+        st = x.state
+        limit = f" limit {st.limit}" if st.limit else ""
+        label = f"{kind} {st.function}{limit} {st.window_s}s/{st.resolution_s}s"
+        if kind == "read":
+            label += f" ({x.feature})"
+        one = []
+        for etype, src, keys, argv in calls:
+            if src != rd.script:
+                continue
+            a = 3
+            for k, (n, _) in enumerate(rd.layout):
+                live = keys[2 + k] != ""
+                if k == j and live:
+                    one.append((etype, script, [keys[0], keys[1], keys[2 + k]], [argv[0], "", "", *argv[a:a + n]]))
+                if live:
+                    a += n
+        out.append((label, one))
+    # the prelude alone (every script's shared functions and constants, no slot): each row above pays it once
+    empty = LUA.script(RoundSpec(name=f"{program.name} prelude", lateness_ms=lateness_ms))
+    out.insert(0, ("prelude only (no slot)", [(etype, empty, keys[:2], argv[:3]) for etype, src, keys, argv in calls
+                                              if src == rd.script]))
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=12_000, help="demo events evaluated (prefix + captured)")
@@ -98,6 +157,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--topology", type=Path, default=ROOT / "examples" / "flights")
     ap.add_argument("--lateness", type=int, default=ALLOWED_LATENESS_S,
                     help="allowed lateness in seconds (SCOWL_ALLOWED_LATENESS, SPEC §3.3) of the scripts")
+    ap.add_argument("--per-slot", metavar="EVENT", default=None,
+                    help="also profile each slot of this event type's first round, alone (module docstring)")
     args = ap.parse_args(argv)
 
     import redis
@@ -136,8 +197,39 @@ def main(argv: list[str] | None = None) -> None:
             argn = sum(len(c[3]) for c in cs) / len(cs)
             table.add_row(name, f"{len(cs):,}", f"{keys:.1f}", f"{argn:.1f}", f"{noop:.1f}", f"{real:.1f}",
                           f"{real - noop:.1f}")
+        per_slot = None
+        if args.per_slot:
+            from serving.evaluate import EventProgram
+
+            program = EventProgram(plan, args.per_slot, args.lateness * 1000)
+            per_slot = Table(title=f"{args.per_slot}: Valkey CPU per one-slot call (each slot alone, on the "
+                                   f"prefix's state; module docstring)")
+            for col in ("slot", "calls", "µs/call", "− no-op", "− no-op − prelude"):
+                per_slot.add_column(col, justify="left" if col == "slot" else "right")
+            total = prelude = 0.0
+            for label, cs in slot_calls(program, by_type.get(args.per_slot, []), args.lateness * 1000):
+                if not cs:
+                    per_slot.add_row(label, "0", "—", "—")
+                    continue
+                noop = real = float("inf")
+                for _ in range(args.repeat):
+                    client.flushall()
+                    replay_us(client, prefix, 500)
+                    noop = min(noop, replay_us(client, cs, args.batch, script="return 1"))
+                    real = min(real, replay_us(client, cs, args.batch))
+                share = len(cs) / max(1, len(by_type[args.per_slot]))
+                if label.startswith("prelude"):
+                    prelude = real - noop
+                    per_slot.add_row(label, f"{len(cs):,}", f"{real:.1f}", f"{real - noop:.1f}", "")
+                    continue
+                total += (real - noop - prelude) * share
+                per_slot.add_row(label, f"{len(cs):,}", f"{real:.1f}", f"{real - noop:.1f}",
+                                 f"{real - noop - prelude:.1f}")
+            per_slot.add_row("prelude + the slots' own, per event", "", "", "", f"{prelude + total:.1f}")
         client.close()
     Console().print(table)
+    if per_slot is not None:
+        Console().print(per_slot)
 
 
 if __name__ == "__main__":
