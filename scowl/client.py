@@ -22,8 +22,10 @@ What it sends (SPEC §4, and the same requests as the real ``sumatra-sdk``'s
 * :meth:`Client.query` -> ``POST /event?dry_run`` (``?dry_run&explain`` with
   ``explain=True``): the server computes what a real post would get now and
   stores nothing; :meth:`Client.query_batch` -> ``POST /batch?dry_run``. A
-  server without the read-only mode ignores the flag and *stores* the event:
-  query only a scowl that has it (``/openapi.json`` lists ``dry_run``);
+  server without the read-only mode would ignore the flag and *store* the
+  event, so before its first query a client reads ``GET /openapi.json`` once
+  and refuses (``ScowlError`` ``dry-run-unsupported``, nothing posted)
+  unless ``POST /event`` lists ``dry_run``;
 * :meth:`Client.topology` -> ``GET /topology``;
 * every request carries ``x-api-key`` when an API key is given.
 
@@ -391,6 +393,7 @@ class Client:
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
         self._topology: dict[str, Any] | None = None
         self._types: dict[str, dict[str, str]] = {}
+        self._dry_run_checked = False
 
     # -- lifecycle
     def close(self) -> None:
@@ -568,6 +571,40 @@ class Client:
         self._types_for(event_type)
         return self._result(event_type, self._request("POST", "/event", body), "POST /event")
 
+    def _require_dry_run(self) -> None:
+        """Make sure the server has the read-only mode before the first query posts anything (once per client).
+
+        A server without it would ignore ``?dry_run`` (unknown query
+        parameters are ignored) and *store* the event. Its OpenAPI document
+        (``GET /openapi.json``, served by every scowl and sent the API key)
+        lists ``dry_run`` among the parameters of ``POST /event`` exactly
+        when it has the mode.
+
+        Raises:
+            ScowlError: ``dry-run-unsupported`` when the document lacks the
+                parameter or cannot be read (nothing was posted); the
+                errors of :meth:`enrich` when the server cannot be reached.
+        """
+        if self._dry_run_checked:
+            return
+        why = "its OpenAPI document does not list the dry_run flag of POST /event"
+        try:
+            spec = self._request("GET", "/openapi.json")
+        except ScowlError as e:
+            if e.status is None:
+                raise
+            spec, why = None, f"GET /openapi.json answered {e.status} {e.code}"
+        params = []
+        try:
+            params = [p.get("name") for p in spec["paths"]["/event"]["post"].get("parameters", [])]  # type: ignore[index]
+        except (KeyError, TypeError, AttributeError):
+            pass
+        if "dry_run" not in params:
+            raise ScowlError(None, "dry-run-unsupported",
+                             f"the server at {self.url} has no read-only mode ({why}): a query there would store "
+                             f"the event, so nothing was sent; upgrade scowl serve")
+        self._dry_run_checked = True
+
     def query(self, event_type: str, event: Mapping[str, Any] | None = None, *, explain: bool = False,
               **fields: Any) -> EnrichResult:
         """Compute an event's features without storing anything (``POST /event?dry_run``).
@@ -591,11 +628,14 @@ class Client:
 
         Raises:
             ScowlError: as :meth:`enrich`; ``bad-response`` when
-                ``explain=True`` and the answer carries no ``explain``.
+                ``explain=True`` and the answer carries no ``explain``;
+                ``dry-run-unsupported`` (before anything is posted) when the
+                server has no read-only mode (:meth:`_require_dry_run`).
             TypeError, ValueError: as :meth:`enrich`.
         """
         body = self._event(event_type, event, fields)
         self._types_for(event_type)
+        self._require_dry_run()
         path = "/event?dry_run&explain" if explain else "/event?dry_run"
         result = self._result(event_type, self._request("POST", path, body), f"POST {path}")
         if explain and result.explain is None:
@@ -653,6 +693,7 @@ class Client:
                 ``bad-response`` when ``explain=True`` and an answer carries
                 no ``explain``.
         """
+        self._require_dry_run()
         path = "/batch?dry_run&explain" if explain else "/batch?dry_run"
         results = self._batch(path, event_type, events)
         if explain and any(r.explain is None for r in results):

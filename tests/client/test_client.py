@@ -226,6 +226,30 @@ def test_query_stores_nothing_and_equals_the_enrich_that_follows(client, redis_u
     assert client.enrich("ping", user="q", _time=iso(20))["n"] == 4
 
 
+def test_query_refuses_a_server_without_the_read_only_mode_and_posts_nothing(redis_url):
+    """A server whose POST /event lacks ``dry_run`` (an older scowl) would store a "query": the client refuses first."""
+    plan = compile_dir(TOPOLOGY).plan
+    app = create_app(plan, Settings(api_keys=API_KEY), redis_url=redis_url)
+    spec = app.openapi()
+    for path in ("/event", "/batch"):
+        op = spec["paths"][path]["post"]
+        op["parameters"] = [p for p in op["parameters"] if p["name"] not in ("dry_run", "explain")]
+    app.openapi_schema = spec  # what an older server documents
+    store = redis.Redis.from_url(redis_url)
+    try:
+        with served(app) as url, Client(url, api_key=API_KEY) as c:
+            for call in (lambda: c.query("ping", dict(PINGS[0], user="old")),
+                         lambda: c.query_batch("ping", [dict(PINGS[0], user="old")])):
+                with pytest.raises(ScowlError) as e:
+                    call()
+                assert e.value.code == "dry-run-unsupported" and e.value.status is None
+                assert "nothing was sent" in e.value.message
+            assert store.dbsize() == 0
+            assert c.enrich("ping", dict(PINGS[0], user="old"))["n"] == 1  # enrich is not affected
+    finally:
+        store.close()
+
+
 def test_query_on_a_query_event(client):
     client.enrich_batch("ping", [dict(e, user="l") for e in PINGS])
     r = client.query("lookup", user="l", _time=iso(30))
