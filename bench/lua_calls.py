@@ -184,15 +184,19 @@ def main(argv: list[str] | None = None) -> None:
                             f"({len(calls):,} calls of the last {args.capture:,} of {len(events):,} demo events)")
         for col in ("event type", "calls", "keys/call", "argv/call", "no-op µs/call", "script µs/call", "script − no-op"):
             table.add_column(col, justify="left" if col == "event type" else "right")
-        rows = [("all", calls)] + sorted(by_type.items())
-        for name, cs in rows:
+        def measure(cs: list) -> tuple[float, float]:
+            """The least (no-op, script) µs per call of ``cs`` over ``--repeat`` runs, each on the prefix's state."""
             noop = real = float("inf")
             for _ in range(args.repeat):
-                # the same state for every measurement: the prefix, then the measured calls
                 client.flushall()
                 replay_us(client, prefix, 500)
                 noop = min(noop, replay_us(client, cs, args.batch, script="return 1"))
                 real = min(real, replay_us(client, cs, args.batch))
+            return noop, real
+
+        rows = [("all", calls)] + sorted(by_type.items())
+        for name, cs in rows:
+            noop, real = measure(cs)
             keys = sum(len(c[2]) for c in cs) / len(cs)
             argn = sum(len(c[3]) for c in cs) / len(cs)
             table.add_row(name, f"{len(cs):,}", f"{keys:.1f}", f"{argn:.1f}", f"{noop:.1f}", f"{real:.1f}",
@@ -209,14 +213,9 @@ def main(argv: list[str] | None = None) -> None:
             total = prelude = 0.0
             for label, cs in slot_calls(program, by_type.get(args.per_slot, []), args.lateness * 1000):
                 if not cs:
-                    per_slot.add_row(label, "0", "—", "—")
+                    per_slot.add_row(label, "0", "—", "—", "—")
                     continue
-                noop = real = float("inf")
-                for _ in range(args.repeat):
-                    client.flushall()
-                    replay_us(client, prefix, 500)
-                    noop = min(noop, replay_us(client, cs, args.batch, script="return 1"))
-                    real = min(real, replay_us(client, cs, args.batch))
+                noop, real = measure(cs)
                 share = len(cs) / max(1, len(by_type[args.per_slot]))
                 if label.startswith("prelude"):
                     prelude = real - noop

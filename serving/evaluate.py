@@ -154,6 +154,21 @@ class _Round:
     #: is a read), for a Redis Cluster call split by hash slot (serving.store.Store.run)
     layout: tuple[tuple[int, bool], ...] = ()
 
+    def compile(self, name: str, lateness_ms: int, dry: bool = False) -> "_Round":
+        """Set :attr:`layout` and :attr:`script` from the round's slots (``compiler.algebra.lua``); return self."""
+        self.layout = (tuple((int(r.slot.has_after), True) for r in self.reads_before)
+                       + tuple((LUA.write_arity(w.slot), False) for w in self.writes)
+                       + tuple((int(r.slot.has_after), True) for r in self.reads_after))
+        self.script = LUA.script(RoundSpec(
+            name=name,
+            reads_before=tuple(r.slot for r in self.reads_before),
+            writes=tuple(w.slot for w in self.writes),
+            reads_after=tuple(r.slot for r in self.reads_after),
+            lateness_ms=lateness_ms,
+            dry=dry,
+        ))
+        return self
+
 
 class EventProgram:
     """The compiled evaluation of one event type.
@@ -262,16 +277,7 @@ class EventProgram:
         for w in self.writes.values():
             self.rounds[w.round - 1].writes.append(w)
         for k, rd in enumerate(self.rounds, start=1):
-            rd.layout = (tuple((int(r.slot.has_after), True) for r in rd.reads_before)
-                         + tuple((LUA.write_arity(w.slot), False) for w in rd.writes)
-                         + tuple((int(r.slot.has_after), True) for r in rd.reads_after))
-            rd.script = LUA.script(RoundSpec(
-                name=f"event {self.name}, round {k}",
-                reads_before=tuple(r.slot for r in rd.reads_before),
-                writes=tuple(w.slot for w in rd.writes),
-                reads_after=tuple(r.slot for r in rd.reads_after),
-                lateness_ms=self.lateness_ms,
-            ))
+            rd.compile(f"event {self.name}, round {k}", self.lateness_ms)
         self.first_write_round = min([w.round for w in self.writes.values()], default=0)
         self._dry_rounds: list[_Round] | None = None
         self.by_stage: list[list[Feature]] = [[] for _ in range(n + 1)]
@@ -290,23 +296,12 @@ class EventProgram:
         left written.
         """
         if self._dry_rounds is None:
-            dry: list[_Round] = []
-            for k, rd in enumerate(self.rounds, start=1):
-                writes = sorted((w for w in self.writes.values() if w.round <= k), key=lambda w: w.round)
-                d = _Round(reads_before=rd.reads_before, writes=writes, reads_after=rd.reads_after)
-                d.layout = (tuple((int(r.slot.has_after), True) for r in d.reads_before)
-                            + tuple((LUA.write_arity(w.slot), False) for w in d.writes)
-                            + tuple((int(r.slot.has_after), True) for r in d.reads_after))
-                d.script = LUA.script(RoundSpec(
-                    name=f"event {self.name}, round {k} (dry run)",
-                    reads_before=tuple(r.slot for r in d.reads_before),
-                    writes=tuple(w.slot for w in d.writes),
-                    reads_after=tuple(r.slot for r in d.reads_after),
-                    lateness_ms=self.lateness_ms,
-                    dry=True,
-                ))
-                dry.append(d)
-            self._dry_rounds = dry
+            self._dry_rounds = [
+                _Round(reads_before=rd.reads_before, reads_after=rd.reads_after,
+                       writes=sorted((w for w in self.writes.values() if w.round <= k), key=lambda w: w.round)
+                       ).compile(f"event {self.name}, round {k} (dry run)", self.lateness_ms, dry=True)
+                for k, rd in enumerate(self.rounds, start=1)
+            ]
         return self._dry_rounds
 
     def explain(self, env: dict[str, Any], counted: dict[str, Any], t_ms: int) -> dict[str, dict[str, Any]]:

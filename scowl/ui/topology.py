@@ -565,21 +565,17 @@ def _typed(text: str, type_name: str) -> Any:
     epoch ms for an all-digit time; anything that does not parse stays a string (the evaluator's
     coercion then reports it, SPEC §2.2)."""
     t = text.strip()
-    if type_name == "int":
-        try:
-            return int(t)
-        except ValueError:
+    if type_name in ("int", "float"):
+        if type_name == "int":
             try:
-                v = float(t)
-                return v if math.isfinite(v) else t
+                return int(t)
             except ValueError:
-                return t
-    if type_name == "float":
+                pass
         try:
             v = float(t)
-            return v if math.isfinite(v) else t
         except ValueError:
             return t
+        return v if math.isfinite(v) else t
     if type_name == "bool":
         low = t.lower()
         return True if low == "true" else False if low == "false" else t
