@@ -96,12 +96,15 @@ async def require_ui_key(request: Request) -> None:
 
 
 async def login_required_handler(request: Request, exc: LoginRequired) -> Response:
-    """Send the browser to ``/ui/login?next=...``: a 303, or for htmx a 401 with ``HX-Redirect``."""
+    """Send the browser to ``/ui/login?next=...``: a 303, or for htmx a 401 ``unauthorized`` error body with ``HX-Redirect``."""
     from urllib.parse import quote
 
     target = f"{UI_PATH}/login?next={quote(safe_next(exc.next_url), safe='')}"
-    if exc.htmx:
-        return Response(status_code=401, headers={"HX-Redirect": target})
+    if exc.htmx:  # htmx follows HX-Redirect; the body is the one error shape (SPEC §4)
+        from serving.errors import error_response
+
+        return error_response(401, "unauthorized", "missing or wrong x-api-key header or login cookie: "
+                              f"log in at {UI_PATH}/login", headers={"HX-Redirect": target})
     return RedirectResponse(target, status_code=303)
 
 

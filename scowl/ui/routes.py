@@ -59,8 +59,11 @@ def _page(request: Request, name: str, active: str, status_code: int = 200, **co
     return templates.TemplateResponse(request, name, {**base, **context}, status_code=status_code)
 
 
-def _not_found(request: Request, message: str) -> HTMLResponse:
-    return _page(request, "error.html", "", status_code=404, title="not found", message=message)
+def _not_found(request: Request, message: str):
+    """404 ``not-found`` in the API's one error shape (SPEC §4: every error, pages' included)."""
+    from serving.errors import error_response
+
+    return error_response(404, "not-found", message)
 
 
 # --------------------------------------------------------------------------- topology
@@ -251,14 +254,22 @@ async def traffic_json(request: Request, window: float = 5.0):
 
 # --------------------------------------------------------------------------- login
 @open_router.get("/login", response_class=HTMLResponse)
-async def login_page(request: Request, next: str | None = None):
-    """The login form: one field for an API key (sets the ``scowl_api_key`` cookie)."""
-    return _page(request, "login.html", "", title="Log in", next=safe_next(next), message=None)
+async def login_page(request: Request, next: str | None = None, rejected: str | None = None):
+    """The login form: one field for an API key (sets the ``scowl_api_key`` cookie); ``rejected``: say the last key was not accepted."""
+    message = None
+    if rejected is not None:
+        message = ("that key is not accepted" if request.app.state.api_keys
+                   else "this server has no API keys: nothing to log in to")
+    return _page(request, "login.html", "", title="Log in", next=safe_next(next), message=message)
 
 
 @open_router.post("/login", response_class=HTMLResponse)
 async def login_submit(request: Request):
-    """Check the posted ``api_key``; if accepted, set the cookie and go to ``next`` (303), else 401 with the form.
+    """Check the posted ``api_key``; if accepted, set the cookie and go to ``next`` (303), else back to the form (303).
+
+    A refused key goes back to ``/ui/login?next=…&rejected`` (post/redirect/get),
+    which says so: no error status, since every error the service answers
+    has the JSON error body (SPEC §4) and this one is for a person.
 
     The cookie (``scowl.ui.auth``): ``HttpOnly``, ``SameSite=Strict``,
     ``Path=/ui``, ``Secure`` over HTTPS, for the browser session.
@@ -267,9 +278,9 @@ async def login_submit(request: Request):
     key = form.get("api_key", "")
     target = safe_next(form.get("next"))
     if not request.app.state.api_keys or not request.app.state.api_keys.accepts(key):
-        return _page(request, "login.html", "", status_code=401, title="Log in", next=target,
-                     message="that key is not accepted" if request.app.state.api_keys else
-                     "this server has no API keys: nothing to log in to")
+        from urllib.parse import quote
+
+        return RedirectResponse(f"/ui/login?next={quote(target, safe='')}&rejected", status_code=303)
     resp = RedirectResponse(target, status_code=303)
     resp.set_cookie(COOKIE, key, httponly=True, samesite="strict", path="/ui",
                     secure=request.url.scheme == "https")

@@ -63,8 +63,8 @@ def test_every_page_and_every_feature_page_answers(redis_url, directory):
                 r = c.get(f"/ui/feature/{event}/{name.replace('#', '%23')}")
                 assert r.status_code == 200, (event, name)
                 assert f'data-feature="{name}"' in r.text
-        assert c.get("/ui/feature/nope/x").status_code == 404
-        assert c.get("/ui/lookup?event=nope").status_code == 404
+        _error(c.get("/ui/feature/nope/x"), 404, "not-found")
+        _error(c.get("/ui/lookup?event=nope"), 404, "not-found")
         # not in the API's contract
         assert not any(p.startswith("/ui") for p in c.get("/openapi.json").json()["paths"])
 
@@ -316,13 +316,18 @@ def test_ui_auth_header_cookie_and_login(redis_url):
         _error(c.get("/ui/store.json"), 401, "unauthorized")
         _error(c.post("/ui/lookup/login", data={}), 401, "unauthorized")
         r = c.post("/ui/lookup/login", data={}, headers={"hx-request": "true"})
-        assert r.status_code == 401 and r.headers["hx-redirect"].startswith("/ui/login")
+        _error(r, 401, "unauthorized")
+        assert r.headers["hx-redirect"].startswith("/ui/login")
         assert c.get("/ui/login").status_code == 200 and c.get("/ui/static/ui.css").status_code == 200
         assert c.get("/ui/store.json", headers={"x-api-key": "k2"}).status_code == 200
         assert c.get("/ui/store.json", headers={"x-api-key": "k3"}).status_code == 401
         # the login form
         r = c.post("/ui/login", data={"api_key": "nope", "next": "/ui/store"})
-        assert r.status_code == 401 and "not accepted" in r.text and "set-cookie" not in r.headers
+        assert r.status_code == 303 and "set-cookie" not in r.headers
+        assert r.headers["location"] == "/ui/login?next=%2Fui%2Fstore&rejected"
+        page = c.get(r.headers["location"])
+        assert page.status_code == 200 and "not accepted" in page.text and 'value="/ui/store"' in page.text
+        assert "not accepted" not in c.get("/ui/login").text
         r = c.post("/ui/login", data={"api_key": "k1", "next": "/ui/lineage"})
         assert r.status_code == 303 and r.headers["location"] == "/ui/lineage"
         cookie = r.headers["set-cookie"]
