@@ -76,7 +76,7 @@ async def topology_page(request: Request):
 
 @router.get("/feature/{event}/{name}", response_class=HTMLResponse)
 async def feature_page(request: Request, event: str, name: str):
-    """One feature: its definition, aggregate and writers, what it needs and what needs it (404 page if unknown)."""
+    """One feature: its definition, aggregate and writers, what it needs and what needs it (404 not-found error if unknown)."""
     ui = request.app.state.ui
     view = find_feature(ui.views, event, name)
     if view is None:
