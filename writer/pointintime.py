@@ -17,7 +17,8 @@ for a reading event ``e`` of type ``E`` at time ``t`` and arrival ``seq``:
   (null when a key component is null: the value is then null) and its
   ``after`` time ``a``;
 * *writes*: every event of a scope type with ``where`` true, all values
-  and key components non-null (``writer.tiles.writes_of_state``), its
+  and key components non-null, not repeating an earlier ``_id``
+  (SPEC §2.4, §4; ``writer.writes.writes_of_state``), its
   encoded write key, time ``s`` and arrival;
 * a write counts iff it has the read's ``rk`` and (SPEC §3.2, §3.3)
   ``s <= t`` and ``seq_w < seq`` (it arrived before the read: ``seq`` is the
@@ -50,12 +51,17 @@ bool ``boolean``, ``struct{a:T,..}`` a Spark struct with those field names,
 ``Set``) a struct with fields ``_1``, ``_2``, ...
 
 Cost. Every aggregate of a dependency stage is computed together
-(:mod:`writer.sweep`): their reads and writes are unioned, shuffled once
-into (aggregate, key) buckets and swept with the function's Arrow kernel
-(``compiler.algebra.arrow.KERNELS``) in ``O(n log n)`` per bucket, hot and
-global keys included (SPEC §5.8); each reading event type gets the stage's
-values as one wide frame, joined once. The inputs and plain scalars of each
-event type are parsed once for all aggregates (:meth:`PointInTime.prepare`).
+(:mod:`writer.sweep`), grouped by its state's key types (Chronon CHIP-11's
+UnionJoin): the aggregates of one key group share rows, one per (event, key
+value) with every aggregate's payload and read/write bits as columns
+(:meth:`PointInTime._key_groups`), shuffled once by key into buckets and
+swept with each function's Arrow kernel (``compiler.algebra.arrow.KERNELS``)
+in ``O(n log n)`` per bucket, hot and global keys included (SPEC §5.8). The
+sweep gives one row per read row with a column per aggregate; an event's
+rows of all groups are gathered by one ``groupBy(_seq)`` into one wide frame
+per stage, from which each reading event type's values are selected (one
+join per stage). The inputs and plain scalars of each event type are parsed
+once for all aggregates (:meth:`PointInTime.prepare`).
 The tests hold the sweep to a quadratic join of each read to its key's
 writes (``tests/writer/pit_oracle.py``). Each computed value (and each
 event type's parsed inputs) is kept as a ``localCheckpoint``
@@ -84,14 +90,16 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from compiler.algebra.arrow import KERNELS
 from compiler.algebra.registry import storage_of
 from compiler.algebra.spark import SPARK, encode_tuple_column, redis_key_column
-from compiler.codegen.spark import spark_ddl
+from compiler.codegen.spark import compile_column, spark_ddl
 from compiler.plan import Feature, Plan
 from compiler.typesystem import SPARK_TYPES
 from writer.features import StagedFeatureError, needed_features, with_features
 from writer.session import checkpoint_without_codegen, drop_checkpoint
-from writer.sources import carried_columns
+from writer.sources import carried_columns, counted
+from writer.sweep import PARTS_PER_WORD, GroupPart, SweepSpec, mask_bits, sweep_group
 from writer.writes import writes_of_state
 
 __all__ = ["PointInTime", "dependency_stages", "staged_stage_count", "lookback_ms", "point_in_time"]
@@ -346,7 +354,7 @@ class PointInTime:
         """:meth:`values` of several aggregates of one event type, as one frame.
 
         Every aggregate of a dependency stage is computed by one shuffle and one sweep per key bucket
-        (:func:`writer.sweep.sweep_stage`), and an event type's values of a
+        (:func:`writer.sweep.sweep_group` per key group), and an event type's values of a
         stage come back as one wide frame: one join per stage, not one per
         aggregate.
 
@@ -380,7 +388,7 @@ class PointInTime:
 
         Each dependency stage is one shuffle and one sweep per key bucket
         for all its aggregates, whatever their event types
-        (:func:`writer.sweep.sweep_stage`).
+        (:func:`writer.sweep.sweep_group` per key group).
 
         Args:
             needs: event type -> feature names (any kind).
@@ -414,45 +422,200 @@ class PointInTime:
             del self._active[len(self._active) - len(asked):]
 
     def _sweep_needs(self, needs: dict[str, list[str]]) -> None:
-        from writer.sweep import sweep_stage, sweep_union
+        """Compute and cache every aggregate of each dependency stage of ``needs``: one sweep per key group.
 
+        The aggregates of a stage are grouped by their state's key types
+        (:meth:`_key_groups`); each group is one shuffle and one sweep per key
+        bucket (:func:`writer.sweep.sweep_group`), one output row per (read
+        row) with a column per aggregate. The groups' rows are then gathered
+        per event (one ``groupBy(_seq)``, skipped when every reading event
+        has exactly one read row) into one wide frame, checkpointed, from
+        which each event type's values are selected.
+
+        Source: SPEC §3.2, §3.3, §5.8; Chronon CHIP-11 (UnionJoin).
+        """
         buckets = max(16, 4 * int(self.events.sparkSession.conf.get("spark.sql.shuffle.partitions") or 8))
         for stage in dependency_stages(self.plan, needs):
             todo = [node for node in stage if node not in self._cache]
             if not todo:
                 continue
-            parts = []
-            for g, key in enumerate(todo):
-                feature = self.plan.events[key[0]].feature(key[1])
-                spec = feature.aggregate
-                state = self.plan.states[spec.definition_hash]
-                self._active.append(key)
-                try:
-                    reads, writes, inclusive = self._inputs(key[0], feature)
-                finally:
-                    self._active.pop()
-                parts.append(sweep_union(reads, writes, state.function, list(state.value_types),
-                                         list(spec.value_names), inclusive, state.window_s * 1000,
-                                         state.resolution_s * 1000, state.limit, g))
-            out = sweep_stage(parts, buckets).localCheckpoint(eager=True, storageLevel=self.storage)
-            self._old.append(out)
+            self._active.extend(todo)
+            try:
+                groups = self._key_groups(todo)
+            finally:
+                del self._active[len(self._active) - len(todo):]
+            outs = []
+            read_rows: dict[str, set[tuple[int, tuple[str, ...]]]] = {}
+            for gi, (frame, parts, members, read_keys) in enumerate(groups):
+                out = sweep_group(frame, parts, buckets)
+                cols = [F.col("r_seq"), F.col("e")]
+                for i, g in enumerate(members):
+                    ev, name = todo[g]
+                    feature = self.plan.events[ev].feature(name)
+                    state = self.plan.states[feature.aggregate.definition_hash]
+                    n = F.col(f"n{i}")
+                    cols.append(_result(feature, state, n < F.lit(0), F.col(f"a{i}"), n).alias(f"v{g}"))
+                    read_rows.setdefault(ev, set()).add((gi, read_keys[i]))
+                outs.append(out.select(*cols))
+            rows = outs[0]
+            for o in outs[1:]:
+                rows = rows.unionByName(o, allowMissingColumns=True)
+            if any(len(x) > 1 for x in read_rows.values()):
+                # an event has a read row in several groups (or for several read keys): gather them per event
+                rows = rows.groupBy("r_seq").agg(
+                    F.first("e").alias("e"), *[F.first(f"v{g}", ignorenulls=True).alias(f"v{g}")
+                                               for g in range(len(todo))])
+            wide = rows.localCheckpoint(eager=True, storageLevel=self.storage)
+            self._old.append(wide)
+            codes = _event_codes(self.plan)
             by_event: dict[str, list[tuple[int, str]]] = {}
             for g, (ev, n) in enumerate(todo):
                 by_event.setdefault(ev, []).append((g, n))
             for ev, items in sorted(by_event.items()):
-                cols = []
-                for g, n in items:
-                    feature = self.plan.events[ev].feature(n)
-                    state = self.plan.states[feature.aggregate.definition_hash]
-                    value = _result(feature, state, F.col("n") < F.lit(0), F.col(parts[g].a_column), F.col("n"))
-                    cols.append(F.first(F.when(F.col("g") == F.lit(g), value), ignorenulls=True).alias(f"f_{n}"))
-                wide = (out.where(F.col("g").isin([g for g, _ in items])).groupBy("r_seq").agg(*cols)
-                        .withColumnRenamed("r_seq", "_seq")
-                        .localCheckpoint(eager=True, storageLevel=self.storage))
-                self._old.append(wide)
+                mine = wide if len(by_event) == 1 else wide.where(F.col("e") == F.lit(codes[ev]))
+                per_event = mine.select(F.col("r_seq").alias("_seq"), *[F.col(f"v{g}").alias(f"f_{n}")
+                                                                       for g, n in items])
                 for _, n in items:
-                    self._wide[(ev, n)] = wide
-                    self._cache[(ev, n)] = wide.select("_seq", F.col(f"f_{n}").alias("value"))
+                    self._wide[(ev, n)] = per_event
+                    self._cache[(ev, n)] = per_event.select("_seq", F.col(f"f_{n}").alias("value"))
+
+    def _key_groups(self, todo: list[tuple[str, str]]):
+        """The rows of a stage's aggregates, one frame per key group (:func:`writer.sweep.sweep_group`).
+
+        Aggregates whose states have the same key types share rows (Chronon
+        CHIP-11): for each event type ``X`` and each key expression ``K``
+        (a tuple of ``X``'s feature names) that some aggregate of the group
+        reads (``by`` of an aggregate of ``X``) or writes (``by`` of a state
+        written by ``X``) with, one row per event of ``X``: ``k`` the encoded
+        key tuple (``compiler.algebra.spark.encode_tuple_column``; null when
+        a component is null), ``t``, ``seq``, ``e`` (``X``'s code), and per
+        aggregate its read bit (``X`` is its reading type and ``K`` its read
+        key), write bit (SPEC §2.4's write rules: not a repeated ``_id``,
+        ``where`` true, values and key components non-null), payload and
+        ``after`` time. Rows that neither read nor write are left out.
+
+        Args:
+            todo: the stage's (event type, aggregate feature) nodes.
+
+        Returns:
+            ``[(frame, parts, members, read_keys)]`` per group: the frame and
+            :class:`writer.sweep.GroupPart` per member, the members'
+            positions in ``todo``, and each member's read key expression.
+
+        Raises:
+            StagedFeatureError: a cross-event cycle (building the frames).
+        """
+        from pyspark.sql.pandas.types import from_arrow_type, to_arrow_type
+
+        codes = _event_codes(self.plan)
+        info = []
+        names: dict[str, set[str]] = {}
+        for ev, n in todo:
+            spec = self.plan.events[ev].feature(n).aggregate
+            state = self.plan.states[spec.definition_hash]
+            info.append((ev, spec, state))
+            names.setdefault(ev, set()).update(list(spec.read_keys) + ([spec.after] if spec.after else []))
+            for x, w in state.writes.items():
+                names.setdefault(x, set()).update(w.deps())
+        frames = {x: self.frame(x, sorted(ns)) for x, ns in sorted(names.items())}
+
+        by_keys: dict[tuple[str, ...], list[int]] = {}
+        for g, (_, _, state) in enumerate(info):
+            by_keys.setdefault(tuple(state.key_types), []).append(g)
+        groups = []
+        for key_types, members in by_keys.items():
+            # combos: (event type, key expression) -> (reading parts, writing parts with their write spec)
+            combos: dict[tuple[str, tuple[str, ...]], tuple[list[int], list[tuple[int, object]]]] = {}
+            for i, g in enumerate(members):
+                ev, spec, state = info[g]
+                combos.setdefault((ev, tuple(spec.read_keys)), ([], []))[0].append(i)
+                for x, w in sorted(state.writes.items()):
+                    combos.setdefault((x, tuple(w.keys)), ([], []))[1].append((i, w))
+            # per combo: the payload and after expressions of its parts, by (part, kernel name)
+            exprs: dict[tuple[str, tuple[str, ...]], dict[tuple[int, str], Column]] = {}
+            for combo, (readers, writers) in combos.items():
+                got: dict[tuple[int, str], Column] = {}
+                for i, w in writers:
+                    _, spec, state = info[members[i]]
+                    vals = [F.col(f"f_{v}").cast(SPARK_TYPES[t]) for v, t in zip(w.values, state.value_types)]
+                    for kname, c in SPARK[state.function].sweep_columns(list(state.value_types),
+                                                                        list(spec.value_names), vals).items():
+                        got[(i, kname)] = c
+                for i in readers:
+                    spec = info[members[i]][1]
+                    if spec.after:
+                        got[(i, "after")] = F.col(f"f_{spec.after}").cast("long")
+                exprs[combo] = got
+            # one column per distinct (expression per combo): parts with the same payload share it
+            column_of: dict[tuple[int, str], str] = {}
+            signatures: dict[tuple, str] = {}
+            for i in range(len(members)):
+                for kname in ("after", "x", "p", "u", "slot", "rho"):
+                    sig = tuple((combo, str(got[(i, kname)])) for combo, got in exprs.items() if (i, kname) in got)
+                    if sig:
+                        column_of[(i, kname)] = signatures.setdefault((kname, sig), f"c{len(signatures)}")
+            types: dict[str, object] = {}
+            for combo, got in exprs.items():
+                if got:
+                    probe = frames[combo[0]].select(*[c.alias(column_of[ik]) for ik, c in got.items()]).schema
+                    for f in probe.fields:
+                        types.setdefault(f.name, f.dataType)
+            n_words = (len(members) - 1) // PARTS_PER_WORD + 1
+            parts_rows = []
+            for (x, keys), (readers, writers) in combos.items():
+                df = frames[x]
+                kcols = [F.col(f"f_{k}") for k in keys]
+                null_key = F.lit(False)
+                for c in kcols:
+                    null_key = null_key | c.isNull()
+                k = F.when(null_key, F.lit(None).cast("string")).otherwise(encode_tuple_column(kcols, key_types))
+                words = {f"_m{j}": [0, {}] for j in range(n_words)}
+                for i in readers:
+                    col, _, rb = mask_bits(i)
+                    words[col][0] |= rb
+                for i, w in writers:
+                    col, wb, _ = mask_bits(i)
+                    cond = counted(df) & ~null_key
+                    if w.where is not None:
+                        cols = {n: F.col(f"f_{n}") for n in w.where.refs()}
+                        cond = cond & F.coalesce(compile_column(w.where, cols, F.col("_time_ms")), F.lit(False))
+                    for v in w.values:
+                        cond = cond & F.col(f"f_{v}").isNotNull()
+                    conds = words[col][1]
+                    key = str(cond)
+                    conds[key] = (cond, conds.get(key, (None, 0))[1] | wb)
+                mask_cols, any_bit = [], F.lit(False)
+                for col, (static, conds) in words.items():
+                    m = F.lit(static).cast("long")
+                    for cond, bits in conds.values():
+                        m = m + F.when(cond, F.lit(bits).cast("long")).otherwise(F.lit(0).cast("long"))
+                    mask_cols.append(m.alias(col))
+                    any_bit = any_bit | (F.col(col) != F.lit(0))
+                got = exprs[(x, keys)]
+                payload = []
+                for name in sorted(types):
+                    mine = [c for ik, c in got.items() if column_of[ik] == name]
+                    payload.append((mine[0] if mine else F.lit(None)).cast(types[name]).alias(name))
+                rows = df.select(k.alias("k"), F.col("_time_ms").alias("t"), F.col("_seq").alias("seq"),
+                                 F.lit(codes[x]).cast("int").alias("e"), *mask_cols, *payload)
+                parts_rows.append(rows.where(any_bit))
+            frame = parts_rows[0]
+            for r in parts_rows[1:]:
+                frame = frame.unionByName(r)
+            parts = []
+            for i, g in enumerate(members):
+                ev, spec, state = info[g]
+                payload = tuple((kname, column_of[(i, kname)]) for kname in ("x", "p", "u", "slot", "rho")
+                                if (i, kname) in column_of)
+                p_type = to_arrow_type(types[column_of[(i, "p")]]) if (i, "p") in column_of else None
+                int_values = bool(state.value_types) and state.value_types[0] == "int"
+                a_type = from_arrow_type(KERNELS[state.function].result_type(p_type, int_values))
+                inclusive = ev in state.writes and not spec.exclusive
+                sweep = SweepSpec(state.function, state.window_s * 1000, state.resolution_s * 1000, state.limit,
+                                  inclusive, int_values)
+                parts.append(GroupPart(sweep, payload, column_of.get((i, "after")), a_type))
+            groups.append((frame, parts, members, [tuple(info[g][1].read_keys) for g in members]))
+        return groups
 
     def release(self) -> None:
         """Free the checkpointed values and stage-0 frames (best effort).
@@ -530,6 +693,11 @@ class PointInTime:
         # a write counts if earlier by (time, arrival), or is the event itself when inclusive
         inclusive = event in state.writes and not spec.exclusive
         return reads, writes, inclusive
+
+def _event_codes(plan: Plan) -> dict[str, int]:
+    """A small int per event type of the plan (sorted by name): the ``e`` column of the sweep's rows."""
+    return {ev: i for i, ev in enumerate(sorted(plan.events))}
+
 
 def _result(feature: Feature, state, null_key: Column, a: Column, n: Column) -> Column:
     """A read's value from its aggregate ``a`` and counted writes ``n`` (SPEC §2.4 table).

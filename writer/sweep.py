@@ -1,11 +1,17 @@
 """Point-in-time reads as one sort and one vectorised sweep per group of keys (SPEC §2.4, §3.2, §3.3, §5.8).
 
-The shape of Chronon's UnionJoin (CHIP-11): the reads and writes of an
-aggregate state are unioned, shuffled once by entity key into buckets
-(``groupBy(bucket).applyInArrow``), and each bucket -- many keys, or one
-hot key -- is sorted by (key, time, arrival) and swept once with numpy.
-Nothing is joined per read, nothing is per row in Python; every function is
-``O(n log n)`` in the events of the bucket, whatever the key skew.
+The shape of Chronon's UnionJoin (CHIP-11): the reads and writes of the
+aggregates whose states have the same key types (a *key group*) are one
+frame of rows, one per (event, key value), each carrying every aggregate's
+payload and two mask bits per aggregate (the row is a write of it, a read of
+it); the frame is shuffled once by key into buckets
+(``groupBy(bucket).applyInArrow``), and each bucket -- many keys, or one hot
+key -- is sorted once by (key, time, arrival) and swept once per aggregate
+with numpy over its masked rows (:func:`sweep_group`). Nothing is joined per
+read, nothing is per row in Python; every function is ``O(n log n)`` in the
+rows of the bucket, whatever the key skew, and an event that reads and
+writes several aggregates of one key moves as one row, not one per
+(aggregate, role).
 
 The rule (``writer.pointintime``'s module docstring, SPEC §3.2/§3.3): in the
 merged order ``(key, time, arrival)`` -- a reading event's own write placed
@@ -29,15 +35,20 @@ The extra cost is the range length of those reads only (nothing for events
 in time order); a merge-sort tree over arrival would make it ``O(log^2 m)``
 per read if heavily disordered inputs need it.
 
-Table exchanged with Spark (one bucket per call):
+Tables:
 
-* in: ``rk`` (string, null for a read with a null key component), ``t``
-  (long ms), ``seq`` (long arrival), ``role`` (byte: 0 write, 1 read),
-  ``ra`` (long ``after`` time or null), and per function ``x`` (numeric
-  value), ``p`` (payload: the value or a struct of values), ``u`` (the
-  encoded value tuple), ``slot``/``rho`` (HyperLogLog coupon);
-* out: ``r_seq`` (long), ``a`` (the aggregate before the empty-window rule),
-  ``n`` (long: counted writes; ``-1`` for a null key).
+* :func:`sweep_table` (one aggregate's bucket, the unit the tests hold to a
+  brute-force oracle): in ``rk`` (string, null for a read with a null key
+  component), ``t`` (long ms), ``seq`` (long arrival), ``role`` (byte: 0
+  write, 1 read), ``ra`` (long ``after`` time or null), and per function
+  ``x`` (numeric value), ``p`` (payload: the value or a struct of values),
+  ``u`` (the encoded value tuple), ``slot``/``rho`` (HyperLogLog coupon);
+  out ``r_seq`` (long), ``a`` (the aggregate before the empty-window rule),
+  ``n`` (long: counted writes; ``-1`` for a null key);
+* :func:`sweep_group` (a key group's bucket): in ``k``, ``t``, ``seq``,
+  ``e``, mask words ``_m0..`` (:func:`mask_bits`) and the parts' payload and
+  ``after`` columns; out ``r_seq``, ``e`` and ``n<i>``/``a<i>`` per part,
+  one row per read row.
 """
 
 from __future__ import annotations
@@ -50,7 +61,7 @@ import pyarrow.compute as pc
 
 from compiler.algebra.arrow import KERNELS, Batch
 
-__all__ = ["SweepPart", "SweepSpec", "sweep_stage", "sweep_table", "sweep_union"]
+__all__ = ["GroupPart", "PARTS_PER_WORD", "SweepSpec", "mask_bits", "sweep_group", "sweep_table"]
 
 #: Rows per Arrow batch handed back to Spark by a bucket's sweep.
 _OUT_BATCH_ROWS = 65_536
@@ -77,8 +88,125 @@ class SweepSpec:
 
 
 # ---------------------------------------------------------------------- sweep
+@dataclass(frozen=True)
+class _Order:
+    """The rows of one bucket in ``(key, time, arrival)`` order, shared by every aggregate swept in it.
+
+    Attributes:
+        kid: int64 key number per row (``-1`` for a null key).
+        t, seq: int64 time (ms) and arrival per row.
+        order: int64 rows with a key, sorted by ``(kid, t, seq)`` (stable).
+        grank: int64 per row: the dense rank of its ``(kid, t, seq)`` in
+            ``order`` (``-1`` for a null key): the rows of one event that
+            share a key value share a rank.
+        tmin, span: the sort key ``kid * span + (t - tmin)`` of a write.
+    """
+
+    kid: np.ndarray
+    t: np.ndarray
+    seq: np.ndarray
+    order: np.ndarray
+    grank: np.ndarray
+    tmin: int
+    span: int
+
+
+def _order(kid: np.ndarray, t: np.ndarray, seq: np.ndarray) -> _Order:
+    """Sort a bucket's keyed rows once by ``(key, time, arrival)`` (:class:`_Order`).
+
+    Raises:
+        ValueError: the keys times the time span do not fit the int64 sort key.
+    """
+    rows = np.flatnonzero(kid >= 0)
+    tmin = int(t[rows].min()) if len(rows) else 0
+    tmax = int(t[rows].max()) if len(rows) else 0
+    span = tmax - tmin + 2
+    nkeys = int(kid.max()) + 2 if len(kid) else 1
+    if span * nkeys >= (1 << 62):
+        raise ValueError(f"bucket too wide for the sweep's sort key ({nkeys} keys over {span} ms)")
+    order = rows[np.lexsort((seq[rows], t[rows], kid[rows]))]
+    grank = np.full(len(kid), -1, dtype=np.int64)
+    if len(order):
+        k, tt, s = kid[order], t[order], seq[order]
+        new = np.ones(len(order), dtype=np.int64)
+        new[1:] = (k[1:] != k[:-1]) | (tt[1:] != tt[:-1]) | (s[1:] != s[:-1])
+        grank[order] = np.cumsum(new) - 1
+    return _Order(kid, t, seq, order, grank, tmin, span)
+
+
+def _sweep_rows(o: _Order, is_write: np.ndarray, is_read: np.ndarray, table: pa.Table, ra: pa.Array | None,
+                spec: SweepSpec, a_type: pa.DataType) -> tuple[np.ndarray, pa.Array, np.ndarray]:
+    """One aggregate's point-in-time values for the keyed reads of a bucket (module docstring).
+
+    Args:
+        o: the bucket's order (:func:`_order`).
+        is_write, is_read: bool per row: the row is a write / a read of this
+            aggregate (a row may be both: one event reading and writing one
+            key value); rows with a null key are never swept.
+        table: the bucket's payload columns by kernel name (``x``, ``p``,
+            ``u``, ``slot``, ``rho``), one chunk each, indexed by row.
+        ra: per row, the ``after`` time (long ms, null for none), or None.
+        spec: what to compute.
+        a_type: the Arrow type of the aggregate.
+
+    Returns:
+        ``(r_rows, a, n)``: the keyed read rows (in ``(key, time, arrival)``
+        order), the aggregate of each (``a_type``, before the empty-window
+        rule) and its counted writes (int64; for ``Decayed*`` 1 if any).
+
+    Raises:
+        ValueError: a function without a sweep.
+    """
+    kernel = KERNELS.get(spec.function)
+    if kernel is None:
+        raise ValueError(f"aggregate function {spec.function} has no sweep")
+    w_rows = o.order[is_write[o.order]]  # table rows of the writes, in write order
+    r_rows = o.order[is_read[o.order]]  # keyed reads, in (key, time, arrival) order
+    # merged order (SPEC §3.3): a reading event's own write just before its read when inclusive, after when not
+    tie_w, tie_r = (0, 1) if spec.inclusive else (1, 0)
+    hi = np.searchsorted(o.grank[w_rows] * 2 + tie_w, o.grank[r_rows] * 2 + tie_r, "left").astype(np.int64)
+    r_kid, r_t, r_seq = o.kid[r_rows], o.t[r_rows], o.seq[r_rows]
+    w_kid, w_t, w_seq = o.kid[w_rows], o.t[w_rows], o.seq[w_rows]
+    span, tmin = o.span, o.tmin
+
+    decayed = kernel.windowless
+    # first write of the read's key (key_start) and first one inside the window (lo)
+    w_comp = w_kid * span + (w_t - tmin)
+    key_start = np.searchsorted(w_comp, r_kid * span, "left")
+    if decayed:
+        lo = key_start
+    else:
+        W, r = spec.window_ms, spec.resolution_ms
+        lo_t = (np.floor_divide(r_t - W, r) + 1) * r
+        if ra is not None:
+            ra_col = ra.take(pa.array(r_rows))
+            has_a = ra_col.is_valid().to_numpy(zero_copy_only=False)
+            if has_a.any():
+                ra_v = ra_col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+                lo_a = (np.floor_divide(ra_v, r) + 1) * r
+                lo_t = np.where(has_a, np.maximum(lo_t, lo_a), lo_t)
+        rel = np.clip(lo_t - tmin, 0, span - 1)
+        lo = np.searchsorted(w_comp, r_kid * span + rel, "left")
+    lo = np.minimum(lo, hi)
+    lo_all = lo  # before limit n
+    if spec.limit is not None:
+        lo = np.maximum(lo, hi - spec.limit)
+    n = hi - lo
+    late = _arrived_before(w_seq, w_kid, r_seq, hi, key_start)
+    if (n > 0).any():
+        a_vals = kernel(Batch(table, w_rows, w_kid, w_t, lo, hi, r_t, spec.window_ms, spec.int_values))
+    else:
+        a_vals = pa.nulls(len(lo), a_type)
+    if len(late):
+        a_vals, n = _recount(kernel, table, spec, a_vals, n, late, lo_all, hi, w_seq, r_seq, w_rows, w_t, r_t,
+                             a_type)
+    if decayed:
+        n = (n > 0).astype(np.int64)
+    return r_rows, a_vals.cast(a_type), n
+
+
 def sweep_table(table: pa.Table, spec: SweepSpec) -> pa.Table:
-    """The point-in-time aggregate of every read in one bucket (module docstring).
+    """The point-in-time aggregate of every read in one bucket of one aggregate (module docstring).
 
     Args:
         table: the bucket's reads and writes (columns in the module docstring).
@@ -88,90 +216,36 @@ def sweep_table(table: pa.Table, spec: SweepSpec) -> pa.Table:
         ``r_seq`` (int64), ``a`` (typed per function: int64 for counts and
         times, float64 for averages and decayed values, the payload's type
         for picks, ``Min``/``Max``, lists for ``Sequence``/``Set``), ``n``
-        (int64), one row per read.
+        (int64, ``-1`` for a null key), one row per read, in table order.
 
     Raises:
         ValueError: an unknown function, or a bucket whose keys and time span
             do not fit the int64 sort key.
+
+    Source: SPEC §3.2, §3.3 (:func:`_sweep_rows`; :func:`sweep_group` sweeps
+    several aggregates' rows the same way).
     """
     kernel = KERNELS.get(spec.function)
     if kernel is None:
         raise ValueError(f"aggregate function {spec.function} has no sweep")
+    table = table.combine_chunks()
     role = table.column("role").to_numpy(zero_copy_only=False).astype(np.int8)
-    t_all = table.column("t").to_numpy(zero_copy_only=False).astype(np.int64)
-    seq_all = table.column("seq").to_numpy(zero_copy_only=False).astype(np.int64)
     rk = table.column("rk").combine_chunks() if table.num_rows else pa.array([], pa.string())
-    enc = pc.dictionary_encode(rk)
-    kid_all = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-
-    is_read = role == 1
-    read_rows = np.flatnonzero(is_read)
-    r_seq_out = seq_all[read_rows]
-    n_out = np.full(len(read_rows), -1, dtype=np.int64)
+    kid = pc.dictionary_encode(rk).indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    o = _order(kid, table.column("t").to_numpy(zero_copy_only=False).astype(np.int64),
+               table.column("seq").to_numpy(zero_copy_only=False).astype(np.int64))
     a_type = kernel.result_type(table.schema.field("p").type if "p" in table.column_names else None,
                                 spec.int_values)
-
-    valid = kid_all >= 0
-    rows = np.flatnonzero(valid)
-    # merged order: key, time, arrival, then write before read when inclusive
-    tie = role[rows] if spec.inclusive else (1 - role[rows])
-    order = rows[np.lexsort((tie, seq_all[rows], t_all[rows], kid_all[rows]))]
-    o_write = role[order] == 0
-    w_rows = order[o_write]  # table rows of the writes, in write order
-    before = np.cumsum(o_write) - o_write  # writes before each merged position
-    r_pos = np.flatnonzero(~o_write)
-    r_rows = order[r_pos]  # table rows of the keyed reads, in merged order
-    hi = before[r_pos].astype(np.int64)
-    r_kid = kid_all[r_rows]
-    r_t = t_all[r_rows]
-    w_kid = kid_all[w_rows]
-    w_t = t_all[w_rows]
-
-    decayed = kernel.windowless
-    # first write of the read's key (key_start) and first one inside the window (lo)
-    tmin = int(t_all[rows].min()) if len(rows) else 0
-    tmax = int(t_all[rows].max()) if len(rows) else 0
-    span = tmax - tmin + 2
-    nkeys = int(kid_all.max()) + 2 if len(kid_all) else 1
-    if span * nkeys >= (1 << 62):
-        raise ValueError(f"bucket too wide for the sweep's sort key ({nkeys} keys over {span} ms)")
-    w_comp = w_kid * span + (w_t - tmin)
-    key_start = np.searchsorted(w_comp, r_kid * span, "left")
-    if decayed:
-        lo = key_start
-    else:
-        W, r = spec.window_ms, spec.resolution_ms
-        lo_t = (np.floor_divide(r_t - W, r) + 1) * r
-        if "ra" in table.column_names:
-            ra_col = table.column("ra").combine_chunks().take(pa.array(r_rows))
-            has_a = ra_col.is_valid().to_numpy(zero_copy_only=False)
-            if has_a.any():
-                ra = ra_col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-                lo_a = (np.floor_divide(ra, r) + 1) * r
-                lo_t = np.where(has_a, np.maximum(lo_t, lo_a), lo_t)
-        rel = np.clip(lo_t - tmin, 0, span - 1)
-        lo = np.searchsorted(w_comp, r_kid * span + rel, "left")
-    lo = np.minimum(lo, hi)
-    lo_all = lo  # before limit n
-    if spec.limit is not None:
-        lo = np.maximum(lo, hi - spec.limit)
-    n = hi - lo
-    late = _arrived_before(seq_all[w_rows], w_kid, seq_all[r_rows], hi, key_start)
-
-    # results in merged-read order, then scattered to the table's read order
+    is_read = role == 1
+    read_rows = np.flatnonzero(is_read)
+    ra = table.column("ra").combine_chunks() if "ra" in table.column_names else None
+    r_rows, a_vals, n = _sweep_rows(o, role == 0, is_read, table, ra, spec, a_type)
     r_index = np.searchsorted(read_rows, r_rows)
-    if (n > 0).any():
-        a_vals = kernel(Batch(table, w_rows, w_kid, w_t, lo, hi, r_t, spec.window_ms, spec.int_values))
-    else:
-        a_vals = pa.nulls(len(lo), a_type)
-    if len(late):
-        a_vals, n = _recount(kernel, table, spec, a_vals, n, late, lo_all, hi, seq_all[w_rows], seq_all[r_rows],
-                             w_rows, w_t, r_t, a_type)
+    n_out = np.full(len(read_rows), -1, dtype=np.int64)
     n_out[r_index] = n
     a_full = _scatter(a_vals, r_index, len(read_rows), a_type)
-    if decayed:
-        n_out[r_index] = (n > 0).astype(np.int64)
-    return pa.table({"r_seq": pa.array(r_seq_out, pa.int64()), "a": a_full, "n": pa.array(n_out, pa.int64())})
+    return pa.table({"r_seq": pa.array(o.seq[read_rows], pa.int64()), "a": a_full,
+                     "n": pa.array(n_out, pa.int64())})
 
 
 def _arrived_before(w_seq: np.ndarray, w_kid: np.ndarray, r_seq: np.ndarray, hi: np.ndarray,
@@ -256,153 +330,136 @@ def _scatter(values: pa.Array, index: np.ndarray, size: int, typ: pa.DataType) -
 
 
 # ---------------------------------------------------------------------- Spark
-@dataclass(frozen=True)
-class SweepPart:
-    """One aggregate of a batched sweep (:func:`sweep_stage`).
-
-    Attributes:
-        frame: its reads and writes, unioned (:func:`sweep_union`).
-        spec: what to compute.
-        payload: its payload columns in ``frame`` (``x_<g>``, ``p_<g>``, ...),
-            by kernel name (``x``, ``p``, ``u``, ``slot``, ``rho``).
-        a_type: the Spark type of its ``a`` column.
-        a_column: the name of its result column in :func:`sweep_stage`'s
-            output (shared by the parts of the same result type).
-    """
-
-    frame: object
-    spec: SweepSpec
-    payload: tuple[tuple[str, str], ...]
-    a_type: object
-    a_column: str
+#: Aggregates per mask word of a key group's rows: two bits each (write, read) in a signed long.
+PARTS_PER_WORD = 31
 
 
-def _type_tag(data_type) -> str:
-    """A short column-name suffix for a Spark type: parts of one type share a column."""
-    import hashlib
-
-    return hashlib.md5(data_type.simpleString().encode()).hexdigest()[:10]
-
-
-def sweep_union(reads, writes, function: str, value_types, names, inclusive: bool, window_ms: int,
-                resolution_ms: int, limit: int | None, g: int) -> SweepPart:
-    """The reads and writes of one aggregate as one frame for :func:`sweep_stage`.
+def mask_bits(i: int) -> tuple[str, int, int]:
+    """Where part ``i`` of a key group keeps its row masks (:func:`sweep_group`).
 
     Args:
-        reads: ``r_seq``, ``r_t``, ``r_rk`` (null for a null key), ``r_a``
-            (``writer.pointintime``'s read frame).
-        writes: ``w_rk``, ``t``, ``seq``, ``v0..`` (the state's counted writes).
-        function: the aggregate function.
-        value_types, names: the state's value types and value names (struct
-            payloads of ``Latest``/``First``/``Sequence``; ``Set`` tuples are
-            ``_1, _2, ..``).
-        inclusive: whether a read counts its own event's write.
-        window_ms, resolution_ms: ``W`` and ``r`` in ms.
-        limit: ``limit n`` or None.
-        g: the aggregate's number in its batch (column ``g``). Payload
-            columns are named by kernel name and type (``p_<tag>``), so the
-            parts of a batch share them: a unioned row carries a few columns,
-            not a few per aggregate.
+        i: the part's position in the group (``>= 0``).
 
     Returns:
-        A :class:`SweepPart`: columns ``g``, ``rk``, ``t``, ``seq``,
-        ``role``, ``ra`` and the payload columns the function needs (module
-        docstring), computed with Spark built-ins.
+        ``(column, write_bit, read_bit)``: the long mask column ``_m<w>`` and
+        the values of the two bits (a row is a write of part ``i`` iff
+        ``column & write_bit``, a read iff ``column & read_bit``).
     """
-    from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_type, to_arrow_type
-
-    from compiler.algebra.spark import SPARK
-
-    form = SPARK[function]
-    vals = [F.col(f"v{i}") for i in range(len(value_types))]
-    int_values = bool(value_types) and value_types[0] == "int"
-    payload = form.sweep_columns(value_types, names, vals)
-    probe = writes.select(*[c.alias(k) for k, c in payload.items()]).schema  # analysis only
-    cols = {k: f"{k}_{_type_tag(probe[k].dataType)}" for k in payload}
-    w = writes.select(F.lit(g).alias("g"), F.col("w_rk").alias("rk"), "t", "seq", F.lit(0).cast("byte").alias("role"),
-                      F.lit(None).cast("long").alias("ra"), *[c.alias(cols[k]) for k, c in payload.items()])
-    typed = {f.name: f.dataType for f in w.schema.fields}
-    r = reads.select(F.lit(g).alias("g"), F.col("r_rk").alias("rk"), F.col("r_t").alias("t"),
-                     F.col("r_seq").alias("seq"), F.lit(1).cast("byte").alias("role"),
-                     F.col("r_a").cast("long").alias("ra"),
-                     *[F.lit(None).cast(typed[cols[k]]).alias(cols[k]) for k in payload])
-    p_type = to_arrow_type(typed[cols["p"]]) if "p" in cols else None
-    a_type = from_arrow_type(KERNELS[function].result_type(p_type, int_values))
-    spec = SweepSpec(function, int(window_ms), int(resolution_ms), limit, inclusive, int_values)
-    return SweepPart(w.unionByName(r), spec, tuple(cols.items()), a_type, f"a_{_type_tag(a_type)}")
+    j = i % PARTS_PER_WORD
+    return f"_m{i // PARTS_PER_WORD}", 1 << (2 * j), 1 << (2 * j + 1)
 
 
-def sweep_stage(parts: list[SweepPart], buckets: int):
-    """Point-in-time values of several aggregates in one shuffle and one sweep per key bucket.
+@dataclass(frozen=True)
+class GroupPart:
+    """One aggregate of a key group (:func:`sweep_group`).
 
-    The parts' frames are unioned, shuffled once by ``(g, rk)`` into
-    ``buckets`` groups (``groupBy(bucket).applyInArrow``), and each bucket
-    sweeps each of its aggregates (:func:`sweep_table`).
+    Attributes:
+        spec: what to compute.
+        payload: its payload columns in the group's frame, as
+            ``((kernel name, column), ..)`` (kernel names ``x``, ``p``,
+            ``u``, ``slot``, ``rho``: ``compiler.algebra.spark.SparkAggregate.sweep_columns``);
+            parts with the same payload share a column.
+        after: the column holding its reads' ``after`` time (long ms, null
+            for none), or None (no ``after``).
+        a_type: the Spark type of its aggregate ``a`` (before the
+            empty-window rule).
+    """
+
+    spec: SweepSpec
+    payload: tuple[tuple[str, str], ...]
+    after: str | None
+    a_type: object
+
+
+def sweep_group(frame, parts: list[GroupPart], buckets: int):
+    """Point-in-time values of the aggregates of one key group: one shuffle, one sweep per key bucket.
+
+    The shape of Chronon's UnionJoin (CHIP-11), with the rows shared by
+    every aggregate whose state has the same key types: ``frame`` holds one
+    row per (event, key value) -- an event whose reads and writes of the
+    group's aggregates use several key expressions has one row per
+    expression -- with every part's payload as columns and two bits per
+    part (:func:`mask_bits`): the row is a write of the part (its ``where``
+    and non-null rules met, SPEC §2.4), the row is a read of the part. The
+    frame is shuffled once by key into ``buckets`` groups
+    (``groupBy(bucket).applyInArrow``); each bucket is sorted once by
+    ``(key, time, arrival)`` and each part is swept over its masked rows
+    with the function's kernel (:func:`_sweep_rows`, SPEC §3.2, §3.3).
 
     Args:
-        parts: the aggregates (:func:`sweep_union`, ``g`` = position).
+        frame: columns ``k`` (string: the encoded key tuple, null for a
+            null key component, which only reads may have), ``t`` (long
+            ms), ``seq`` (long arrival), ``e`` (int: the row's event type,
+            carried to the output), the mask words ``_m0..`` (long) and the
+            parts' payload and ``after`` columns.
+        parts: the group's aggregates; part ``i`` uses :func:`mask_bits` ``(i)``.
         buckets: number of key buckets (one Python call each).
 
     Returns:
-        A DataFrame ``r_seq``, ``g``, ``n`` (``-1`` for a null key) and one
-        result column per result type (``SweepPart.a_column``; a row's
-        value is in its part's column): one row per (part, read).
+        A DataFrame ``r_seq`` (long), ``e`` (int), and per part ``i``
+        ``n<i>`` (long: counted writes, ``-1`` for a null key, null where
+        the row is not a read of part ``i``) and ``a<i>`` (``a_type``):
+        one row per frame row that is a read of some part.
 
     Raises:
-        ValueError: (in the tasks) a function without a sweep.
+        ValueError: (in the tasks) a function without a sweep, or a bucket
+            too wide for the sort key.
     """
     from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_type
     from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
-    frame = parts[0].frame
-    for p in parts[1:]:
-        frame = frame.unionByName(p.frame, allowMissingColumns=True)
-    frame = frame.withColumn("_b", F.pmod(F.xxhash64("g", "rk"), F.lit(buckets)))
-    fields = [StructField("r_seq", LongType()), StructField("g", IntegerType()), StructField("n", LongType())]
-    a_cols: dict[str, object] = {}
-    for p in parts:
-        a_cols.setdefault(p.a_column, p.a_type)
-    fields += [StructField(name, typ) for name, typ in a_cols.items()]
+    fields = [StructField("r_seq", LongType()), StructField("e", IntegerType())]
+    for i, p in enumerate(parts):
+        fields += [StructField(f"n{i}", LongType()), StructField(f"a{i}", p.a_type)]
     schema = StructType(fields)
-    from pyspark.sql.pandas.types import to_arrow_type
-
     specs = [p.spec for p in parts]
     payloads = [p.payload for p in parts]
-    outputs = [(name, to_arrow_type(typ)) for name, typ in a_cols.items()]
-    a_of = [p.a_column for p in parts]
+    afters = [p.after for p in parts]
+    a_types = [to_arrow_type(p.a_type) for p in parts]
+    keyed = frame.withColumn("_b", F.pmod(F.xxhash64("k"), F.lit(buckets)))
 
     def sweep_bucket(table: pa.Table) -> pa.Table:
         # a plain function with type hints: applyInArrow infers its form from them
-        return _sweep_bucket(table, specs, payloads, outputs, a_of)
+        return _sweep_group_bucket(table, specs, payloads, afters, a_types)
 
-    return frame.groupBy("_b").applyInArrow(sweep_bucket, schema)
+    return keyed.groupBy("_b").applyInArrow(sweep_bucket, schema)
 
 
-def _sweep_bucket(table: pa.Table, specs: list[SweepSpec], payloads, outputs: list[tuple[str, pa.DataType]],
-                  a_of: list[str]) -> pa.Table:
-    """One bucket of :func:`sweep_stage`: each aggregate present, swept apart; wide output."""
-    gcol = table.column("g").to_numpy(zero_copy_only=False)
-    parts = []
-    for g in np.unique(gcol):
-        g = int(g)
-        sel = pa.array(np.flatnonzero(gcol == g))
-        cols = {k: table.column(k).take(sel) for k in ("rk", "t", "seq", "role", "ra")}
-        for kernel_name, col in payloads[g]:
-            cols[kernel_name] = table.column(col).take(sel)
-        parts.append((g, sweep_table(pa.table(cols), specs[g])))
-    total = sum(res.num_rows for _, res in parts)
-    out = {
-        "r_seq": pa.concat_arrays([res.column("r_seq").combine_chunks() for _, res in parts] or [pa.array([], pa.int64())]),
-        "g": pa.array(np.concatenate([np.full(res.num_rows, g, dtype=np.int32) for g, res in parts] or
-                                     [np.zeros(0, np.int32)])),
-        "n": pa.concat_arrays([res.column("n").combine_chunks() for _, res in parts] or [pa.array([], pa.int64())]),
-    }
-    for name, typ in outputs:
-        pieces = []
-        for h, res in parts:
-            pieces.append(res.column("a").combine_chunks().cast(typ) if a_of[h] == name else pa.nulls(res.num_rows, typ))
-        out[name] = pa.concat_arrays(pieces) if pieces else pa.nulls(total, typ)
+def _sweep_group_bucket(table: pa.Table, specs: list[SweepSpec], payloads, afters: list[str | None],
+                        a_types: list[pa.DataType]) -> pa.Table:
+    """One bucket of :func:`sweep_group`: one sort, each part swept over its masked rows; one row per read row."""
+    table = table.combine_chunks()
+    k = table.column("k").combine_chunks() if table.num_rows else pa.array([], pa.string())
+    kid = pc.dictionary_encode(k).indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    o = _order(kid, table.column("t").to_numpy(zero_copy_only=False).astype(np.int64),
+               table.column("seq").to_numpy(zero_copy_only=False).astype(np.int64))
+    words: dict[str, np.ndarray] = {}
+    any_read = np.zeros(table.num_rows, dtype=bool)
+    bits = []
+    for i in range(len(specs)):
+        col, wb, rb = mask_bits(i)
+        if col not in words:
+            words[col] = table.column(col).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        is_read = (words[col] & rb) != 0
+        any_read |= is_read
+        bits.append(((words[col] & wb) != 0, is_read))
+    out_rows = np.flatnonzero(any_read)
+    size = len(out_rows)
+    out = {"r_seq": pa.array(o.seq[out_rows], pa.int64()),
+           "e": table.column("e").take(pa.array(out_rows)).cast(pa.int32())}
+    for i, spec in enumerate(specs):
+        is_write, is_read = bits[i]
+        cols = {name: table.column(col) for name, col in payloads[i]}
+        part = pa.table(cols)
+        ra = table.column(afters[i]) if afters[i] is not None else None
+        r_rows, a_vals, n = _sweep_rows(o, is_write, is_read, part, ra, spec, a_types[i])
+        # every read of the part (null keys: n = -1, no aggregate); null where the row is no read of it
+        n_full = np.full(size, -1, dtype=np.int64)
+        index = np.searchsorted(out_rows, r_rows)
+        n_full[index] = n
+        out[f"n{i}"] = pa.array(n_full, pa.int64(), mask=~is_read[out_rows])
+        out[f"a{i}"] = _scatter(a_vals, index, size, a_types[i])
     # in batches: one Arrow batch of a hot key's millions of rows would be one JVM allocation
-    table = pa.table(out)
-    return pa.Table.from_batches(table.to_batches(max_chunksize=_OUT_BATCH_ROWS), schema=table.schema)
+    result = pa.table(out)
+    return pa.Table.from_batches(result.to_batches(max_chunksize=_OUT_BATCH_ROWS), schema=result.schema)

@@ -1,7 +1,8 @@
 """``writer.sweep``: the numpy kernel of point-in-time reads against brute force (SPEC §3.2, §3.3).
 
 No Spark here: :func:`writer.sweep.sweep_table` is called on pyarrow tables
-shaped like the buckets ``sweep_union`` hands it, and compared with a
+shaped like one aggregate's bucket, and :func:`writer.sweep._sweep_group_bucket`
+on a key group's shared rows (Chronon CHIP-11), both compared with a
 quadratic oracle that applies the rule read by read.
 
 The rule (SPEC §3.2 with the window rule of section 2; ``writer.pointintime``'s
@@ -47,7 +48,13 @@ Checked:
   mean, as Spark's ``avg`` and the store's float sum), and the refusal of a
   bucket too wide for the int64 sort key. The two cases near 2**63 caught a
   float-threshold overflow guard and int64-wrapping averages in the first
-  kernel.
+  kernel;
+* a key group's bucket (``writer.sweep.sweep_group``): up to four parts of
+  different functions, windows, ``limit``/inclusive/``after`` settings over
+  shared rows, an event reading and writing a part on rows of different
+  key values (or of one value twice), null read keys: each part's reads get
+  the oracle's values over that part's own writes; output in bounded
+  batches; the mask words' bit layout.
 """
 
 from __future__ import annotations
@@ -71,7 +78,7 @@ from writer.sweep import SweepSpec, sweep_table
 #: ``Sum`` is among them: its empty value is 0, and the kernel gives 0 (not null) for a read
 #: with no write when another read of the bucket has some.
 EMPTY_BY_CALLER = frozenset({"Count", "CountUnique", "HyperLogLog", "Sequence", "Set", "Sum"})
-#: The payload column each function reads (as ``sweep_union`` builds it); read rows hold nulls.
+#: The payload column each function reads (as ``writer.pointintime`` builds it); read rows hold nulls.
 X_FUNCTIONS = frozenset({"Sum", "Average", "DecayedSum", "DecayedAverage"})
 P_FUNCTIONS = frozenset({"Min", "Max", "Latest", "First", "Sequence", "Set"})
 
@@ -227,7 +234,7 @@ def _same(got: object, want: object) -> bool:
 
 # ------------------------------------------------------------------- buckets
 def to_table(spec: SweepSpec, events: list[Event], p_type: pa.DataType = pa.string()) -> pa.Table:
-    """The bucket ``sweep_union`` would hand the kernel: the function's payload columns, null on reads."""
+    """One aggregate's bucket for :func:`sweep_table`: the function's payload columns, null on reads."""
     fn = spec.function
 
     def on_writes(name: str) -> list:
@@ -537,20 +544,138 @@ def test_too_wide_bucket_is_refused():
         sweep_table(to_table(spec, [_ev("k", 0, 1, 0), _ev("k", 2**61, 2, 1)]), spec)
 
 
-def test_bucket_batches_and_writes_only_bucket():
-    """A stage bucket hands back its rows in bounded Arrow batches, and a bucket of writes only gives no rows."""
-    from writer.sweep import _sweep_bucket
+def _group_table(rows: list[dict], n_parts: int) -> pa.Table:
+    """A key group's bucket (``writer.sweep.sweep_group``): shared rows, mask words, shared payload columns."""
+    from writer.sweep import mask_bits
+
+    words: dict[str, list[int]] = {mask_bits(i)[0]: [0] * len(rows) for i in range(n_parts)}
+    for j, row in enumerate(rows):
+        for i in range(n_parts):
+            col, wb, rb = mask_bits(i)
+            words[col][j] |= (wb if i in row["w"] else 0) | (rb if i in row["r"] else 0)
+    return pa.table({
+        "k": pa.array([r["k"] for r in rows], pa.string()),
+        "t": pa.array([r["t"] for r in rows], pa.int64()),
+        "seq": pa.array([r["seq"] for r in rows], pa.int64()),
+        "e": pa.array([7] * len(rows), pa.int32()),
+        **{col: pa.array(v, pa.int64()) for col, v in words.items()},
+        "cx": pa.array([r["x"] for r in rows], pa.float64()),
+        "cp": pa.array([r["p"] for r in rows], pa.string()),
+        "cu": pa.array([r["u"] for r in rows], pa.string()),
+        "ca": pa.array([r["ra"] for r in rows], pa.int64()),
+    })
+
+
+GROUP_FUNCTIONS = ("Count", "Sum", "Average", "Max", "CountUnique", "Latest", "LatestTime", "First", "Sequence",
+                   "Set", "DecayedSum", "DecayedAverage")
+
+
+@st.composite
+def group_buckets(draw, max_parts: int = 4):
+    """Specs of a key group and its shared rows: each event has one or two rows (key values), and each
+    part reads on one of them (or none) and writes on one of them (or none), as a topology reading by
+    ``dest`` and writing by ``origin`` does."""
+    n_parts = draw(st.integers(1, max_parts))
+    specs = []
+    for _ in range(n_parts):
+        fn = draw(st.sampled_from(GROUP_FUNCTIONS))
+        decayed = fn.startswith("Decayed")
+        r = draw(st.sampled_from((1000, 60_000)))
+        limit = None if decayed else draw(st.one_of(st.none(), st.integers(1, 3)))
+        specs.append(SweepSpec(fn, r * draw(st.sampled_from((1, 2, 5, 10))), r, limit, draw(st.booleans())))
+    afters = [draw(st.booleans()) for _ in specs]
+    unit = draw(st.sampled_from(UNITS))
+    base = draw(st.sampled_from(BASES))
+    keys = draw(st.lists(st.sampled_from(KEYS[:-1]), min_size=1, max_size=3, unique=True)) + [None]
+    rows = []
+    for seq in range(draw(st.integers(0, 30))):
+        t = base + draw(st.integers(0, 20)) * unit + draw(st.sampled_from((0, 0, -1, 1)))
+        ks = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=2))  # one or two key values (may be equal)
+        da = draw(st.one_of(st.none(), st.integers(-130_000, 5_000)))
+        x, p, u = draw(FLOATS.filter(lambda v: abs(v) < 1e6)), draw(STRINGS), draw(st.sampled_from("uvw"))
+        mine = [{"k": k, "t": t, "seq": seq, "x": x, "p": p, "u": u, "ra": None if da is None else t + da,
+                 "w": set(), "r": set()} for k in ks]
+        for i in range(n_parts):
+            read = draw(st.sampled_from([None, *range(len(ks))]))
+            write = draw(st.sampled_from([None, *range(len(ks))]))
+            if read is not None:
+                mine[read]["r"].add(i)
+            if write is not None and ks[write] is not None:  # only reads have null keys
+                mine[write]["w"].add(i)
+        rows += [m for m in mine if m["w"] or m["r"]]
+    order = draw(st.permutations(range(len(rows))))
+    return specs, afters, [rows[i] for i in order]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_group_bucket_equals_brute_force_per_part(data):
+    """A key group's shared rows, swept once per part over its masks, give each part's reads the oracle's values.
+
+    Chronon CHIP-11 row sharing (``writer.sweep.sweep_group``): the oracle sees each part's own writes
+    and reads, as ``sweep_table`` would; one event may read and write a part on different rows.
+    """
+    from compiler.algebra.arrow import KERNELS
+    from writer.sweep import _sweep_group_bucket
+
+    specs, afters, rows = data.draw(group_buckets())
+    table = _group_table(rows, len(specs))
+    payloads = [(("x", "cx"), ("p", "cp"), ("u", "cu")) for _ in specs]
+    a_types = [KERNELS[s.function].result_type(pa.string(), False) for s in specs]
+    out = _sweep_group_bucket(table, specs, payloads, ["ca" if a else None for a in afters], a_types)
+    got = out.to_pylist()
+    assert Counter(r["r_seq"] for r in got) == Counter(r["seq"] for r in rows if r["r"])
+    for i, spec in enumerate(specs):
+        events = []
+        for r in rows:
+            ra = r["ra"] if afters[i] else None
+            if i in r["w"]:
+                events.append(Event(r["k"], r["t"], r["seq"], 0, None, r["x"], r["p"], r["u"], 0, 1))
+            if i in r["r"]:
+                events.append(Event(r["k"], r["t"], r["seq"], 1, ra, None, None, None, 0, 1))
+        want = brute(spec, events)
+        mine = [r for r in got if r[f"n{i}"] is not None]
+        assert sorted(r["r_seq"] for r in mine) == sorted(want)
+        for r in mine:
+            a, n = want[r["r_seq"]]
+            got_a, got_n = _plain(r[f"a{i}"]), r[f"n{i}"]
+            msg = f"part {i} {spec}: read {r['r_seq']} got (a={got_a!r}, n={got_n}), want (a={a!r}, n={n})"
+            assert got_n == n, msg
+            if n == 0 and spec.function in EMPTY_BY_CALLER:
+                continue
+            if n <= 0:
+                assert got_a is None, msg
+            else:
+                assert _same(got_a, a), msg
+
+
+def test_group_bucket_batches_and_writes_only_bucket():
+    """A group bucket hands back its rows in bounded Arrow batches, and a bucket of writes only gives no rows."""
+    from writer.sweep import _sweep_group_bucket, mask_bits
 
     spec = SweepSpec("Count", 60_000, 1_000, None, True)
+    col, wb, rb = mask_bits(0)
     n = 70_000
-    writes_only = pa.table({"g": pa.array([0, 0], pa.int32()), "rk": ["k", "k"], "t": pa.array([1, 2], pa.int64()),
-                            "seq": pa.array([0, 1], pa.int64()), "role": pa.array([0, 0], pa.int8()),
-                            "ra": pa.array([None, None], pa.int64())})
-    out = _sweep_bucket(writes_only, [spec], [()], [("a_x", pa.int64())], ["a_x"])
-    assert out.num_rows == 0 and out.column_names == ["r_seq", "g", "n", "a_x"]
-    reads = pa.table({"g": pa.array([0] * n, pa.int32()), "rk": ["k"] * n, "t": pa.array(range(n), pa.int64()),
-                      "seq": pa.array(range(n), pa.int64()), "role": pa.array([1] * n, pa.int8()),
-                      "ra": pa.array([None] * n, pa.int64())})
-    out = _sweep_bucket(pa.concat_tables([writes_only, reads]), [spec], [()], [("a_x", pa.int64())], ["a_x"])
+
+    def rows(ts, bit):
+        return pa.table({"k": ["k"] * len(ts), "t": pa.array(ts, pa.int64()), "seq": pa.array(ts, pa.int64()),
+                         "e": pa.array([0] * len(ts), pa.int32()), col: pa.array([bit] * len(ts), pa.int64())})
+
+    writes_only = rows([1, 2], wb)
+    out = _sweep_group_bucket(writes_only, [spec], [()], [None], [pa.int64()])
+    assert out.num_rows == 0 and out.column_names == ["r_seq", "e", "n0", "a0"]
+    out = _sweep_group_bucket(pa.concat_tables([writes_only, rows(list(range(3, n + 3)), rb)]), [spec], [()],
+                              [None], [pa.int64()])
     assert out.num_rows == n and max(b.num_rows for b in out.to_batches()) <= 65_536
-    assert sorted(out.column("n").to_pylist())[-1] == 2  # the two writes, at t=1 and 2, before later reads
+    assert sorted(out.column("n0").to_pylist())[-1] == 2  # the two writes, at t=1 and 2, before later reads
+
+
+def test_mask_bits_fill_signed_longs():
+    """Two bits per part, 31 parts per long mask word: every bit below 2**62, distinct within a word."""
+    from writer.sweep import PARTS_PER_WORD, mask_bits
+
+    seen: dict[str, int] = {}
+    for i in range(3 * PARTS_PER_WORD):
+        col, wb, rb = mask_bits(i)
+        assert col == f"_m{i // PARTS_PER_WORD}" and wb < rb < 2**62 and not (seen.get(col, 0) & (wb | rb))
+        seen[col] = seen.get(col, 0) | wb | rb
