@@ -200,13 +200,17 @@ def merge_params(states) -> dict[str, tuple[int, int, int, int, int | None, str]
 
 
 def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: dict,
-               fault: tuple[int, int, str] | None = None):
+               fault: tuple[int, int, str] | None = None, specs: list | None = None):
     """Merge one partition of ``writer.tilepass.merge_rows_all`` keys into Redis, exactly once per key (SPEC §5.7).
 
     A ``mapInArrow`` function: rows arrive as Arrow record batches, one row
     per key (``rk``; ``ops``, its merge ops as ``[mode, field, value]``;
     ``t``, its latest write time in ms), read with ``to_pylist`` (no Python
-    object per op until here). Each key gets ONE ``event.lua`` call: ``B``
+    object per op until here). With ``specs``, rows are instead the
+    partition's writes (``writer.tilepass.write_rows``, all rows of a key in
+    this partition) and the per-key ops come from
+    ``compiler.algebra.arrowtiles.merge_ops`` (numpy, no Spark
+    aggregation). Each key gets ONE ``event.lua`` call: ``B``
     (the guard: skip everything if the key's ``marker`` field already holds
     a batch id ``>= batch_id``, else record ``batch_id``), the merge ops,
     then ``X`` (prune and ``PEXPIRE`` W + r by the store's clock, as serving
@@ -225,6 +229,8 @@ def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: 
         fault: test-only fault injection ``(batch_id, keys, path)``: in that
             batch, after ``keys`` keys of this partition are applied, create
             ``path`` and hang (so a test can SIGKILL the job mid-batch).
+        specs: ``writer.tilepass.tile_specs`` of the states (``g`` indexes
+            it) when the rows are writes; ``None`` when they are per-key ops.
 
     Yields:
         One record batch ``applied``, ``skipped`` (int64 key counts; skipped:
@@ -284,7 +290,7 @@ def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: 
                 ms, v, c = value.split("\t")
                 args += ["DM", 1, ms, v, c, w]
             elif mode == "ZM":
-                for m in orjson.loads(value):
+                for m in (orjson.loads(value) if isinstance(value, str) else value):
                     args += ["ZM", 1, m["t"], m["r"], m["j"], limit, m["t"] - w - r - ALLOWED_LATENESS_S * 1000, ttl]
             else:
                 raise ValueError(f"unknown merge mode {mode}")
@@ -298,9 +304,16 @@ def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: 
             flush()
 
     try:
-        for batch in batches:
-            for rk, ops, latest in zip(batch.column("rk").to_pylist(), batch.column("ops").to_pylist(),
-                                       batch.column("t").to_pylist()):
+        if specs is None:
+            for batch in batches:
+                for rk, ops, latest in zip(batch.column("rk").to_pylist(), batch.column("ops").to_pylist(),
+                                           batch.column("t").to_pylist()):
+                    send(rk, ops, latest)
+        else:
+            from compiler.algebra.arrowtiles import merge_ops
+
+            got = list(batches)  # none for an empty partition
+            for rk, ops, latest in merge_ops(pa.Table.from_batches(got), specs) if got else ():
                 send(rk, ops, latest)
         if pending:
             flush()

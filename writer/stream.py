@@ -67,10 +67,10 @@ from pyspark.sql import functions as F
 from compiler.algebra.storekeys import DEFAULT_ID_TTL_S
 from compiler.plan import Plan, StateSpec
 from compiler.typesystem import time_column
-from writer.session import checkpoint_without_codegen, drop_checkpoint
+from writer.session import without_codegen
 from writer.sink import claim_ids, merge_keys, merge_params
 from writer.sources import event_id, mark_repeated_ids, valid
-from writer.tilepass import merge_rows_all
+from writer.tilepass import tile_specs, write_rows
 from writer.tiles import feature_frames
 
 #: Batch records older than this many batches are deleted (their totals live on in later records).
@@ -309,6 +309,7 @@ class BatchProcessor:
         self.on_batch = on_batch
         self.states: list[StateSpec] = sorted(plan.states.values(), key=lambda s: s.definition_hash)
         self.params = merge_params(self.states)
+        self.specs = tile_specs(self.states)
         self.results: list[BatchResult] = []
         self.error: BaseException | None = None
 
@@ -471,23 +472,21 @@ class BatchProcessor:
 
     def _merge(self, spark: SparkSession, events: DataFrame, batch_id: int) -> tuple[int, int]:
         """Merge the partial aggregates of ``events`` into the store; return ``(applied, skipped)`` keys."""
-        # The input-coercion projections are wide: each writer event type's
-        # features go into a lazy local checkpoint (planned without whole-stage
-        # codegen, computed by the merge job itself). Building the merge plan
-        # over the checkpoints' short lineage is fast, where every DataFrame
-        # step over a persisted frame re-checked the whole input-coercion plan
-        # (py-spy: 2.0 s of plan building per batch, 0.8 s now).
-        frames = {ev: checkpoint_without_codegen(df, StorageLevel.MEMORY_AND_DISK, eager=False)
-                  for ev, df in feature_frames(events, self.plan, self.states).items()}
-        try:
-            # all merged-tile states in one pass (writer.tilepass), one row per key
-            rows = merge_rows_all(frames, self.states, spark.sparkContext.defaultParallelism)
-            url, marker, params, fault = self.url, self.marker, self.params, self.fault
-            out = rows.mapInArrow(lambda it: merge_keys(it, url, batch_id, marker, params, fault),
+        # One job: each writer event type's features (input coercion: wide
+        # projections, so planned without whole-stage codegen) and all its
+        # states' writes in one projection, shuffled by key once
+        # (writer.tilepass.write_rows); each partition's partial aggregates
+        # and merge ops in numpy (compiler.algebra.arrowtiles), applied per key
+        # (writer.sink.merge_keys). It replaced a Spark aggregation per kind of
+        # partial and per write-log state: ~10 stages and ~26 tasks for 10k events.
+        frames = feature_frames(events, self.plan, self.states)
+        url, marker, params, fault, specs = self.url, self.marker, self.params, self.fault, self.specs
+        with without_codegen(spark):
+            rows = write_rows(frames, self.states, spark.sparkContext.defaultParallelism)
+            if rows is None:
+                return 0, 0
+            out = rows.mapInArrow(lambda it: merge_keys(it, url, batch_id, marker, params, fault, specs),
                                   "applied long, skipped long").collect()
-        finally:
-            for df in frames.values():
-                drop_checkpoint(df)
         return sum(r["applied"] for r in out), sum(r["skipped"] for r in out)
 
 

@@ -47,7 +47,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from compiler.algebra.registry import storage_of
-from compiler.algebra.spark import SPARK, TileForm, encode_tuple_column, redis_key_column
+from compiler.algebra.spark import SPARK, TileForm, encode_tuple_column, redis_key_column, values_json_column
 from compiler.algebra.windows import LEVEL_CODE, levels_s
 from compiler.plan import StateSpec
 from writer.sources import counted
@@ -85,8 +85,14 @@ _SCHEMAS = {
 }
 
 
+#: the write columns of :func:`write_rows` (``compiler.algebra.arrowtiles.WRITE_COLUMNS``)
+_ALL_SCHEMA = {"g": "int", "rk": "string", "t": "long", "seq": "long", "vi": "long", "vl": "long", "vd": "double",
+               "vs": "string", "j": "string", "slot": "int", "rho": "int", "u": "string", "x": "double"}
+
+
 def _write_struct(st: StateSpec, g: int, ev: str, group: str, counted: Column) -> Column:
-    """One state's write of an ``ev`` event as a struct of ``_SCHEMAS[group]``, null when not counted.
+    """One state's write of an ``ev`` event as a struct of ``_SCHEMAS[group]`` (``group`` ``"all"``:
+    :data:`_ALL_SCHEMA`, every kind of state), null when not counted.
 
     ``counted`` is ``writer.sources.counted`` of the event's frame (false for
     a repeated ``_id``); the state's ``where`` and non-null rules come on top.
@@ -101,15 +107,25 @@ def _write_struct(st: StateSpec, g: int, ev: str, group: str, counted: Column) -
     for n in list(w.values) + list(w.keys):
         cond = cond & F.col(f"f_{n}").isNotNull()
     key = encode_tuple_column([F.col(f"f_{k}") for k in w.keys], st.key_types)
+    vals = [F.col(f"f_{n}") for n in w.values]
     cols = {"g": F.lit(g), "rk": redis_key_column(key, len(st.key_types), st.definition_hash),
-            "t": F.col("_time_ms"), "seq": F.col("_seq"),
-            **SPARK[st.function].write_columns(st.value_types, [F.col(f"f_{n}") for n in w.values])}
+            "t": F.col("_time_ms"), "seq": F.col("_seq")}
+    storage = storage_of(st)
+    if storage == "log":
+        cols["j"] = values_json_column(len(st.value_types), vals)
+    elif storage == "decayed":
+        cols["x"] = SPARK[st.function].decay_value(vals)
+    else:
+        cols.update(SPARK[st.function].write_columns(st.value_types, vals))
+    schema = _ALL_SCHEMA if group == "all" else _SCHEMAS[group]
     return F.when(cond, F.struct(*[
-        (cols[c] if c in cols else F.lit(None)).cast(tp).alias(c) for c, tp in _SCHEMAS[group].items()]))
+        (cols[c] if c in cols else F.lit(None)).cast(tp).alias(c) for c, tp in schema.items()]))
 
 
-def _write_structs(frames: dict[str, DataFrame], states: Sequence[StateSpec], group: str) -> DataFrame | None:
-    """Step 1: one row per counted write of every state of ``group`` (columns ``_SCHEMAS[group]``).
+def _write_structs(frames: dict[str, DataFrame], states: Sequence[StateSpec], group: str,
+                   per_projection: int = STRUCTS_PER_PROJECTION) -> DataFrame | None:
+    """Step 1: one row per counted write of every state of ``group`` (columns ``_SCHEMAS[group]``;
+    ``"all"``: every state, columns :data:`_ALL_SCHEMA`).
 
     The struct expressions are built once per process (``writer.session.memo_column``).
     """
@@ -118,10 +134,10 @@ def _write_structs(frames: dict[str, DataFrame], states: Sequence[StateSpec], gr
     parts = []
     for ev in sorted(frames):
         mine = [(g, st) for g, st in enumerate(states)
-                if form(st) is not None and form(st).group == group and ev in st.writes]
+                if (group == "all" or (form(st) is not None and form(st).group == group)) and ev in st.writes]
         repeats = "_repeat" in frames[ev].columns  # the condition's tree differs: part of the memo key
-        for i in range(0, len(mine), STRUCTS_PER_PROJECTION):
-            chunk = mine[i:i + STRUCTS_PER_PROJECTION]
+        for i in range(0, len(mine), per_projection):
+            chunk = mine[i:i + per_projection]
             key = ("tilepass", group, ev, repeats, tuple((g, repr(st)) for g, st in chunk))
             arr = memo_column(key, lambda chunk=chunk, ev=ev: F.array(
                 *[_write_struct(st, g, ev, group, counted(frames[ev])) for g, st in chunk]))
@@ -369,3 +385,58 @@ def state_rows_all(frames: dict[str, DataFrame], states: Sequence[StateSpec], st
 
     return partial_rows(frames, states, (start_ms, end_ms), read_from_ms=end_ms,
                         key_partitions=key_partitions, finish=per_key)
+
+
+def tile_specs(states: Sequence[StateSpec]) -> list:
+    """Per state, its ``compiler.algebra.arrowtiles.TileSpec`` (what the Arrow target needs, as plain data).
+
+    Args:
+        states: the states; the result is indexed like them (``g``).
+
+    Returns:
+        A list of ``TileSpec``: storage kind, the Spark target's tile form
+        (group, components), the stored sizes (``levels_s``, ``(0,)``
+        untiled), the write log's ``n`` and ``W`` in ms.
+    """
+    from compiler.algebra.arrowtiles import TileSpec
+
+    out = []
+    for st in states:
+        f = form(st)
+        sizes = (levels_s(st.window_s) if f.tiled else (0,)) if f is not None else (0,)
+        out.append(TileSpec(storage_of(st), f.group if f is not None else None, tuple(sizes),
+                            tuple(f.components) if f is not None else (), st.limit, st.window_s * 1000))
+    return out
+
+
+def write_rows(frames: dict[str, DataFrame], states: Sequence[StateSpec], partitions: int) -> DataFrame:
+    """A micro-batch's counted writes of every state, hash-partitioned by key, for the Arrow merge pass.
+
+    One exploding projection per writer event type, all its states' writes
+    in it: the caller plans the job without whole-stage code generation
+    (``writer.session.without_codegen``; a generated method over this many
+    structs would exceed the JVM's 64 KB limit), so each event's features
+    are computed once, without a checkpoint. The same write rules as
+    :func:`partial_rows` (``counted``, ``where``, non-null values and key
+    components, SPEC §2.4); then one shuffle by ``rk``. The partial
+    aggregates are computed per partition by
+    ``compiler.algebra.arrowtiles.merge_ops`` (no Spark aggregation: the
+    stream's micro-batches are small, and each Spark stage costs more than
+    their work).
+
+    Args:
+        frames: ``writer.tiles.feature_frames`` output for the batch's events.
+        states: the states written (``g`` indexes them).
+        partitions: partitions of the shuffle (the cores).
+
+    Returns:
+        Columns :data:`_ALL_SCHEMA` (``compiler.algebra.arrowtiles.WRITE_COLUMNS``):
+        ``g``, ``rk``, ``t`` (ms), ``seq``, and per kind of state its write's
+        columns (tile forms: ``SparkAggregate.write_columns``; write logs:
+        ``j``, the values' JSON; ``Decayed*``: ``x``, the decayed value), the
+        others null. All rows of a key in one partition.
+    """
+    writes = _write_structs(frames, states, "all", per_projection=len(states) or 1)
+    if writes is None:
+        return None
+    return writes.repartition(partitions, "rk")

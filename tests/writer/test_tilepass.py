@@ -22,6 +22,8 @@ types it leaves out.
 
 from __future__ import annotations
 
+import math
+
 import orjson
 import pytest
 
@@ -29,7 +31,7 @@ from compiler import compile_sources
 from tests.writer.test_pit_oracle import TOPOLOGY, _timeline
 from tests.writer.tile_oracle import merge_rows, state_rows
 from writer.sources import read_events, valid
-from writer.tilepass import form, merge_rows_all, state_rows_all
+from writer.tilepass import form, merge_rows_all, state_rows_all, tile_specs, write_rows
 from writer.tiles import feature_frames
 from writer.writes import writes_of_state
 
@@ -111,3 +113,60 @@ def test_merge_rows_all_equals_merge_rows(frames, spark):
     assert {r["rk"]: r["t"] for r in got} == latest
     assert {m for _, _, _, m in new} >= {"I", "F", "MIN:n", "MIN:i", "MIN:s", "MAX:n", "MAX:i", "FI", "HMS",
                                          "SEEN", "DM", "ZM"}
+
+
+def _normal(mode: str, value) -> object:
+    """A merge op's value with its numbers as numbers (double texts differ: Java's vs Python's repr)."""
+    if mode == "ZM":
+        return orjson.loads(value) if isinstance(value, str) else value
+    if mode in ("F", "MIN:n", "MAX:n"):
+        return float(value)
+    if mode == "DM":
+        ms, v, w = value.split("\t")
+        return int(ms), float(v), float(w)
+    return value
+
+
+def _close(a, b) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-300)
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def test_arrow_merge_ops_equal_merge_rows_all(frames):
+    """The stream's Arrow pass (``write_rows`` + ``arrowtiles.merge_ops``) gives ``merge_rows_all``'s ops."""
+    import pyarrow as pa
+
+    from compiler.algebra.arrowtiles import merge_ops
+
+    _, states, fr, _ = frames
+    specs = tile_specs(states)
+
+    def ops_of(batches):
+        table = pa.Table.from_batches(list(batches))
+        out = [(rk, orjson.dumps(ops).decode(), t) for rk, ops, t in merge_ops(table, specs)]
+        yield pa.RecordBatch.from_pydict({"rk": [o[0] for o in out], "ops": [o[1] for o in out],
+                                          "t": [o[2] for o in out]},
+                                         schema=pa.schema([("rk", pa.string()), ("ops", pa.string()),
+                                                           ("t", pa.int64())]))
+
+    rows = write_rows(fr, states, 3)
+    assert rows.rdd.getNumPartitions() == 3
+    got = rows.mapInArrow(ops_of, "rk string, ops string, t long").collect()
+    assert len({r["rk"] for r in got}) == len(got), "a key's ops in two partitions"
+    want = {r["rk"]: r for r in merge_rows_all(fr, states, 3).collect()}
+    assert {r["rk"]: r["t"] for r in got} == {rk: r["t"] for rk, r in want.items()}
+    n_ops = 0
+    for r in got:
+        new = sorted(((mode, field, _normal(mode, value)) for mode, field, value in orjson.loads(r["ops"])),
+                     key=lambda o: (o[0], o[1]))
+        old = sorted(((mode, field, _normal(mode, value)) for mode, field, value in want[r["rk"]]["ops"]),
+                     key=lambda o: (o[0], o[1]))
+        assert [o[:2] for o in new] == [o[:2] for o in old], r["rk"]
+        assert all(_close(a[2], b[2]) for a, b in zip(new, old)), (r["rk"], new, old)
+        n_ops += len(new)
+    assert n_ops > 1000
+    assert {mode for r in got for mode, _, _ in orjson.loads(r["ops"])} >= {
+        "I", "F", "MIN:n", "MIN:i", "MIN:s", "MAX:n", "MAX:i", "FI", "HMS", "SEEN", "DM", "ZM"}
