@@ -102,7 +102,7 @@ def _write_struct(st: StateSpec, g: int, ev: str, group: str, counted: Column) -
     w = st.writes[ev]
     cond = counted
     if w.where is not None:
-        cond = F.coalesce(compile_column(w.where, {n: F.col(f"f_{n}") for n in w.where.refs()},
+        cond = cond & F.coalesce(compile_column(w.where, {n: F.col(f"f_{n}") for n in w.where.refs()},
                                          F.col("_time_ms")), F.lit(False))
     for n in list(w.values) + list(w.keys):
         cond = cond & F.col(f"f_{n}").isNotNull()

@@ -36,7 +36,7 @@ def writes_of_state(frames: dict[str, DataFrame], state: StateSpec) -> DataFrame
         cond = counted(df)
         if w.where is not None:
             cols = {n: F.col(f"f_{n}") for n in w.where.refs()}
-            cond = F.coalesce(compile_column(w.where, cols, F.col("_time_ms")), F.lit(False))
+            cond = cond & F.coalesce(compile_column(w.where, cols, F.col("_time_ms")), F.lit(False))
         for n in list(w.values) + list(w.keys):
             cond = cond & F.col(f"f_{n}").isNotNull()
         df = df.where(cond)

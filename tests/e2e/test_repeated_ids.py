@@ -14,7 +14,8 @@ same millisecond or later) goes through
    the stream of the timeline without the repeats (batch markers aside).
 
 Every kind of state is written: tiles (Count, Sum, HyperLogLog, Latest,
-CountUnique), a write log (Sequence) and decayed sums.
+CountUnique), a write log (Sequence) and decayed sums, each also with a
+``where`` filter (a repeat that passes the filter still writes nothing).
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ uniq := CountUnique(ip by user last 1 hour)
 recent := Sequence(ip by user last 1 hour limit 3)
 decayed := DecayedSum(amount by user last 1 hour)
 all_events := Count<login, purchase>(by user last 1 day)
+big := Count(by user where amount > 40 last 1 hour)
+big_ips := Sequence(ip by user where amount > 40 last 1 hour limit 3)
+big_decayed := DecayedSum(amount by ip where amount > 40 last 1 hour)
 """, """
 spent := Sum(total by user last 1 day)
 logins := Count<login>(by user last 1 hour)
