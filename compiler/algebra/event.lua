@@ -162,20 +162,30 @@ while i <= n do
       local due = redis.call('HGET', key, '_p')
       if not due or ms >= tonumber(due) then
         local cutoff = ms - tonumber(ARGV[i + 4]) - tonumber(ARGV[i + 5])
-        local all = redis.call('HGETALL', key)
-        for j = 1, #all, 2 do
+        local all = redis.call('HKEYS', key)
+        -- the expired tiles and '_m' (the generated serving scripts' latest written tile:
+        -- unknown after these writes), deleted in calls of up to 256 fields
+        local gone = {'_m'}
+        for j = 1, #all do
           local f = all[j]
-          local c = string.sub(f, 1, 1)
-          local size = SIZES[c]
+          local size = SIZES[string.sub(f, 1, 1)]
           if size then
             local idx = tonumber(string.match(f, '^.(%-?%d+)'))
-            if idx and (idx + 1) * size <= cutoff then redis.call('HDEL', key, f) end
+            if idx and (idx + 1) * size <= cutoff then
+              gone[#gone + 1] = f
+              if #gone == 256 then
+                redis.call('HDEL', key, unpack(gone))
+                gone = {}
+              end
+            end
           end
         end
+        if #gone > 0 then redis.call('HDEL', key, unpack(gone)) end
         redis.call('HSET', key, '_p', tostring(ms + tonumber(ARGV[i + 6])))
+      else
+        -- the generated serving scripts' latest written tile: unknown after these writes
+        redis.call('HDEL', key, '_m')
       end
-      -- the generated serving scripts' latest written tile: unknown after these writes
-      redis.call('HDEL', key, '_m')
       redis.call('PEXPIRE', key, ARGV[i + 2])
     end
     i = i + 7
