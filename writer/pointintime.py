@@ -428,9 +428,9 @@ class PointInTime:
         (:meth:`_key_groups`); each group is one shuffle and one sweep per key
         bucket (:func:`writer.sweep.sweep_group`), one output row per (read
         row) with a column per aggregate. The groups' rows are then gathered
-        per event (one ``groupBy(_seq)``, skipped when every reading event
-        has exactly one read row) into one wide frame, checkpointed, from
-        which each event type's values are selected.
+        per event (one exchange by ``_seq`` and one aggregation, skipped when
+        every reading event has exactly one read row) into one wide frame,
+        checkpointed, from which each event type's values are selected.
 
         Source: SPEC §3.2, §3.3, §5.8; Chronon CHIP-11 (UnionJoin).
         """
@@ -461,8 +461,11 @@ class PointInTime:
             for o in outs[1:]:
                 rows = rows.unionByName(o, allowMissingColumns=True)
             if any(len(x) > 1 for x in read_rows.values()):
-                # an event has a read row in several groups (or for several read keys): gather them per event
-                rows = rows.groupBy("r_seq").agg(
+                # an event has a read row in several groups (or for several read keys): gather them per event.
+                # Repartitioned first: one exchange, then one single-phase aggregation (a partial one before
+                # the exchange would sort every row to merge nothing: the rows of an event lie in different
+                # buckets; and a string or list value makes it a sort-based aggregation)
+                rows = rows.repartition("r_seq").groupBy("r_seq").agg(
                     F.first("e").alias("e"), *[F.first(f"v{g}", ignorenulls=True).alias(f"v{g}")
                                                for g in range(len(todo))])
             wide = rows.localCheckpoint(eager=True, storageLevel=self.storage)

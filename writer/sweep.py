@@ -100,6 +100,7 @@ class _Order:
             ``order`` (``-1`` for a null key): the rows of one event that
             share a key value share a rank.
         tmin, span: the sort key ``kid * span + (t - tmin)`` of a write.
+        keys, ranks: the number of key numbers (``max(kid) + 1``) and of ranks.
     """
 
     kid: np.ndarray
@@ -109,6 +110,8 @@ class _Order:
     grank: np.ndarray
     tmin: int
     span: int
+    keys: int
+    ranks: int
 
 
 def _order(kid: np.ndarray, t: np.ndarray, seq: np.ndarray) -> _Order:
@@ -126,12 +129,15 @@ def _order(kid: np.ndarray, t: np.ndarray, seq: np.ndarray) -> _Order:
         raise ValueError(f"bucket too wide for the sweep's sort key ({nkeys} keys over {span} ms)")
     order = rows[np.lexsort((seq[rows], t[rows], kid[rows]))]
     grank = np.full(len(kid), -1, dtype=np.int64)
+    ranks = 0
     if len(order):
         k, tt, s = kid[order], t[order], seq[order]
         new = np.ones(len(order), dtype=np.int64)
         new[1:] = (k[1:] != k[:-1]) | (tt[1:] != tt[:-1]) | (s[1:] != s[:-1])
-        grank[order] = np.cumsum(new) - 1
-    return _Order(kid, t, seq, order, grank, tmin, span)
+        ranked = np.cumsum(new) - 1
+        grank[order] = ranked
+        ranks = int(ranked[-1]) + 1
+    return _Order(kid, t, seq, order, grank, tmin, span, max(int(kid.max()) + 1, 0) if len(kid) else 0, ranks)
 
 
 def _sweep_rows(o: _Order, is_write: np.ndarray, is_read: np.ndarray, table: pa.Table, ra: pa.Array | None,
@@ -163,16 +169,20 @@ def _sweep_rows(o: _Order, is_write: np.ndarray, is_read: np.ndarray, table: pa.
     w_rows = o.order[is_write[o.order]]  # table rows of the writes, in write order
     r_rows = o.order[is_read[o.order]]  # keyed reads, in (key, time, arrival) order
     # merged order (SPEC §3.3): a reading event's own write just before its read when inclusive, after when not
-    tie_w, tie_r = (0, 1) if spec.inclusive else (1, 0)
-    hi = np.searchsorted(o.grank[w_rows] * 2 + tie_w, o.grank[r_rows] * 2 + tie_r, "left").astype(np.int64)
+    # (in O(n) by counting: the writes of earlier (key, time, arrival) ranks, plus those of its own rank -- its
+    # own event's write -- when inclusive)
+    r_rank = o.grank[r_rows]
+    per_rank = np.bincount(o.grank[w_rows], minlength=o.ranks)
+    hi = (np.cumsum(per_rank) - per_rank)[r_rank] + (per_rank[r_rank] if spec.inclusive else 0)
     r_kid, r_t, r_seq = o.kid[r_rows], o.t[r_rows], o.seq[r_rows]
     w_kid, w_t, w_seq = o.kid[w_rows], o.t[w_rows], o.seq[w_rows]
     span, tmin = o.span, o.tmin
 
     decayed = kernel.windowless
-    # first write of the read's key (key_start) and first one inside the window (lo)
+    # first write of the read's key (key_start: the writes of smaller keys) and first one inside the window (lo)
+    per_key = np.bincount(w_kid, minlength=o.keys)
+    key_start = (np.cumsum(per_key) - per_key)[r_kid]
     w_comp = w_kid * span + (w_t - tmin)
-    key_start = np.searchsorted(w_comp, r_kid * span, "left")
     if decayed:
         lo = key_start
     else:
@@ -446,6 +456,8 @@ def _sweep_group_bucket(table: pa.Table, specs: list[SweepSpec], payloads, after
         bits.append(((words[col] & wb) != 0, is_read))
     out_rows = np.flatnonzero(any_read)
     size = len(out_rows)
+    out_pos = np.full(table.num_rows, -1, dtype=np.int64)  # row -> its output position
+    out_pos[out_rows] = np.arange(size, dtype=np.int64)
     out = {"r_seq": pa.array(o.seq[out_rows], pa.int64()),
            "e": table.column("e").take(pa.array(out_rows)).cast(pa.int32())}
     for i, spec in enumerate(specs):
@@ -456,7 +468,7 @@ def _sweep_group_bucket(table: pa.Table, specs: list[SweepSpec], payloads, after
         r_rows, a_vals, n = _sweep_rows(o, is_write, is_read, part, ra, spec, a_types[i])
         # every read of the part (null keys: n = -1, no aggregate); null where the row is no read of it
         n_full = np.full(size, -1, dtype=np.int64)
-        index = np.searchsorted(out_rows, r_rows)
+        index = out_pos[r_rows]
         n_full[index] = n
         out[f"n{i}"] = pa.array(n_full, pa.int64(), mask=~is_read[out_rows])
         out[f"a{i}"] = _scatter(a_vals, index, size, a_types[i])
