@@ -130,10 +130,21 @@ def with_features(
         # all of them in one frame (one join per dependency stage, PointInTime.values_many)
         df = df.join(staged.values_many(event.name, aggregates), "_seq", "left")
     for n in needed:
-        f = feats[n]
-        if f.kind != "input" and f.kind != "aggregate":
-            # its refs are the columns f_<name> (cols), so the tree depends on the expression only
-            df = df.withColumn(f"f_{n}", memo_column(("scalar", repr(f.expr)),
-                                                     lambda f=f: compile_column(f.expr, cols, t)))
-        cols[n] = F.col(f"f_{n}")
+        if feats[n].kind in ("input", "aggregate"):
+            cols[n] = F.col(f"f_{n}")
+    # scalars in waves: each wave the scalars whose features are all there, added in one
+    # projection (every DataFrame step re-analyses the whole, wide plan: one per wave, not
+    # one per scalar)
+    pending = [n for n in needed if n not in cols]
+    while pending:
+        wave = [n for n in pending if all(d in cols or d not in feats for d in feats[n].deps)]
+        if not wave:  # pragma: no cover - the plan is in dependency order
+            raise ValueError(f"event {event.name}: cannot order the features {pending}")
+        # a scalar's refs are the columns f_<name> (cols), so the tree depends on the expression only
+        df = df.withColumns({f"f_{n}": memo_column(("scalar", repr(feats[n].expr)),
+                                                   lambda f=feats[n]: compile_column(f.expr, cols, t))
+                             for n in wave})
+        for n in wave:
+            cols[n] = F.col(f"f_{n}")
+        pending = [n for n in pending if n not in cols]
     return df

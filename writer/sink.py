@@ -199,38 +199,37 @@ def merge_params(states) -> dict[str, tuple[int, int, int, int, int | None, str]
     return out
 
 
-def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: dict,
-               fault: tuple[int, int, str] | None = None, specs: list | None = None):
-    """Merge one partition of ``writer.tilepass.merge_rows_all`` keys into Redis, exactly once per key (SPEC §5.7).
+def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: dict, specs: list,
+               fault: tuple[int, int, str] | None = None):
+    """Merge one partition of a micro-batch's writes into Redis, exactly once per key (SPEC §5.7).
 
-    A ``mapInArrow`` function: rows arrive as Arrow record batches, one row
-    per key (``rk``; ``ops``, its merge ops as ``[mode, field, value]``;
-    ``t``, its latest write time in ms), read with ``to_pylist`` (no Python
-    object per op until here). With ``specs``, rows are instead the
-    partition's writes (``writer.tilepass.write_rows``, all rows of a key in
-    this partition) and the per-key ops come from
-    ``compiler.algebra.arrowtiles.merge_ops`` (numpy, no Spark
-    aggregation). Each key gets ONE ``event.lua`` call: ``B``
-    (the guard: skip everything if the key's ``marker`` field already holds
-    a batch id ``>= batch_id``, else record ``batch_id``), the merge ops,
-    then ``X`` (prune and ``PEXPIRE`` W + r by the store's clock, as serving
-    does; ``SX`` for a CountUnique's sorted set) with the key's latest write
-    time of the batch. Write logs and CountUnique states keep the
-    marker in the companion hash ``<rk>`` + :data:`LOG_MARK_SUFFIX` (same
-    hash tag, so the call is atomic and Cluster-safe). Calls are pipelined,
-    :data:`MERGE_BATCH` keys at a time.
+    A ``mapInArrow`` function over ``writer.tilepass.write_rows`` (every
+    state's counted writes, all rows of a key in this partition): the
+    partition's partial aggregates and merge ops per key come from
+    ``compiler.algebra.arrowtiles.merge_ops`` (numpy). Each key gets ONE
+    ``event.lua`` call: ``B`` (the guard: skip everything if the key's
+    ``marker`` field already holds a batch id ``>= batch_id``, else record
+    ``batch_id``), its hash field merges as one ``MF`` op (one ``HMGET`` and
+    one ``HSET``), ``SEEN``/``DM``/``ZM`` ops, then ``X`` (prune and
+    ``PEXPIRE`` W + r by the store's clock, as serving does; ``SX`` for a
+    CountUnique's sorted set) with the key's latest write time of the batch.
+    Write logs and CountUnique states keep the marker in the companion hash
+    ``<rk>`` + :data:`LOG_MARK_SUFFIX` (same hash tag, so the call is atomic
+    and Cluster-safe). Calls are pipelined, :data:`MERGE_BATCH` keys at a
+    time, two pipelines in turn: one is sent by a thread while the next is
+    built.
 
     Args:
-        batches: ``pyarrow.RecordBatch`` objects with ``rk``, ``ops``, ``t``.
+        batches: ``pyarrow.RecordBatch`` objects with the columns of
+            ``compiler.algebra.arrowtiles.WRITE_COLUMNS``.
         url: Redis URL of the store.
         batch_id: the micro-batch id (Spark's, stable when a batch is re-run).
         marker: hash field of the guard, ``_b:<stream id>``.
         params: :func:`merge_params` of the plan's states.
+        specs: ``writer.tilepass.tile_specs`` of the states (``g`` indexes it).
         fault: test-only fault injection ``(batch_id, keys, path)``: in that
             batch, after ``keys`` keys of this partition are applied, create
             ``path`` and hang (so a test can SIGKILL the job mid-batch).
-        specs: ``writer.tilepass.tile_specs`` of the states (``g`` indexes
-            it) when the rows are writes; ``None`` when they are per-key ops.
 
     Yields:
         One record batch ``applied``, ``skipped`` (int64 key counts; skipped:
@@ -241,11 +240,12 @@ def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: 
         ValueError: an unknown merge mode.
     """
     import time
+    from concurrent.futures import ThreadPoolExecutor
 
-    import orjson
     import pyarrow as pa
     from writer.redisio import connect, pipeline
 
+    from compiler.algebra.arrowtiles import merge_ops
     from compiler.algebra.script import event_script
 
     client = connect(url)
@@ -253,36 +253,57 @@ def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: 
     script = client.register_script(source)
     hang = fault is not None and fault[0] == batch_id
     per_pipe = 1 if hang else MERGE_BATCH
-    pipe = pipeline(client, (source,))  # reused: a pipeline empties itself on execute
+    # two pipelines, reused (a pipeline empties itself on execute): one is sent by a thread while
+    # the next keys' calls are built into the other, so building and the store's work overlap
+    pipes = [pipeline(client, (source,)), pipeline(client, (source,))]
+    pipe = pipes[0]
+    sender = ThreadPoolExecutor(1)
+    inflight = None
     applied = skipped = pending = 0
 
-    def flush() -> None:
-        nonlocal pending, applied, skipped
-        for res in pipe.execute():
+    def count(results: list) -> None:
+        nonlocal applied, skipped
+        for res in results:
             if int(res[0]) == 1:
                 applied += 1
             else:
                 skipped += 1
-        pending = 0
-        if hang and applied >= fault[1]:
-            with open(fault[2], "w") as f:
-                f.write(str(applied))
-            while True:  # pragma: no cover - killed by the test
-                time.sleep(1)
+
+    def flush(last: bool = False) -> None:
+        nonlocal pending, pipe, inflight
+        previous, pending = inflight, 0
+        if hang:  # one key at a time, synchronously
+            count(pipe.execute())
+            if applied >= fault[1]:
+                with open(fault[2], "w") as f:
+                    f.write(str(applied))
+                while True:  # pragma: no cover - killed by the test
+                    time.sleep(1)
+            return
+        inflight = sender.submit(pipe.execute)
+        pipe = pipes[1] if pipe is pipes[0] else pipes[0]
+        if previous is not None:
+            count(previous.result())  # the other pipeline is free again (or raises the store's error)
+        if last:
+            count(inflight.result())
+            inflight = None
 
     def send(rk: str, ops: list, latest: int) -> None:
         nonlocal pending
         ttl, w, r, every, limit, storage = params[rk.rsplit(":", 1)[1]]
         keys = [rk, rk + LOG_MARK_SUFFIX] if storage in ("log", "seen") else [rk]
         args: list = ["B", len(keys), marker, batch_id, ttl]
+        fields: list = []  # the hash field merges: one MF op (one HMGET and one HSET in event.lua)
         for mode, field, value in ops:
-            if mode in ("I", "F", "SEEN", "HMS"):
-                args += [mode, 1, field, value]
+            if mode in ("I", "F", "HMS"):
+                fields += [mode, field, value, ""]
             elif mode.startswith(("MIN:", "MAX:")):
-                args += [mode[:3], 1, field, value, mode[4:]]
+                fields += [mode[:3], field, value, mode[4:]]
             elif mode == "FI":
                 ms, _, j = value.partition("\t")
-                args += ["FI", 1, field, ms, j]
+                fields += ["FI", field, ms, j]
+            elif mode == "SEEN":
+                args += [mode, 1, field, value]
             elif mode == "LA":
                 ms, _, j = value.partition("\t")
                 args += ["LA", 1, ms, j]
@@ -290,10 +311,12 @@ def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: 
                 ms, v, c = value.split("\t")
                 args += ["DM", 1, ms, v, c, w]
             elif mode == "ZM":
-                for m in (orjson.loads(value) if isinstance(value, str) else value):
+                for m in value:
                     args += ["ZM", 1, m["t"], m["r"], m["j"], limit, m["t"] - w - r - ALLOWED_LATENESS_S * 1000, ttl]
             else:
                 raise ValueError(f"unknown merge mode {mode}")
+        if fields:
+            args += ["MF", 1, len(fields) // 4, *fields]
         if storage == "seen":
             args += ["SX", 1, ttl, latest, w, r]
         elif storage != "log":
@@ -304,20 +327,12 @@ def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: 
             flush()
 
     try:
-        if specs is None:
-            for batch in batches:
-                for rk, ops, latest in zip(batch.column("rk").to_pylist(), batch.column("ops").to_pylist(),
-                                           batch.column("t").to_pylist()):
-                    send(rk, ops, latest)
-        else:
-            from compiler.algebra.arrowtiles import merge_ops
-
-            got = list(batches)  # none for an empty partition
-            for rk, ops, latest in merge_ops(pa.Table.from_batches(got), specs) if got else ():
-                send(rk, ops, latest)
-        if pending:
-            flush()
+        got = list(batches)  # none for an empty partition
+        for rk, ops, latest in merge_ops(pa.Table.from_batches(got), specs) if got else ():
+            send(rk, ops, latest)
+        flush(last=True)
     finally:
+        sender.shutdown(wait=True)
         client.close()
     yield pa.RecordBatch.from_pydict({"applied": [applied], "skipped": [skipped]},
                                      schema=pa.schema([("applied", pa.int64()), ("skipped", pa.int64())]))

@@ -20,11 +20,11 @@ Each micro-batch (``foreachBatch``, :class:`BatchProcessor`):
 3. records the watermark and counts in the checkpoint
    (``<checkpoint>/scowl/batches/<id>.json``) *before* touching the store, so
    a batch re-run after a crash uses the same watermark;
-4. computes, with Spark built-ins, each state's partial aggregates of the
-   batch per (aggregate, key, tile), all merged-tile states in one pass
-   (``writer.tilepass.merge_rows_all``; write logs and ``Decayed*`` per
-   state, ``writer.tiles.merge_rows``), and merges
-   them into Redis from the executors (``writer.sink.merge_keys``): one
+4. computes, in one Spark job, every state's counted writes of the batch
+   (``writer.tilepass.write_rows``: built-in column functions, one shuffle by
+   key) and, per partition, their partial aggregates per (state, key, tile)
+   with numpy (``compiler.algebra.arrowtiles.merge_ops``), and merges them
+   into Redis from the executors (``writer.sink.merge_keys``): one
    atomic ``event.lua`` call per key that applies the key's merges only if
    the key has not yet recorded this batch id for this stream
    (field ``_b:<stream id>``), and records it. Before that, each written
@@ -485,7 +485,7 @@ class BatchProcessor:
             rows = write_rows(frames, self.states, spark.sparkContext.defaultParallelism)
             if rows is None:
                 return 0, 0
-            out = rows.mapInArrow(lambda it: merge_keys(it, url, batch_id, marker, params, fault, specs),
+            out = rows.mapInArrow(lambda it: merge_keys(it, url, batch_id, marker, params, specs, fault),
                                   "applied long, skipped long").collect()
         return sum(r["applied"] for r in out), sum(r["skipped"] for r in out)
 

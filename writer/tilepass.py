@@ -34,8 +34,9 @@ the two row for row. The column trees are built once per process
 (``writer.session.memo_column``): a stream rebuilds the plan every
 micro-batch.
 
-Callers: ``writer.stream`` (merge ops, :func:`merge_rows_all`) and
-``writer.backfill`` (store-image rows, :func:`state_rows_all`).
+Callers: ``writer.backfill`` (store-image rows, :func:`state_rows_all`) and
+``writer.stream`` (:func:`write_rows`: every state's writes, whose partial
+aggregates ``compiler.algebra.arrowtiles`` computes per partition).
 """
 
 from __future__ import annotations
@@ -141,8 +142,8 @@ def _write_structs(frames: dict[str, DataFrame], states: Sequence[StateSpec], gr
             key = ("tilepass", group, ev, repeats, tuple((g, repr(st)) for g, st in chunk))
             arr = memo_column(key, lambda chunk=chunk, ev=ev: F.array(
                 *[_write_struct(st, g, ev, group, counted(frames[ev])) for g, st in chunk]))
-            df = frames[ev].select(F.explode(arr).alias("w")).where(F.col("w").isNotNull())
-            parts.append(df.select("w.*"))
+            # the counted writes' structs as rows, in one step (each step re-analyses the wide plan)
+            parts.append(frames[ev].select(F.inline(F.filter(arr, lambda w: w.isNotNull()))))
     return reduce(DataFrame.unionByName, parts) if parts else None
 
 
@@ -301,52 +302,6 @@ def partial_rows(frames: dict[str, DataFrame], states: Sequence[StateSpec],
         rows = _fields(agg, states, group)
         out.append(finish(rows) if finish is not None else rows)
     return reduce(DataFrame.unionByName, out) if out else None
-
-
-#: columns of :func:`merge_rows_all`
-MERGE_KEY_COLUMNS = ("rk", "ops", "t")
-
-
-def merge_rows_all(frames: dict[str, DataFrame], states: Sequence[StateSpec], partitions: int) -> DataFrame:
-    """A micro-batch's merge ops of every state, one row per key (what ``writer.sink.merge_keys`` applies).
-
-    Merged-tile states come from :func:`partial_rows` (one pass for all of
-    them: the writes are hash-partitioned by ``rk`` once, the partial
-    aggregates computed, and each key's ops gathered with no other
-    shuffle); write logs and ``Decayed*`` from ``writer.tiles.merge_rows``,
-    per state (one row per key already).
-
-    Args:
-        frames: ``writer.tiles.feature_frames`` output for the batch's events.
-        states: the states written.
-        partitions: the writes are hash-partitioned by ``rk`` into this many
-            partitions (the cores: a micro-batch's few MB would otherwise be
-            coalesced into one task by adaptive execution).
-
-    Returns:
-        Columns :data:`MERGE_KEY_COLUMNS`: ``rk``; ``ops``
-        (``array<array<string>>``: per merge op ``[mode, field, value]``,
-        the ``writer.tiles.merge_rows`` columns: ``mode`` the ``event.lua``
-        op, see its docstring); ``t`` (long, epoch ms): the latest write time
-        of the key in the batch (it drives pruning).
-    """
-    from writer.tiles import merge_rows
-    from writer.writes import writes_of_state
-
-    def gather(rows: DataFrame) -> DataFrame:
-        # rows are hash-partitioned by rk: this groupBy adds no shuffle
-        return rows.groupBy("rk").agg(F.collect_list(F.array("op", "field", "value")).alias("ops"),
-                                      F.max("t").alias("t"))
-
-    parts = []
-    rows = partial_rows(frames, states, key_partitions=partitions, finish=gather)
-    if rows is not None:
-        parts.append(rows)
-    for st in states:
-        if form(st) is None:  # one row per key
-            r = merge_rows(writes_of_state(frames, st), st)
-            parts.append(r.select("rk", F.array(F.array("mode", "field", "value")).alias("ops"), "t"))
-    return reduce(DataFrame.unionByName, parts)
 
 
 def state_rows_all(frames: dict[str, DataFrame], states: Sequence[StateSpec], start_ms: int,

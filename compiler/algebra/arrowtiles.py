@@ -1,14 +1,14 @@
 """The Arrow target of the tile pass: a micro-batch's writes -> merge ops per key, with numpy (SPEC §5.7).
 
-``writer.tilepass.merge_rows_all`` computes the same merge ops with Spark
-aggregations: one shuffle and a few stages per kind of partial and per
-write-log or ``Decayed*`` state. For a stream micro-batch of 10k events that
-is ~10 stages, ~26 tasks and seconds of planning, while the work itself is
-a few hundred thousand numbers. Here Spark only projects each event's
-writes (``writer.tilepass.write_rows``: key, time, arrival and the write's
-columns, built-in column functions) and hash-partitions them by key once;
-each partition's writes come here as one Arrow table and every state's
-partial aggregates are computed with sorts and ``reduceat``:
+The stream used to compute its partial aggregates with Spark aggregations:
+one shuffle and a few stages per kind of partial and per write-log or
+``Decayed*`` state, ~10 stages, ~26 tasks and seconds of planning for a
+micro-batch of 10k events whose work is a few hundred thousand numbers. Now
+Spark only projects each event's writes (``writer.tilepass.write_rows``:
+key, time, arrival and the write's columns, built-in column functions) and
+hash-partitions them by key once; each partition's writes come here as one
+Arrow table and every state's partial aggregates are computed with sorts
+and ``reduceat``:
 
 * tiled states (``Count``, ``Sum``, ``Average``, ``Min``, ``Max``,
   ``First*``, ``HyperLogLog``): per stored tile size, the writes grouped by
@@ -20,13 +20,36 @@ partial aggregates are computed with sorts and ``reduceat``:
   writes at its millisecond;
 * ``Decayed*``: per key, the sums weighed to the latest write.
 
-Each op is ``(mode, field, value)`` as ``writer.tiles.merge_rows``'
-docstring lists them (``event.lua``'s merge ops), except ``ZM``, whose value
-is the member list itself (no JSON round trip). The columns and ops follow
-the Spark target's forms (``compiler.algebra.spark.SPARK[...].tile``,
-passed in as :class:`TileSpec` data): ``tests/writer/test_arrowtiles.py``
-checks the ops equal ``merge_rows_all``'s row for row (double sums to
-1e-12 relative: the order of a float sum is not fixed in Spark).
+Each op is ``(mode, field, value)``, merged into whatever the store holds
+(earlier batches and the online API add to the same tiles) by the
+``event.lua`` op its mode names (``writer.sink.merge_keys``):
+
+============ ===================== =========================================
+mode         field / value         merge (``ops.AggregateOp.merge``)
+============ ===================== =========================================
+``I``/``F``  tile / partial count  add (int exact, resp. double)
+             or sum
+``MIN:k``    tile / partial        keep the smaller / larger (``k``: ``n``
+``MAX:k``    extreme               float, ``i`` int64 text, ``s`` string)
+``FI``       tile / ``ms\\tjson``   the earlier write wins (``First``)
+``HMS``      tile / ``;slot:rho``  register-wise max (``HyperLogLog``)
+``SEEN``     ``u<tuple>`` / ms     keep the later time (``CountUnique``)
+``LA``       ``lt`` / ``ms\\tjson`` the later write wins (untiled ``Latest``)
+``DM``       ``dt`` / ``ms\\tv\\tw``  decayed sums weighed at ``ms`` combine
+``ZM``       ``""`` / member list  write log: the batch's ``n`` latest
+                                   writes ``[{"t", "r", "j"}]`` oldest
+                                   first (``r``: rank among the batch's
+                                   writes of the key at ``t``), added in
+                                   order, then trimmed as ``ZW`` does
+============ ===================== =========================================
+
+The columns and ops follow the Spark target's forms
+(``compiler.algebra.spark.SPARK[...].tile``, passed in as :class:`TileSpec`
+data). Numbers are sent as text: ints exact, doubles as ``repr`` (they
+round-trip). ``tests/writer/test_tilepass.py`` checks the ops equal the
+per-state Spark oracle's (``tests/writer/tile_oracle.py``) key by key, double
+texts compared as numbers to 1e-12 (Java's and Python's formatting differ,
+and so may the order of a float sum).
 
 Only numpy and pyarrow: this runs in Spark's Python workers.
 """
@@ -91,7 +114,7 @@ def _num(col: pa.ChunkedArray | pa.Array, dtype) -> np.ndarray:
 
 def _text(v: float | int) -> str:
     """A partial's number as merge-op text (ints exact; doubles round-trip: ``repr``)."""
-    return repr(float(v)) if isinstance(v, (float, np.floating)) else str(int(v))
+    return repr(v) if isinstance(v, float) else str(v)
 
 
 def _tiled(spec: TileSpec, kid: np.ndarray, t: np.ndarray, seq: np.ndarray, cols: dict, out: dict) -> None:
@@ -141,16 +164,17 @@ def _tiled(spec: TileSpec, kid: np.ndarray, t: np.ndarray, seq: np.ndarray, cols
                 agg[col] = [f"{int(t[i])}\t{js[i]}" for i in at]
             else:
                 raise ValueError(f"unknown aggregated column {col}")
-        gk, gt = k[starts], tl[starts]
-        code = LEVEL_CODE.get(size, "")
-        for n, (a, _b) in enumerate(zip(starts, ends)):
-            ops = out.setdefault(int(gk[n]), [])
-            for suffix, op, col in spec.components:
-                value = agg[col][n]
-                if op == "LA":
-                    ops.append((op, "lt", value))
-                else:
-                    ops.append((op, f"{code}{int(gt[n])}{suffix}", value if isinstance(value, str) else _text(value)))
+        keys = k[starts].tolist()
+        fields = [f"{LEVEL_CODE.get(size, '')}{x}" for x in tl[starts].tolist()]
+        for suffix, op, col in spec.components:
+            value = agg[col]
+            texts = value if isinstance(value, list) else [_text(v) for v in value.tolist()]
+            if op == "LA":
+                for key, text in zip(keys, texts):
+                    out.setdefault(key, []).append((op, "lt", text))
+            else:
+                for key, field, text in zip(keys, fields, texts):
+                    out.setdefault(key, []).append((op, field + suffix, text))
 
 
 def _segments_rows(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -207,7 +231,7 @@ def _decayed(spec: TileSpec, kid: np.ndarray, t: np.ndarray, cols: dict, out: di
     dw = np.add.reduceat(w, starts)
     for n, a in enumerate(starts):
         out.setdefault(int(k[a]), []).append(
-            ("DM", "dt", f"{int(dt[n])}\t{_text(dv[n])}\t{_text(dw[n])}"))
+            ("DM", "dt", f"{int(dt[n])}\t{_text(float(dv[n]))}\t{_text(float(dw[n]))}"))
 
 
 def merge_ops(table: pa.Table, specs: list[TileSpec]) -> Iterator[tuple[str, list[tuple[str, str, object]], int]]:
@@ -219,9 +243,8 @@ def merge_ops(table: pa.Table, specs: list[TileSpec]) -> Iterator[tuple[str, lis
         specs: per state, its :class:`TileSpec`.
 
     Yields:
-        ``(rk, ops, t)``: the key, its ops ``(mode, field, value)`` and its
-        latest write time in ms (it drives pruning), as
-        ``writer.tilepass.merge_rows_all`` rows.
+        ``(rk, ops, t)``: the key, its ops ``(mode, field, value)`` (module
+        docstring) and its latest write time in ms (it drives pruning).
 
     Raises:
         ValueError: a state kind or aggregated column this target lacks.

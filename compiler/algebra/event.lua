@@ -18,6 +18,13 @@
 --   LA   k ms json         lt/lv := ms/json if ms >= lt   (write)
 --   FI   k field ms json   field := "ms<TAB>json" if ms < the field's ms
 --                          (First: the tile's earliest write)    (write)
+--   MF   k n (mode field value extra) x n
+--                          n field merges in one HMGET and one HSET (per
+--                          MF_CHUNK fields): mode I (int add: exact in Lua
+--                          below 2^53, else HINCRBY), F (double add, stored
+--                          %.17g as the generated scripts do), MIN/MAX
+--                          (extra: kind), FI (value: ms, extra: json), HMS
+--                          (value: registers text; extra unused)  (write)
 --   HM   k field slot rho  HyperLogLog register slot of the sparse text
 --                          ";slot:rho;..." := max(rho, current)  (write)
 --   DE   k ms v w_ms       decayed sums dt/dv/dw (ops.DecayedOp.update):
@@ -71,6 +78,30 @@
 -- the allowed lateness (ms) write logs keep every member of (common.lua log_add;
 -- windows.ALLOWED_LATENESS_S, the serving default: SPEC §3.3)
 local LATE_MS = 3600000
+-- fields per HMGET/HSET of the MF op
+local MF_CHUNK = 200
+
+-- int64 sum of a tile: cur + v as text while every term and the sum stay below
+-- 2^53 (exact in a double), else nil (the caller adds with HINCRBY, exact)
+local function int_sum_text(cur, v)
+  local a, b = tonumber(cur or '0'), tonumber(v)
+  local x = a + b
+  if math.abs(a) < 9007199254740992 and math.abs(b) < 9007199254740992 and math.abs(x) < 9007199254740992 then
+    return string.format('%d', x)
+  end
+end
+
+-- HyperLogLog registers: the register-wise max of two sparse texts ";slot:rho;..."
+-- (cur's slots first, in its order, then text's new ones)
+local function registers_text(cur, text)
+  local regs, order = {}, {}
+  max_registers(regs, order, cur or '')
+  max_registers(regs, order, text)
+  local parts = {}
+  for j, s in ipairs(order) do parts[j] = ';' .. s .. ':' .. string.format('%d', regs[s]) end
+  return table.concat(parts)
+end
+
 
 -- tile size codes, as windows.LEVEL_CODE (ms / seconds)
 local SIZES = { s = 1000, a = 5000, b = 15000, m = 60000, c = 300000, e = 900000,
@@ -218,15 +249,49 @@ while i <= n do
   elseif op == 'HMS' then
     if not skip then
       local f = ARGV[i + 2]
-      local cur = redis.call('HGET', key, f) or ''
-      local regs, order = {}, {}
-      max_registers(regs, order, cur)
-      max_registers(regs, order, ARGV[i + 3])
-      local parts = {}
-      for j, s in ipairs(order) do parts[j] = ';' .. s .. ':' .. string.format('%d', regs[s]) end
-      redis.call('HSET', key, f, table.concat(parts))
+      redis.call('HSET', key, f, registers_text(redis.call('HGET', key, f), ARGV[i + 3]))
     end
     i = i + 4
+  elseif op == 'MF' then
+    -- a key's field merges, one HMGET and one HSET per MF_CHUNK fields
+    local n = tonumber(ARGV[i + 2])
+    if not skip then
+      local base, j = i + 3, 0
+      while j < n do
+        local m = math.min(MF_CHUNK, n - j)
+        local fields = {}
+        for q = 1, m do fields[q] = ARGV[base + 4 * (j + q - 1) + 1] end
+        local curs = redis.call('HMGET', key, unpack(fields))
+        local kv = {}
+        for q = 1, m do
+          local b = base + 4 * (j + q - 1)
+          local mode, f, v, x = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
+          local cur = curs[q] or nil
+          local new
+          if mode == 'I' then
+            new = int_sum_text(cur, v)
+            if not new then redis.call('HINCRBY', key, f, v) end
+          elseif mode == 'F' then
+            new = float_text(cur, v)
+          elseif mode == 'MIN' or mode == 'MAX' then
+            new = extreme_text(cur, v, x, mode == 'MIN')
+          elseif mode == 'FI' then
+            new = first_text(cur, v, x)
+          elseif mode == 'HMS' then
+            new = registers_text(cur, v)
+          else
+            return redis.error_reply('event.lua MF: unknown mode ' .. tostring(mode))
+          end
+          if new then
+            kv[#kv + 1] = f
+            kv[#kv + 1] = new
+          end
+        end
+        if #kv > 0 then redis.call('HSET', key, unpack(kv)) end
+        j = j + m
+      end
+    end
+    i = i + 3 + 4 * n
   elseif op == 'ZM' then
     if not skip then
       local ms = ARGV[i + 2]

@@ -30,10 +30,9 @@ neither the field list nor the tiles cross the network.
 
 The stored layout and every update are those of ``event.lua`` and ``ops``
 (same field names and texts), so backfill, stream and online writes keep
-meeting in one store; one difference: a float tile sum is added as doubles
-in Lua and stored as ``%.17g`` (exactly ``ops`` ``update``), where
-``event.lua``'s ``F`` op uses ``HINCRBYFLOAT`` (long double, printed
-fixed-point: values below 1e-17 vanish). Merges are exact: float sums add
+meeting in one store; a float tile sum is added as doubles in Lua and
+stored as ``%.17g`` (exactly ``ops`` ``update``), as the stream's merges
+(``event.lua``'s ``MF`` op) do. Merges are exact: float sums add
 the same doubles in the same (time) order as ``ops.*.merge`` (Lua numbers
 are IEEE doubles, ``%.17g`` round-trips them); integer sums are added in
 Lua only while every term and partial sum stays below 2**53, and are

@@ -162,18 +162,18 @@ MERGE_COLUMNS = ("rk", "field", "value", "mode", "t")
 
 
 def merge_rows(writes: DataFrame, state: StateSpec) -> DataFrame:
-    """Return a micro-batch's partial aggregates of one state as merge ops (``writer.tiles.merge_rows`` columns).
+    """Return a micro-batch's partial aggregates of one state as merge ops (columns :data:`MERGE_COLUMNS`).
 
-    The per-state oracle of ``writer.tilepass.merge_rows_all``: one branch per
-    function, as the stream ran before the one pass (the ``mode`` column is
-    the ``event.lua`` op, see ``writer.tiles.merge_rows``); write logs and
-    ``Decayed*`` are ``writer.tiles.merge_rows`` itself.
+    The per-state oracle of the stream's Arrow pass
+    (``compiler.algebra.arrowtiles.merge_ops``): one branch per function, as
+    the stream ran before the one pass (the ``mode`` column is the
+    ``event.lua`` op, listed in ``arrowtiles``' module docstring).
     """
     fn = state.function
     op = make_op(fn, state.value_types, window_s=state.window_s)
     nv = len(state.value_types)
     if isinstance(op, DecayedOp) or state.limit is not None:
-        return tiles.merge_rows(writes, state)
+        return _log_or_decayed_merge_rows(writes, state)
     if fn == "CountUnique":
         enc = encode_tuple_column([F.col(f"v{i}") for i in range(nv)], state.value_types)
         g = writes.groupBy("rk", enc.alias("u")).agg(F.max("t").alias("t"))
@@ -195,3 +195,37 @@ def merge_rows(writes: DataFrame, state: StateSpec) -> DataFrame:
         for i, (suffix, mode) in enumerate(parts)
     ])).alias("c")
     return g.select("rk", comps, "t").select("rk", "c.field", "c.value", "c.mode", "t")
+
+
+def _log_or_decayed_merge_rows(writes: DataFrame, state: StateSpec) -> DataFrame:
+    """The ``DM`` (``Decayed*``) or ``ZM`` (write log) merge op of one state, one row per key.
+
+    ``DM``: ``dt`` -> ``ms\\tv\\tw``, the sums weighed to the key's latest
+    write; ``ZM``: ``""`` -> the JSON list of the key's ``n`` latest writes
+    ``[{"t", "r", "j"}]`` oldest first (``r``: rank among the key's writes
+    at ``t``). What the stream's Spark jobs computed before the Arrow pass.
+    """
+    from pyspark.sql import Window
+
+    from compiler.algebra.registry import storage_of
+    from compiler.algebra.spark import SPARK
+
+    nv = len(state.value_types)
+    storage = storage_of(state)
+    if storage == "decayed":
+        W = state.window_s * 1000
+        v = SPARK[state.function].decay_value([F.col(f"v{i}") for i in range(nv)])
+        w = writes.select("rk", "t", v.alias("v"), F.max("t").over(Window.partitionBy("rk")).alias("dt"))
+        weight = F.exp((F.col("t") - F.col("dt")).cast("double") / F.lit(float(W)))
+        g = w.groupBy("rk", "dt").agg(F.sum(F.col("v") * weight).alias("dv"), F.sum(weight).alias("dw"))
+        value = F.concat_ws("\t", F.col("dt").cast("string"), F.col("dv").cast("string"), F.col("dw").cast("string"))
+        return g.select("rk", F.lit("dt").alias("field"), value.alias("value"), F.lit("DM").alias("mode"),
+                        F.col("dt").alias("t"))
+    by_ms = Window.partitionBy("rk", "t").orderBy("seq")
+    latest = Window.partitionBy("rk").orderBy(F.col("t").desc(), F.col("seq").desc())
+    w = writes.select("rk", "t", (F.row_number().over(by_ms) - 1).alias("r"),
+                      values_json_column(nv).alias("j"), F.row_number().over(latest).alias("k"))
+    w = w.where(F.col("k") <= F.lit(state.limit))
+    g = w.groupBy("rk").agg(F.to_json(F.array_sort(F.collect_list(F.struct("t", "r", "j")))).alias("value"),
+                            F.max("t").alias("t"))
+    return g.select("rk", F.lit("").alias("field"), "value", F.lit("ZM").alias("mode"), "t")
