@@ -32,8 +32,7 @@ import orjson
 import pytest
 
 from compiler import compile_sources
-from tests.e2e.helpers import close
-from tests.writer.pit_oracle import JoinPointInTime
+from tests.writer.test_pit_oracle import replay_equals_join
 from writer.pointintime import PointInTime
 from writer.sources import read_events
 
@@ -97,14 +96,6 @@ def timeline(seed: int, n: int) -> list[dict]:
     return out
 
 
-def _plain(v):
-    if hasattr(v, "asDict"):
-        return {k: _plain(x) for k, x in v.asDict().items()}
-    if isinstance(v, list):
-        return [_plain(x) for x in v]
-    return v
-
-
 @pytest.mark.parametrize("seed", [3, 11])
 def test_key_groups_equal_the_join_oracle(spark, tmp_path, seed):
     """Every aggregate of every event equals the quadratic join's, with a hot key (>= 30%) and global keys."""
@@ -115,24 +106,7 @@ def test_key_groups_equal_the_join_oracle(spark, tmp_path, seed):
     for key in ("origin", "dest"):
         assert sum(e[key] == "JFK" for e in events) >= 0.3 * len(events)
     assert sum(e["_time"] < max(x["_time"] for x in events[:i]) for i, e in enumerate(events) if i) > 30
-    path = tmp_path / "t.jsonl"
-    path.write_bytes(b"\n".join(orjson.dumps(e) for e in events) + b"\n")
-    raw = read_events(spark, [path]).cache()
-    swept, oracle = PointInTime(raw, plan), JoinPointInTime(raw, plan)
-    swept.prefetch({ev: [f.name for f in ep.features] for ev, ep in plan.events.items()})  # one batch, as replay
-    checked = 0
-    for ev, ep in plan.events.items():
-        for f in ep.features:
-            if f.kind != "aggregate":
-                continue
-            a = dict(swept.values(ev, f.name).collect())
-            b = dict(oracle.values(ev, f.name).collect())
-            assert a.keys() == b.keys(), f"{ev}.{f.name}: rows differ"
-            bad = {k: (a[k], b[k]) for k in a if not close(_plain(a[k]), _plain(b[k]))}
-            assert not bad, f"{ev}.{f.name}: {dict(list(bad.items())[:5])}"
-            checked += len(a)
-    assert checked >= 600 * 4
-    raw.unpersist()
+    assert replay_equals_join(spark, plan, events, tmp_path / "t.jsonl") >= 600 * 4
 
 
 def test_payments_topology_shares_rows_per_key_group(spark, tmp_path):
