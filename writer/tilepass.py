@@ -47,6 +47,7 @@ from typing import Callable, Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from compiler.algebra.arrowtiles import WRITE_COLUMNS
 from compiler.algebra.registry import storage_of
 from compiler.algebra.spark import SPARK, TileForm, encode_tuple_column, redis_key_column, values_json_column
 from compiler.algebra.windows import LEVEL_CODE, levels_s
@@ -86,9 +87,9 @@ _SCHEMAS = {
 }
 
 
-#: the write columns of :func:`write_rows` (``compiler.algebra.arrowtiles.WRITE_COLUMNS``)
-_ALL_SCHEMA = {"g": "int", "rk": "string", "t": "long", "seq": "long", "vi": "long", "vl": "long", "vd": "double",
-               "vs": "string", "j": "string", "slot": "int", "rho": "int", "u": "string", "x": "double"}
+#: the write columns of :func:`write_rows`: ``compiler.algebra.arrowtiles.WRITE_COLUMNS`` as Spark types
+_ALL_SCHEMA = {name: {"int32": "int", "int64": "long", "double": "double", "string": "string"}[str(typ)]
+               for name, typ in WRITE_COLUMNS.items()}
 
 
 def _write_struct(st: StateSpec, g: int, ev: str, group: str, counted: Column) -> Column:

@@ -100,13 +100,6 @@ class TileSpec:
     window_ms: int
 
 
-def _segments(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end indexes of the runs of equal values of a sorted array."""
-    n = len(keys)
-    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if n else np.zeros(0, np.int64)
-    return starts, np.r_[starts[1:], n].astype(np.int64)
-
-
 def _num(col: pa.ChunkedArray | pa.Array, dtype) -> np.ndarray:
     """A numeric column as numpy (nulls, where a state does not fill it, as 0)."""
     return np.asarray(col.fill_null(0).to_numpy(zero_copy_only=False), dtype=dtype)
@@ -194,7 +187,7 @@ def _uniq(spec: TileSpec, kid: np.ndarray, t: np.ndarray, cols: dict, out: dict)
     """``CountUnique``: ``SEEN`` ``u<tuple>`` -> last-seen ms, per (key, value tuple)."""
     ukid, uinv = np.unique(cols["u"], return_inverse=True)
     order = np.lexsort((t, uinv, kid))
-    starts, ends = _segments_rows(kid[order], uinv[order])
+    _, ends = _segments_rows(kid[order], uinv[order])
     last = order[ends - 1]
     for i in last:
         out.setdefault(int(kid[i]), []).append(("SEEN", "u" + ukid[uinv[i]], str(int(t[i]))))
@@ -211,8 +204,8 @@ def _log(spec: TileSpec, kid: np.ndarray, t: np.ndarray, seq: np.ndarray, cols: 
     starts, ends = _segments_rows(k)
     for a, b in zip(starts, ends):
         lo = max(a, b - spec.limit) if spec.limit is not None else a
+        # (key, time, arrival) order is (time, rank) order: oldest first already
         members = [{"t": int(tt[i]), "r": int(r[i]), "j": js[order[i]]} for i in range(lo, b)]
-        members.sort(key=lambda m: (m["t"], m["r"], m["j"]))
         out.setdefault(int(k[a]), []).append(("ZM", "", members))
 
 
@@ -261,7 +254,7 @@ def merge_ops(table: pa.Table, specs: list[TileSpec]) -> Iterator[tuple[str, lis
     latest = np.full(len(names), np.iinfo(np.int64).min, np.int64)
     np.maximum.at(latest, kid_all, num["t"])
     by_g = np.argsort(num["g"], kind="stable")
-    g_starts, g_ends = _segments(num["g"][by_g])
+    g_starts, g_ends = _segments_rows(num["g"][by_g])
     for a, b in zip(g_starts, g_ends):
         rows = by_g[a:b]
         spec = specs[int(num["g"][rows[0]])]

@@ -9,7 +9,6 @@
 --   ID   k ttl_ms          SET NX PX; if the id was seen, skip every write op
 --                          below (reads still run). Pushes 1 (new) or 0 (seen).
 --   I    k field n         HINCRBY field n                (write)
---   F    k field x         HINCRBYFLOAT field x           (write)
 --   MIN  k field v kind    keep the smaller of v and field (kind n: float,
 --   MAX  k field v kind    i: int64 text, exact; s: string by byte = code
 --                          point order)                           (write)
@@ -146,9 +145,6 @@ while i <= n do
     i = i + 7 + ns + nc
   elseif op == 'I' then
     if not skip then redis.call('HINCRBY', key, ARGV[i + 2], ARGV[i + 3]) end
-    i = i + 4
-  elseif op == 'F' then
-    if not skip then redis.call('HINCRBYFLOAT', key, ARGV[i + 2], ARGV[i + 3]) end
     i = i + 4
   elseif op == 'MIN' or op == 'MAX' then
     if not skip then set_extreme(key, ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], op == 'MIN') end
