@@ -975,7 +975,7 @@ class LuaGenerator:
         ttl_ms = DECAY_HORIZON * window_ms if isinstance(op, DecayedOp) else window_ms + res_ms
         # prune fields no read at time >= t - L can use once a prune_every_ms; Decayed*
         # keeps fixed fields and its raw tiles (decay_write): no pruning pass
-        every, cutoff = prune_every_ms(w.window_s, w.resolution_s), f"t - {keep_ms}"
+        every, cutoff = prune_every_ms(w.window_s, w.resolution_s, lateness_ms), f"t - {keep_ms}"
         fields = self._tile_fields(s, w) if op.tiled else []
         rmw = None  # (update function, its arguments): one HMGET + one HSET for every level
         entry = "v1"  # a tiled write's raw entry: its one-write tile text (raw_tiles)

@@ -142,7 +142,7 @@ def test_many_windows_in_one_round_compile(client):
 @pytest.mark.parametrize("fn", [("Count", ()), ("Average", ("float",)), ("CountUnique", ("string",)),
                                 ("HyperLogLog", ("string",))])
 def test_writes_prune_what_no_later_read_can_use(client, fn, lateness_s):
-    """SPEC §5.3, §3.3: a write drops, at most every W/2 (ops.prune_every_ms), the fields that end before
+    """SPEC §5.3, §3.3: a write drops, at most every (W + r + L)/2 (ops.prune_every_ms), the fields that end before
     t - W - r - L (L the allowed lateness); nothing else. Raw tiles of late reads (upper-case codes) go as
     soon as they end before t - L; CountUnique keeps one raw member per write of the last L."""
     function, vtypes = fn
@@ -168,7 +168,7 @@ def test_writes_prune_what_no_later_read_can_use(client, fn, lateness_s):
                          [t, "", ""])[1] == 7
         return
     fields = client.hgetall(key)
-    every_ms = prune_every_ms(window_s, 1)
+    every_ms = prune_every_ms(window_s, 1, late_ms)
     sizes = {"s": 1000, "a": 5000, "b": 15000, "m": 60000}
     oldest_end = None
     raw_ends = []
@@ -208,8 +208,8 @@ def test_late_writes_into_pruned_time_stay_bounded(client):
         run_round(client, spec, ["", "", key], [t, "", ""])
         most = max(most, client.hlen(key))
     # the bound of lua.py's prune_levels: twice the fields of W + r + one pass, plus what
-    # the writes between two passes (every 30 s: 60 writes here, 4 levels each) add
-    every, keep = prune_every_ms(window_s, 1), 61_000
+    # the writes between two passes (every 30.5 s: 61 writes here, 4 levels each) add
+    every, keep = prune_every_ms(window_s, 1, 0), 61_000
     max_len = sum(((keep + every) // (z * 1000) + 2) for z in (1, 5, 15, 60)) + 4
     assert most <= 2 * max_len + every // 500 * 4 + 1
     rd = ReadSlot(op, window_s, 1)
@@ -230,7 +230,7 @@ def test_pruning_a_large_hash_keeps_it_bounded_pass_after_pass(client):
     due and leave nothing older than their cutoff (SPEC §5.3)."""
     window_s = 3600
     op, key, script = hour_count_writer(client)
-    every_ms, keep_ms = prune_every_ms(window_s, 1), window_s * 1000 + 1000
+    every_ms, keep_ms = prune_every_ms(window_s, 1, 0), window_s * 1000 + 1000
     steps, oldest_seen, pipe = 0, [], client.pipeline(transaction=False)
     for i in range(3 * window_s):  # three windows, one write a second
         script(keys=["", "", key], args=[T0 + 1000 * i, "", ""], client=pipe)
@@ -244,7 +244,7 @@ def test_pruning_a_large_hash_keeps_it_bounded_pass_after_pass(client):
     t = T0 + 1000 * (3 * window_s - 1)
     # a pass over ~4.5k fields takes ~20 writes: each pass ended well before the next was due ...
     assert client.hget(key, "_c") is None and steps == 0
-    # ... and left nothing older than the cutoff of its start, the last pass at most W/2 ago
+    # ... and left nothing older than the cutoff of its start, the last pass at most one period ago
     for at, oldest in oldest_seen[2:]:
         assert oldest > at - keep_ms - every_ms - 1000
     assert client.hlen(key) < 2 * (window_s + every_ms // 1000)

@@ -46,8 +46,8 @@ def test_old_tiles_are_pruned(redis_url):
     key = store.keys("sc:{s1:a}:*")[0]
     fields = store.hkeys(key)
     # only tiles a read at the last time minus the allowed lateness (120 s) can still use survive (plus
-    # <= W/2 of slack, ops.prune_every_ms), and raw tiles of the last 120 s (SPEC §3.3)
+    # <= (W + r + L)/2 of slack, ops.prune_every_ms), and raw tiles of the last 120 s (SPEC §3.3)
     oldest_s = min(int(f[1:]) for f in fields if f.startswith(b"s"))
-    assert oldest_s * 1000 >= t0 + 599 * 7_000 - (600 + 120 + 300 + 2) * 1000
+    assert oldest_s * 1000 >= t0 + 599 * 7_000 - (600 + 120 + 361 + 2) * 1000
     raw = [int(f[1:]) for f in fields if f.startswith(b"B")]  # 15-s raw buckets, deleted 4 at a time
     assert 8 <= len(raw) <= 9 + 4 and (min(raw) + 1) * 15_000 >= t0 + 599 * 7_000 - 120_000 - 4 * 15_000
