@@ -9,13 +9,13 @@ depends on an aggregate: a dependency stage, SPEC §5.6) come from
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from compiler.codegen.spark import compile_column
-from compiler.plan import EventPlan
+from compiler.plan import EventPlan, Plan
 from compiler.typesystem import input_column
 from writer.session import memo_column
 
@@ -148,3 +148,93 @@ def with_features(
             cols[n] = F.col(f"f_{n}")
         pending = [n for n in pending if n not in cols]
     return df
+
+
+def batch_features(df: DataFrame, plan: Plan, needs: Mapping[str, Iterable[str]]
+                   ) -> tuple[DataFrame, dict[str, dict[str, str]]]:
+    """Add the needed features of every event type to ONE frame of raw events of several types.
+
+    :func:`with_features` works on one event type's frame; a stream
+    micro-batch needs the features of each writer event type, and each
+    DataFrame step re-analyses the growing plan (per type: a filter, the
+    JSON parse, the inputs, each scalar wave, then a union of the types),
+    ~35 steps per batch for the demo topology. Here every event type's
+    features are columns of the same frame, in one step for the parse, one
+    for all inputs and one per scalar wave. Each distinct input (path,
+    optionality, default and type) is one column shared by every event type
+    reading it; it is computed for every row (an input another type's event
+    lacks is null there, and no write of another type reads it). A scalar is
+    computed for the rows of its own type only (null elsewhere). Values are
+    those of :func:`with_features` (same column expressions).
+
+    Args:
+        df: raw events (``_type``, ``_time_ms``, ``_raw``, and carried columns
+            such as ``_seq``, ``_repeat``); the rows of other types are kept.
+        plan: the plan (``plan.events``).
+        needs: event type -> feature names needed (dependencies are added).
+
+    Returns:
+        ``(frame, names)``: ``frame`` is ``df`` without ``_raw``, plus one
+        column per computed feature, named ``_f<k>`` (``k`` a number);
+        ``names[event type][feature] = column name`` for every needed feature
+        and dependency (types as in :func:`with_features`).
+
+    Raises:
+        StagedFeatureError: a needed feature is an aggregate (this frame has
+            no history to stage it from).
+        compiler.codegen.UnsupportedError: a scalar Spark cannot express.
+    """
+    t = F.col("_time_ms")
+    names: dict[str, dict[str, str]] = {}
+    inputs: dict[tuple, tuple[str, object]] = {}  # memo key -> (column name, feature)
+    scalars: dict[str, list] = {}  # event type -> its needed scalar features, in plan order
+    known: dict[str, set[str]] = {}  # event type -> its feature names
+    for ev in sorted(needs):
+        event = plan.events[ev]
+        feats = {f.name: f for f in event.features}
+        known[ev] = set(feats)
+        needed = needed_features(event, needs[ev])
+        aggregates = [n for n in needed if feats[n].kind == "aggregate"]
+        if aggregates:
+            raise StagedFeatureError(f"event {ev}: {', '.join(aggregates)}: aggregates cannot be computed from "
+                                     "one batch of events (no history to stage them from)")
+        mine = names.setdefault(ev, {})
+        for n in needed:
+            f = feats[n]
+            if f.kind == "input":
+                key = ("input", repr(f.input), f.type)
+                if key not in inputs:
+                    inputs[key] = (f"_f{len(inputs)}", f)
+                mine[n] = inputs[key][0]
+        scalars[ev] = [feats[n] for n in needed if feats[n].kind != "input"]
+    carried = [c for c in df.columns if c != "_raw"]
+    if inputs:
+        # the JSON parsed once per event, for every input of every type, in one projection
+        df = df.select(*carried, F.try_parse_json(F.col("_raw")).alias("_v"))
+        df = df.select(*carried, *[
+            memo_column(key, lambda f=f: input_column(F.col("_v"), f.input, f.type, parsed=True)).alias(name)
+            for key, (name, f) in inputs.items()])
+    else:
+        df = df.select(*carried)
+    # scalars in waves, all event types together: each wave the scalars whose features are all there
+    k = len(inputs)
+    pending = [(ev, f) for ev in sorted(scalars) for f in scalars[ev]]
+    while pending:
+        wave = [(ev, f) for ev, f in pending
+                if all(d in names[ev] or d not in known[ev] for d in f.deps)]
+        if not wave:  # pragma: no cover - the plan is in dependency order
+            raise ValueError(f"cannot order the features {[(ev, f.name) for ev, f in pending]}")
+        cols = {}
+        for ev, f in wave:
+            refs = tuple(sorted((d, names[ev][d]) for d in f.deps if d in names[ev]))
+            # the tree depends on the expression, its refs' column names and the event type
+            cols[f"_f{k}"] = memo_column(
+                ("batch-scalar", ev, repr(f.expr), refs),
+                lambda ev=ev, f=f, refs=refs: F.when(F.col("_type") == F.lit(ev), compile_column(
+                    f.expr, {d: F.col(c) for d, c in refs}, t)))
+            k += 1
+        df = df.withColumns(cols)
+        for (ev, f), name in zip(wave, cols):
+            names[ev][f.name] = name
+        pending = [(ev, f) for ev, f in pending if f.name not in names[ev]]
+    return df, names

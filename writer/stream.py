@@ -19,10 +19,12 @@ Each micro-batch (``foreachBatch``, :class:`BatchProcessor`):
    dead-letter output, never applied and never silently dropped;
 3. records the watermark and counts in the checkpoint
    (``<checkpoint>/scowl/batches/<id>.json``) *before* touching the store, so
-   a batch re-run after a crash uses the same watermark;
+   a batch re-run after a crash uses the same watermark (the counts, and a
+   ``dir:`` batch's file splits that number it, come from one job);
 4. computes, in one Spark job, every state's counted writes of the batch
-   (``writer.tilepass.write_rows``: built-in column functions, one shuffle by
-   key) and, per partition, their partial aggregates per (state, key, tile)
+   (``writer.features.batch_features`` and
+   ``writer.tilepass.batch_write_rows``: every writer event type in one
+   frame, built-in column functions, one shuffle by key) and, per partition, their partial aggregates per (state, key, tile)
    with numpy (``compiler.algebra.arrowtiles.merge_ops``), and merges them
    into Redis from the executors (``writer.sink.merge_keys``): one
    atomic ``event.lua`` call per key that applies the key's merges only if
@@ -55,6 +57,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -70,8 +73,8 @@ from compiler.typesystem import time_column
 from writer.session import without_codegen
 from writer.sink import claim_ids, merge_keys, merge_params
 from writer.sources import event_id, mark_repeated_ids, valid
-from writer.tilepass import tile_specs, write_rows
-from writer.tiles import feature_frames
+from writer.features import batch_features
+from writer.tilepass import batch_write_rows, tile_specs
 
 #: Batch records older than this many batches are deleted (their totals live on in later records).
 KEEP_RECORDS = 100
@@ -238,39 +241,79 @@ def raw_events(df: DataFrame, seq: Column) -> DataFrame:
 
 
 def dir_raw(batch: DataFrame) -> tuple[DataFrame, list[DataFrame]]:
-    """Raw events of a ``dir:`` micro-batch, ``_seq`` ordering them by file path, then line.
+    """Raw events of a ``dir:`` micro-batch, to be numbered by file path, then line (:func:`split_seq`).
 
-    ``_seq`` (not 0-based: only its order matters) is computed with built-ins:
-    each file split's rows are contiguous in one partition, numbered by
-    ``monotonically_increasing_id``; one small job collects each split's first
-    id, and a row's ``_seq`` is its split's rank (by path, then offset)
-    ``<< 33`` plus its row number within the split.
+    ``_seq`` (not 0-based: only its order matters) is computed with
+    built-ins: each file split's rows are contiguous in one partition, in line
+    order, numbered by ``monotonically_increasing_id`` (``_mid``: the
+    partition's index ``<< 33`` plus the row's position in it). The batch's
+    splits ``(_file, _block)`` are collected by the job that counts the
+    batch (:meth:`BatchProcessor.process`), and a row's ``_seq`` is its
+    split's rank (by path, then offset) ``<< 33`` plus its position in its
+    partition (the low 33 bits of ``_mid``): no job of its own.
 
     Args:
         batch: the micro-batch with ``_raw``, ``_file``, ``_block``.
 
     Returns:
-        ``(raw, persisted)``: the raw events and frames to unpersist afterwards.
+        ``(raw, persisted)``: columns ``_type``, ``_time_ms`` (as
+        :func:`raw_events`), ``_raw``, ``_file``, ``_block``, ``_mid`` (no
+        ``_seq`` yet); nothing persisted (the caller persists ``raw``).
     """
     df = batch.where(F.length(F.trim(F.col("_raw"))) > 0)
-    df = df.select("_raw", "_file", "_block", F.monotonically_increasing_id().alias("_mid"))
-    df = df.persist(StorageLevel.MEMORY_AND_DISK)
-    splits = sorted(tuple(r) for r in df.groupBy("_file", "_block").agg(F.min("_mid")).collect())
+    return df.select(
+        F.get_json_object("_raw", "$._type").alias("_type"),
+        time_column(F.get_json_object("_raw", "$._time")).alias("_time_ms"),
+        "_raw", "_file", "_block", F.monotonically_increasing_id().alias("_mid"),
+    ), []
+
+
+#: the low bits of ``monotonically_increasing_id``: the row's position in its partition
+_ROW_BITS = 33
+
+
+def split_seq(splits: list) -> Column:
+    """``_seq`` of a :func:`dir_raw` frame: split rank (by path, then offset) ``<< 33`` plus position in partition.
+
+    Args:
+        splits: the batch's distinct ``(_file, _block)`` pairs (rows or tuples:
+            path string, split start offset in bytes), in any order.
+
+    Returns:
+        A long column over ``_file``, ``_block``, ``_mid``: increasing in
+        (file path, offset, line) order within the batch.
+    """
+    row = F.col("_mid").bitwiseAND(F.lit((1 << _ROW_BITS) - 1))
+    ranked = sorted((str(f), int(b)) for f, b in splits)
+    if len(ranked) <= 1:
+        return row
     split_key = F.concat(F.col("_file"), F.lit("\u0000"), F.col("_block").cast("string"))
-    if splits:
-        bases = F.create_map(*[
-            x for rank, (f, b, first) in enumerate(splits)
-            for x in (F.lit(f"{f}\u0000{b}"), F.lit((rank << 33) - first).cast("long"))
-        ])
-        seq = F.element_at(bases, split_key) + F.col("_mid")
-    else:
-        seq = F.col("_mid")
-    return raw_events(df, seq), [df]
+    bases = F.create_map(*[
+        x for rank, (f, b) in enumerate(ranked)
+        for x in (F.lit(f"{f}\u0000{b}"), F.lit(rank << _ROW_BITS).cast("long"))
+    ])
+    return F.element_at(bases, split_key) + row
 
 
 def redis_raw(batch: DataFrame) -> tuple[DataFrame, list[DataFrame]]:
     """Raw events of a ``redis:`` micro-batch (``_seq`` from the entry id, ``writer.redis_source``)."""
     return raw_events(batch, F.col("_seq")), []
+
+
+@contextmanager
+def without_adaptive(spark: SparkSession):
+    """Plan and run the queries of the block without adaptive query execution (restored on exit).
+
+    A small aggregation then runs as one job of two stages; adaptive
+    execution makes it a job per stage plus one, each with its scheduling
+    delay, for nothing to re-optimise.
+    """
+    previous = spark.conf.get("spark.sql.adaptive.enabled")
+    spark.conf.set("spark.sql.adaptive.enabled", "false")
+    try:
+        yield
+    finally:
+        spark.conf.set("spark.sql.adaptive.enabled", previous)
 
 
 class BatchProcessor:
@@ -310,6 +353,12 @@ class BatchProcessor:
         self.states: list[StateSpec] = sorted(plan.states.values(), key=lambda s: s.definition_hash)
         self.params = merge_params(self.states)
         self.specs = tile_specs(self.states)
+        #: writer event type -> the features its states' writes read
+        self.needs: dict[str, list[str]] = {}
+        for st in self.states:
+            for ev, w in st.writes.items():
+                self.needs.setdefault(ev, [])
+                self.needs[ev] = sorted(set(self.needs[ev]) | set(w.deps()))
         self.results: list[BatchResult] = []
         self.error: BaseException | None = None
 
@@ -352,6 +401,10 @@ class BatchProcessor:
     def process(self, raw: DataFrame, batch_id: int) -> BatchResult:
         """Process one batch of raw events (``_type``, ``_time_ms``, ``_seq``, ``_raw``).
 
+        ``raw`` may instead be a :func:`dir_raw` frame (``_file``, ``_block``,
+        ``_mid`` in place of ``_seq``): the job that counts the batch then also
+        collects its file splits, and ``_seq`` comes from them (:func:`split_seq`).
+
         Safe to call again with the same ``batch_id`` and events (a re-run):
         the watermark comes from the batch's record, dead letters are
         rewritten identically and keys already merged are skipped.
@@ -372,17 +425,24 @@ class BatchProcessor:
             prev = self.previous(batch_id)
             wm = None if prev is None or prev["max_time_ms"] is None else prev["max_time_ms"] - self.lateness_ms
         late = (ok & (F.col("_time_ms") < F.lit(wm))) if wm is not None else F.lit(False)
-        raw = raw.persist(StorageLevel.MEMORY_AND_DISK)
+        numbered = "_seq" in raw.columns  # else a dir_raw frame: numbered from the splits counted here
+        cached = raw.persist(StorageLevel.MEMORY_AND_DISK)
         writers = sorted({ev for st in self.states for ev in st.writes})
-        row = raw.agg(
-            F.count(F.lit(1)).alias("n"),
-            F.count(F.when(ok, 1)).alias("valid"),
-            F.count(F.when(late, 1)).alias("late"),
-            F.max(F.when(ok, F.col("_time_ms"))).alias("max_t"),
-            F.count(F.when(ok, event_id())).alias("ids"),
-            *[F.min(F.when(ok & ~late & (F.col("_type") == F.lit(ev)), F.col("_time_ms"))).alias(f"min_{i}")
-              for i, ev in enumerate(writers)],
-        ).collect()[0]
+        # one job: parses and caches the batch, counts it and, for a dir: batch, collects its file splits
+        # (without adaptive execution: one job of two stages, not three jobs)
+        with without_adaptive(spark):
+            row = cached.agg(
+                F.count(F.lit(1)).alias("n"),
+                F.count(F.when(ok, 1)).alias("valid"),
+                F.count(F.when(late, 1)).alias("late"),
+                F.max(F.when(ok, F.col("_time_ms"))).alias("max_t"),
+                F.count(F.when(ok, event_id())).alias("ids"),
+                *[F.min(F.when(ok & ~late & (F.col("_type") == F.lit(ev)), F.col("_time_ms"))).alias(f"min_{i}")
+                  for i, ev in enumerate(writers)],
+                *([] if numbered else [F.collect_set(F.struct("_file", "_block")).alias("splits")]),
+            ).collect()[0]
+        raw = cached if numbered else cached.select(
+            "_type", "_time_ms", split_seq(row["splits"]).alias("_seq"), "_raw")
         earliest = {ev: row[f"min_{i}"] for i, ev in enumerate(writers) if row[f"min_{i}"] is not None}
         res = BatchResult(batch_id, events=row["valid"] - row["late"], late=row["late"],
                           invalid=row["n"] - row["valid"], watermark_ms=wm, rerun=rec is not None)
@@ -419,7 +479,7 @@ class BatchProcessor:
                 finally:
                     on_time.unpersist()  # persisted by _claim_ids (a no-op otherwise)
         finally:
-            raw.unpersist()
+            cached.unpersist()
         res.seconds = time.perf_counter() - t0
         self.results.append(res)
         if self.on_batch is not None:
@@ -472,17 +532,18 @@ class BatchProcessor:
 
     def _merge(self, spark: SparkSession, events: DataFrame, batch_id: int) -> tuple[int, int]:
         """Merge the partial aggregates of ``events`` into the store; return ``(applied, skipped)`` keys."""
-        # One job: each writer event type's features (input coercion: wide
-        # projections, so planned without whole-stage codegen) and all its
-        # states' writes in one projection, shuffled by key once
-        # (writer.tilepass.write_rows); each partition's partial aggregates
-        # and merge ops in numpy (compiler.algebra.arrowtiles), applied per key
-        # (writer.sink.merge_keys). It replaced a Spark aggregation per kind of
-        # partial and per write-log state: ~10 stages and ~26 tasks for 10k events.
-        frames = feature_frames(events, self.plan, self.states)
+        # One job: every writer event type's features (input coercion: wide projections, so planned
+        # without whole-stage codegen) and all their states' writes in one frame, one exploding
+        # projection, shuffled by key once (writer.features.batch_features, writer.tilepass.
+        # batch_write_rows: ~6 DataFrame steps to analyse, where a frame per event type and their
+        # union took ~35); each partition's partial aggregates and merge ops in numpy
+        # (compiler.algebra.arrowtiles), applied per key (writer.sink.merge_keys). It replaced a
+        # Spark aggregation per kind of partial and per write-log state: ~10 stages and ~26 tasks
+        # for 10k events.
         url, marker, params, fault, specs = self.url, self.marker, self.params, self.fault, self.specs
         with without_codegen(spark):
-            rows = write_rows(frames, self.states, spark.sparkContext.defaultParallelism)
+            frame, names = batch_features(events, self.plan, self.needs)
+            rows = batch_write_rows(frame, names, self.states, spark.sparkContext.defaultParallelism)
             if rows is None:
                 return 0, 0
             out = rows.mapInArrow(lambda it: merge_keys(it, url, batch_id, marker, params, specs, fault),

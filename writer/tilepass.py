@@ -92,24 +92,31 @@ _ALL_SCHEMA = {name: {"int32": "int", "int64": "long", "double": "double", "stri
                for name, typ in WRITE_COLUMNS.items()}
 
 
-def _write_struct(st: StateSpec, g: int, ev: str, group: str, counted: Column) -> Column:
+def _write_struct(st: StateSpec, g: int, ev: str, group: str, counted: Column,
+                  names: dict[str, str] | None = None) -> Column:
     """One state's write of an ``ev`` event as a struct of ``_SCHEMAS[group]`` (``group`` ``"all"``:
     :data:`_ALL_SCHEMA`, every kind of state), null when not counted.
 
     ``counted`` is ``writer.sources.counted`` of the event's frame (false for
     a repeated ``_id``); the state's ``where`` and non-null rules come on top.
+    ``names``: feature -> column name (``writer.features.batch_features``: a
+    frame of several event types; the write then also requires ``_type`` to
+    be ``ev``); default ``f_<feature>`` of a frame of ``ev`` events only.
     """
     from compiler.codegen.spark import compile_column
 
+    def col(n: str) -> Column:
+        return F.col(names[n] if names is not None else f"f_{n}")
+
     w = st.writes[ev]
-    cond = counted
+    cond = counted if names is None else (F.col("_type") == F.lit(ev)) & counted
     if w.where is not None:
-        cond = cond & F.coalesce(compile_column(w.where, {n: F.col(f"f_{n}") for n in w.where.refs()},
+        cond = cond & F.coalesce(compile_column(w.where, {n: col(n) for n in w.where.refs()},
                                          F.col("_time_ms")), F.lit(False))
     for n in list(w.values) + list(w.keys):
-        cond = cond & F.col(f"f_{n}").isNotNull()
-    key = encode_tuple_column([F.col(f"f_{k}") for k in w.keys], st.key_types)
-    vals = [F.col(f"f_{n}") for n in w.values]
+        cond = cond & col(n).isNotNull()
+    key = encode_tuple_column([col(k) for k in w.keys], st.key_types)
+    vals = [col(n) for n in w.values]
     cols = {"g": F.lit(g), "rk": redis_key_column(key, len(st.key_types), st.definition_hash),
             "t": F.col("_time_ms"), "seq": F.col("_seq")}
     storage = storage_of(st)
@@ -395,4 +402,44 @@ def write_rows(frames: dict[str, DataFrame], states: Sequence[StateSpec], partit
     writes = _write_structs(frames, states, "all", per_projection=len(states) or 1)
     if writes is None:
         return None
+    return writes.repartition(partitions, "rk")
+
+
+def batch_write_rows(frame: DataFrame, names: dict[str, dict[str, str]], states: Sequence[StateSpec],
+                     partitions: int) -> DataFrame | None:
+    """:func:`write_rows` over ONE frame of every writer event type (``writer.features.batch_features``).
+
+    The same write rules and columns as :func:`write_rows`, each state's
+    write of an event type also requiring the row's ``_type`` to be it; all
+    writes of every event type come from one exploding projection (no union
+    of a projection per type: fewer DataFrame steps to analyse, and the
+    batch's events are read once), then one shuffle by ``rk``.
+
+    Args:
+        frame: ``batch_features`` output (``_type``, ``_time_ms``, ``_seq``,
+            optional ``_repeat``, the feature columns).
+        names: ``batch_features``' event type -> feature -> column name; it
+            must hold every writer event type of ``states``.
+        states: the states written (``g`` indexes them).
+        partitions: partitions of the shuffle (the cores).
+
+    Returns:
+        Columns :data:`_ALL_SCHEMA`, as :func:`write_rows`; ``None`` when no
+        state has a writer.
+
+    Raises:
+        KeyError: a writer event type or feature missing from ``names``.
+    """
+    from writer.session import memo_column
+
+    mine = [(g, st, ev) for g, st in enumerate(states) for ev in sorted(st.writes)]
+    if not mine:
+        return None
+    repeats = "_repeat" in frame.columns
+    cols = {ev: names[ev] for _g, _st, ev in mine}
+    key = ("tilepass-batch", repeats, tuple((g, ev, repr(st)) for g, st, ev in mine),
+           tuple(sorted((ev, tuple(sorted(c.items()))) for ev, c in cols.items())))
+    arr = memo_column(key, lambda: F.array(*[_write_struct(st, g, ev, "all", counted(frame), cols[ev])
+                                             for g, st, ev in mine]))
+    writes = frame.select(F.inline(F.filter(arr, lambda w: w.isNotNull())))
     return writes.repartition(partitions, "rk")
