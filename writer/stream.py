@@ -304,9 +304,11 @@ def redis_raw(batch: DataFrame) -> tuple[DataFrame, list[DataFrame]]:
 def without_adaptive(spark: SparkSession):
     """Plan and run the queries of the block without adaptive query execution (restored on exit).
 
-    A small aggregation then runs as one job of two stages; adaptive
-    execution makes it a job per stage plus one, each with its scheduling
-    delay, for nothing to re-optimise.
+    A small aggregation then runs as one job (a stage per exchange);
+    adaptive execution makes it a job per stage plus one, each with its
+    scheduling delay, for nothing to re-optimise. A frame persisted inside
+    the block keeps a plan without it (its exchanges run in the job that
+    fills the cache).
     """
     previous = spark.conf.get("spark.sql.adaptive.enabled")
     spark.conf.set("spark.sql.adaptive.enabled", "false")
@@ -426,11 +428,15 @@ class BatchProcessor:
             wm = None if prev is None or prev["max_time_ms"] is None else prev["max_time_ms"] - self.lateness_ms
         late = (ok & (F.col("_time_ms") < F.lit(wm))) if wm is not None else F.lit(False)
         numbered = "_seq" in raw.columns  # else a dir_raw frame: numbered from the splits counted here
-        cached = raw.persist(StorageLevel.MEMORY_AND_DISK)
         writers = sorted({ev for st in self.states for ev in st.writes})
         # one job: parses and caches the batch, counts it and, for a dir: batch, collects its file splits
-        # (without adaptive execution: one job of two stages, not three jobs)
+        # (without adaptive execution, the cached plan too: one job of three stages, not a job per
+        # stage and one more)
         with without_adaptive(spark):
+            # spread over the cores (a file split is one partition: a batch of one file would compute
+            # every event's features and writes in one task), by the arrival number computed before
+            cached = raw.repartition(spark.sparkContext.defaultParallelism, "_seq" if numbered else "_mid").persist(
+                StorageLevel.MEMORY_AND_DISK)
             row = cached.agg(
                 F.count(F.lit(1)).alias("n"),
                 F.count(F.when(ok, 1)).alias("valid"),
@@ -541,7 +547,10 @@ class BatchProcessor:
         # Spark aggregation per kind of partial and per write-log state: ~10 stages and ~26 tasks
         # for 10k events.
         url, marker, params, fault, specs = self.url, self.marker, self.params, self.fault, self.specs
-        with without_codegen(spark):
+        # without adaptive execution: one job of two stages (adaptive execution ran the map stage as a
+        # job of its own, then re-planned the rest: nothing to re-optimise, the shuffle has a fixed
+        # partition count)
+        with without_codegen(spark), without_adaptive(spark):
             frame, names = batch_features(events, self.plan, self.needs)
             rows = batch_write_rows(frame, names, self.states, spark.sparkContext.defaultParallelism)
             if rows is None:
