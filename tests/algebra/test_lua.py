@@ -324,3 +324,47 @@ def test_hll_tile_cache_stays_bounded_by_registers(monkeypatch):
         text = "".join(f";{i * 10 + j}:{j + 1}" for j in range(10)).encode()
         assert hll_merge([text]) == {i * 10 + j: j + 1 for j in range(10)}
         assert sum(len(v) for v in lua._HLL_TILES.values()) == lua._HLL_HELD[0] <= 100
+
+
+def test_shake_keeps_what_the_body_reaches_and_drops_the_rest():
+    """script.shake keeps a top-level local if the body or a kept statement names it (transitively, with
+    the comment above it) and drops the others, in source order."""
+    from compiler.algebra.script import shake
+
+    prelude = ("-- a: uses b\nlocal function a() return b() end\n"  # names b before b: kept only via c
+               "local function b() return 1 end\n"
+               "-- c calls a\nlocal function c() return a() end\n"
+               "local X, Y = {}, 0\n"
+               "-- unused\nlocal function d() return X end\n")
+    kept = shake(prelude, "return c() + Y")
+    assert "local function c()" in kept and "local function a()" in kept and "local function b()" in kept
+    assert "local X, Y" in kept and "function d" not in kept and "-- unused" not in kept
+    assert kept.index("function a") < kept.index("function b") < kept.index("function c")
+    assert shake(prelude, "return 1") == ""
+
+
+def test_generated_scripts_keep_every_shared_function_they_name():
+    """Every name a generated round uses that the shared prelude (common.lua + the generator's) defines is
+    defined in the script (a dropped one would be a global: an error when the script reaches it)."""
+    import re
+
+    from compiler.algebra.lua import _PRELUDE
+    from compiler.algebra.script import _chunks, common_script
+
+    defined = set().union(*(names for names, _ in _chunks(common_script() + _PRELUDE)))
+    fns = [("Count", ()), ("Sum", ("int",)), ("Sum", ("float",)), ("Average", ("float",)), ("Min", ("float",)),
+           ("Max", ("string",)), ("First", ("int",)), ("HyperLogLog", ("string",)), ("CountUnique", ("string",)),
+           ("DecayedSum", ("float",)), ("Latest", ("int",))]
+    sizes = []
+    for fn, vt in fns:
+        op = make_op(fn, vt, window_s=3600)
+        spec = RoundSpec("r", reads_before=(ReadSlot(op, 3600, 1),), writes=(WriteSlot(op, 3600, 1),),
+                         reads_after=(ReadSlot(op, 3600, 1, has_after=True),))
+        src = GEN.script(spec)
+        own = set(re.findall(r"^local\s+function\s+(\w+)", src, re.M))
+        own |= {n.strip() for m in re.findall(r"^local\s+([\w\s,]+?)\s*=", src, re.M) for n in m.split(",")}
+        used = set(re.findall(r"[A-Za-z_]\w*", re.sub(r"--[^\n]*", "", src)))
+        assert (used & defined) <= own, (fn, sorted((used & defined) - own))
+        sizes.append(len(src))
+    full = len(common_script()) + len(_PRELUDE)
+    assert min(sizes) < full / 2  # most of the shared prelude is left out of a one-function round
