@@ -106,6 +106,16 @@ def memo_column(key: tuple, build: Callable[[], Column]) -> Column:
 
 
 @contextmanager
+def spark_conf(spark: SparkSession, key: str, value: str):
+    """Set the SQL conf ``key`` to ``value`` for the block; restore its previous value on exit."""
+    previous = spark.conf.get(key)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        spark.conf.set(key, previous)
+
+
 def without_codegen(spark: SparkSession):
     """Plan the DataFrames made (or materialised) inside the block without whole-stage code generation.
 
@@ -113,12 +123,19 @@ def without_codegen(spark: SparkSession):
     the JVM's 64 KB method limit (Spark then compiles, fails and falls back to
     interpreting, slowly, logging errors). The setting is restored on exit.
     """
-    previous = spark.conf.get("spark.sql.codegen.wholeStage")
-    spark.conf.set("spark.sql.codegen.wholeStage", "false")
-    try:
-        yield
-    finally:
-        spark.conf.set("spark.sql.codegen.wholeStage", previous)
+    return spark_conf(spark, "spark.sql.codegen.wholeStage", "false")
+
+
+def without_adaptive(spark: SparkSession):
+    """Plan and run the queries of the block without adaptive query execution (restored on exit).
+
+    A small aggregation then runs as one job (a stage per exchange);
+    adaptive execution makes it a job per stage plus one, each with its
+    scheduling delay, for nothing to re-optimise. A frame persisted inside
+    the block keeps a plan without it (its exchanges run in the job that
+    fills the cache).
+    """
+    return spark_conf(spark, "spark.sql.adaptive.enabled", "false")
 
 
 def checkpoint_without_codegen(df, storage, eager: bool = True):

@@ -57,7 +57,6 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -70,7 +69,7 @@ from pyspark.sql import functions as F
 from compiler.algebra.storekeys import DEFAULT_ID_TTL_S
 from compiler.plan import Plan, StateSpec
 from compiler.typesystem import time_column
-from writer.session import without_codegen
+from writer.session import without_adaptive, without_codegen
 from writer.sink import claim_ids, merge_keys, merge_params
 from writer.sources import event_id, mark_repeated_ids, valid
 from writer.features import batch_features
@@ -298,24 +297,6 @@ def split_seq(splits: list) -> Column:
 def redis_raw(batch: DataFrame) -> tuple[DataFrame, list[DataFrame]]:
     """Raw events of a ``redis:`` micro-batch (``_seq`` from the entry id, ``writer.redis_source``)."""
     return raw_events(batch, F.col("_seq")), []
-
-
-@contextmanager
-def without_adaptive(spark: SparkSession):
-    """Plan and run the queries of the block without adaptive query execution (restored on exit).
-
-    A small aggregation then runs as one job (a stage per exchange);
-    adaptive execution makes it a job per stage plus one, each with its
-    scheduling delay, for nothing to re-optimise. A frame persisted inside
-    the block keeps a plan without it (its exchanges run in the job that
-    fills the cache).
-    """
-    previous = spark.conf.get("spark.sql.adaptive.enabled")
-    spark.conf.set("spark.sql.adaptive.enabled", "false")
-    try:
-        yield
-    finally:
-        spark.conf.set("spark.sql.adaptive.enabled", previous)
 
 
 class BatchProcessor:
