@@ -102,9 +102,7 @@ local function registers_text(cur, text)
 end
 
 
--- tile size codes, as windows.LEVEL_CODE (ms / seconds)
-local SIZES = { s = 1000, a = 5000, b = 15000, m = 60000, c = 300000, e = 900000,
-                h = 3600000, f = 14400000, d = 86400000 }
+-- tile size codes by seconds, as windows.LEVEL_CODE (sizes by code: common.lua SIZE_OF)
 local CODES = { [1] = 's', [5] = 'a', [15] = 'b', [60] = 'm', [300] = 'c', [900] = 'e',
                 [3600] = 'h', [14400] = 'f', [86400] = 'd' }
 
@@ -189,25 +187,11 @@ while i <= n do
       local due = redis.call('HGET', key, '_p')
       if not due or ms >= tonumber(due) then
         local cutoff = ms - tonumber(ARGV[i + 4]) - tonumber(ARGV[i + 5])
-        local all = redis.call('HKEYS', key)
-        -- the expired tiles and '_m' (the generated serving scripts' latest written tile:
-        -- unknown after these writes), deleted in calls of up to 256 fields
-        local gone = {'_m'}
-        for j = 1, #all do
-          local f = all[j]
-          local size = SIZES[string.sub(f, 1, 1)]
-          if size then
-            local idx = tonumber(string.match(f, '^.(%-?%d+)'))
-            if idx and (idx + 1) * size <= cutoff then
-              gone[#gone + 1] = f
-              if #gone == 256 then
-                redis.call('HDEL', key, unpack(gone))
-                gone = {}
-              end
-            end
-          end
-        end
-        if #gone > 0 then redis.call('HDEL', key, unpack(gone)) end
+        -- the expired tiles (common.lua dead_tiles; serving's raw tiles are its own passes')
+        -- and '_m' (the generated serving scripts' latest written tile: unknown after these writes)
+        local gone = dead_tiles(redis.call('HKEYS', key), 1, cutoff, -9007199254740992)
+        gone[#gone + 1] = '_m'
+        hdel_all(key, gone)
         redis.call('HSET', key, '_p', tostring(ms + tonumber(ARGV[i + 6])))
       else
         -- the generated serving scripts' latest written tile: unknown after these writes

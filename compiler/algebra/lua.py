@@ -578,30 +578,14 @@ local function log_write(key, ms, json, n, keep_ms, ttl_ms)
   log_add(key, ms, next_rank(key, ms), json, n, string.format('%d', tonumber(ms) - keep_ms), ttl_ms, LATE)
 end
 
--- tile size (ms) by the byte of its level code (windows.LEVEL_CODE)
--- (upper-case: the raw tiles of late events at the resolution levels, see book)
-local SIZE_OF = { [115] = 1000, [97] = 5000, [98] = 15000, [109] = 60000, [99] = 300000,
-                  [101] = 900000, [104] = 3600000, [102] = 14400000, [100] = 86400000,
-                  [66] = 15000, [77] = 60000, [72] = 3600000, [68] = 86400000 }
-
-local function hdel_all(key, dead)
-  for i = 1, #dead, 500 do
-    redis.call('HDEL', key, unpack(dead, i, math.min(i + 499, #dead)))
-  end
-end
-
 -- One step of a tiled state's pruning pass: HSCAN from cursor c (COUNT
--- fields), delete the tile fields (<code><index>[.s|.c]) that end at or
--- before cutoff (raw tiles, upper-case codes: before rawcut); returns the
+-- fields), delete the tile fields that end at or before cutoff (raw tiles,
+-- upper-case codes: before rawcut; common.lua dead_tiles); returns the
 -- next cursor ('0': the pass is over). A pass is
 -- spread over the writes that follow its start, one step each, so no call
 -- walks a whole hash (a 7-day state keyed by an airport holds ~30k fields).
--- A field of tile i at size z is dead iff (i + 1) * z <= cutoff, i.e.
--- i < K = floor(cutoff / z): for i, K >= 0 with as many digits, iff the
--- field's text is below <code>K (byte order; a suffix '.s' only follows
--- equal digits), so no field is cut into substrings (each one a new Lua
--- string, hashed: 3x the cost of the scan). NOVALUES (Valkey 8, Redis 7.4)
--- leaves the values out; an older server answers without it.
+-- NOVALUES (Valkey 8, Redis 7.4) leaves the values out; an older server
+-- answers without it.
 local PRUNE_STEP = 256
 local function prune_step(key, c, cutoff, rawcut)
   local res = redis.pcall('HSCAN', key, c, 'COUNT', PRUNE_STEP, 'NOVALUES')
@@ -610,35 +594,7 @@ local function prune_step(key, c, cutoff, rawcut)
     res = redis.call('HSCAN', key, c, 'COUNT', PRUNE_STEP)
     step = 2
   end
-  local items = res[2]
-  local dead = {}
-  local below, digits = {}, {}
-  local byte, find = string.byte, string.find
-  for j = 1, #items, step do
-    local f = items[j]
-    local b = byte(f, 1)
-    local size = SIZE_OF[b]
-    local d = byte(f, 2)
-    if size and d and (d == 45 or (d >= 48 and d <= 57)) then
-      local k = below[b]
-      if not k then  -- K's text with the field's code letter in front, and its digit count (-1: K < 0)
-        local q = math.floor((b < 97 and rawcut or cutoff) / size)
-        local text = string.format('%d', q)
-        k = string.char(b) .. text
-        below[b], digits[b] = k, q >= 0 and #text or -1
-      end
-      local e = find(f, '.', 3, true)
-      local n = (e or #f + 1) - 2
-      local kn = digits[b]
-      if d ~= 45 and kn > 0 then
-        if n < kn or (n == kn and f < k) then dead[#dead + 1] = f end
-      else  -- a negative index or cutoff (before 1970): parse
-        local idx = tonumber(string.sub(f, 2, n + 1))
-        if idx and (idx + 1) * size <= (b < 97 and rawcut or cutoff) then dead[#dead + 1] = f end
-      end
-    end
-  end
-  hdel_all(key, dead)
+  hdel_all(key, dead_tiles(res[2], step, cutoff, rawcut))
   return res[1]
 end
 

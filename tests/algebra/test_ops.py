@@ -98,6 +98,7 @@ def test_tiles_equal_oracle(data, fi, w):
 def test_lua_cover_matches_python(redis_url):
     """event.lua's T op reads exactly the fields of windows.cover (same order)."""
     import random
+    import re
 
     import redis
 
@@ -118,3 +119,45 @@ def test_lua_cover_matches_python(redis_url):
             client.hset("h", mapping={f: f for f in fields})
         got = script(keys=["h"], args=["T", 1, lo, hi, r, len(sizes), *sizes, 2, "", ".x"])[0]
         assert got == fields, (w, t)
+
+
+def test_event_lua_prune_drops_exactly_the_tiles_ending_by_the_cutoff(redis_url):
+    """event.lua's X op (the stream's prune, common.lua dead_tiles): when due, it deletes every tile field
+    (any level, with or without a component suffix, negative indices too) that ends at or before
+    ms - W - r, and ``_m``; it keeps later tiles, serving's raw tiles (upper-case codes), bookkeeping and
+    Decayed fields; it sets the next ``_p`` and the TTL (SPEC §5.3)."""
+    import random
+    import re
+
+    import redis
+
+    from compiler.algebra.script import event_script
+    from compiler.algebra.windows import LEVEL_CODE
+
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    script = client.register_script(event_script())
+    rng = random.Random(11)
+    size_of = {code: s * 1000 for s, code in LEVEL_CODE.items()}
+    for _ in range(60):
+        w, r = rng.choice([(600, 1), (3600, 1), (86400, 60), (7 * 86400, 60)])
+        ms = rng.choice([rng.randint(-10**11, 10**11), rng.randint(10**12, 2 * 10**12)])
+        cutoff = ms - w * 1000 - r * 1000
+        fields = {"_p": str(ms - rng.randint(0, 10**6)), "_m": "5", "_t": "7", "dt": "1", "dv": "2.5", "bw": "3"}
+        for _ in range(rng.randint(0, 300)):
+            code = rng.choice(list(size_of))
+            size = size_of[code]
+            idx = cutoff // size + rng.randint(-40, 40)
+            fields[f"{code}{idx}{rng.choice(['', '.s', '.c'])}"] = "1"
+            fields[f"{code.upper()}{idx}"] = "r"  # a raw tile of serving's: never the stream's to prune
+        client.delete("h")
+        client.hset("h", mapping=fields)
+        script(keys=["h"], args=["X", 1, 86_400_000, ms, w * 1000, r * 1000, 1000])
+        left = client.hgetall("h")
+        def dead(f: str) -> bool:
+            m = re.fullmatch(r"([a-z])(-?\d+)(\.[sc])?", f)
+            return bool(m) and m.group(1) in size_of and (int(m.group(2)) + 1) * size_of[m.group(1)] <= cutoff
+
+        expected = {f for f in fields if not dead(f)}  # _p: the pass was due
+        expected.discard("_m")
+        assert set(left) == expected, sorted(set(left) ^ expected)[:10]
+        assert left["_p"] == str(ms + 1000) and 0 < client.pttl("h") <= 86_400_000
