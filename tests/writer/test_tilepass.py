@@ -11,7 +11,9 @@ forms must produce the same store image, row for row:
   (same ``rk``, ``field``, stored text, ``mode`` and ``ttl_ms``), for a run
   window inside the timeline (tiles before the cutoff ``end - W - r`` left
   out, writes before the start left out);
-* the stream's Arrow pass (:func:`writer.tilepass.write_rows`, then
+* the stream's Arrow pass (the per-event-type ``tile_oracle.write_rows``,
+  which ``tests/stream/test_batch_features.py`` equates with
+  :func:`writer.tilepass.batch_write_rows`, then
   ``compiler.algebra.arrowtiles.merge_ops`` per partition: one item per key,
   its merge ops gathered) equals the union of ``merge_rows`` over every
   state, each key's time being the latest of its rows (double texts compared
@@ -34,7 +36,8 @@ from compiler import compile_sources
 from tests.writer.test_pit_oracle import TOPOLOGY, _timeline
 from tests.writer.tile_oracle import merge_rows, state_rows
 from writer.sources import read_events, valid
-from writer.tilepass import form, state_rows_all, tile_specs, write_rows
+from tests.writer.tile_oracle import write_rows
+from writer.tilepass import form, state_rows_all, tile_specs
 from writer.tiles import feature_frames
 from writer.writes import writes_of_state
 

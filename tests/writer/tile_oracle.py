@@ -11,6 +11,8 @@ logs and ``Decayed*`` are computed per state in production too
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -18,7 +20,7 @@ from compiler.algebra.ops import DecayedOp, make_op
 from compiler.algebra.spark import encode_tuple_column, hll_coupon_columns, values_json_column
 from compiler.algebra.windows import LEVEL_CODE, levels_s
 from compiler.plan import StateSpec
-from writer import tiles
+from writer import tilepass, tiles
 
 
 def _num_text(col: Column, type_name: str) -> Column:
@@ -229,3 +231,38 @@ def _log_or_decayed_merge_rows(writes: DataFrame, state: StateSpec) -> DataFrame
     g = w.groupBy("rk").agg(F.to_json(F.array_sort(F.collect_list(F.struct("t", "r", "j")))).alias("value"),
                             F.max("t").alias("t"))
     return g.select("rk", F.lit("").alias("field"), "value", F.lit("ZM").alias("mode"), "t")
+
+
+def write_rows(frames: dict[str, DataFrame], states: Sequence[StateSpec], partitions: int) -> DataFrame:
+    """(The stream's per-event-type path before ``writer.tilepass.batch_write_rows``, kept as its oracle.)
+
+    A micro-batch's counted writes of every state, hash-partitioned by key, for the Arrow merge pass.
+
+    One exploding projection per writer event type, all its states' writes
+    in it: the caller plans the job without whole-stage code generation
+    (``writer.session.without_codegen``; a generated method over this many
+    structs would exceed the JVM's 64 KB limit), so each event's features
+    are computed once, without a checkpoint. The same write rules as
+    :func:`partial_rows` (``counted``, ``where``, non-null values and key
+    components, SPEC §2.4); then one shuffle by ``rk``. The partial
+    aggregates are computed per partition by
+    ``compiler.algebra.arrowtiles.merge_ops`` (no Spark aggregation: the
+    stream's micro-batches are small, and each Spark stage costs more than
+    their work).
+
+    Args:
+        frames: ``writer.tiles.feature_frames`` output for the batch's events.
+        states: the states written (``g`` indexes them).
+        partitions: partitions of the shuffle (the cores).
+
+    Returns:
+        Columns :data:`_ALL_SCHEMA` (``compiler.algebra.arrowtiles.WRITE_COLUMNS``):
+        ``g``, ``rk``, ``t`` (ms), ``seq``, and per kind of state its write's
+        columns (tile forms: ``SparkAggregate.write_columns``; write logs:
+        ``j``, the values' JSON; ``Decayed*``: ``x``, the decayed value), the
+        others null. All rows of a key in one partition.
+    """
+    writes = tilepass._write_structs(frames, states, "all", per_projection=len(states) or 1)
+    if writes is None:
+        return None
+    return writes.repartition(partitions, "rk")
