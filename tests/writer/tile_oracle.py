@@ -256,11 +256,8 @@ def write_rows(frames: dict[str, DataFrame], states: Sequence[StateSpec], partit
         partitions: partitions of the shuffle (the cores).
 
     Returns:
-        Columns :data:`_ALL_SCHEMA` (``compiler.algebra.arrowtiles.WRITE_COLUMNS``):
-        ``g``, ``rk``, ``t`` (ms), ``seq``, and per kind of state its write's
-        columns (tile forms: ``SparkAggregate.write_columns``; write logs:
-        ``j``, the values' JSON; ``Decayed*``: ``x``, the decayed value), the
-        others null. All rows of a key in one partition.
+        The columns of ``writer.tilepass.batch_write_rows``; all rows of a key
+        in one partition.
     """
     writes = tilepass._write_structs(frames, states, "all", per_projection=len(states) or 1)
     if writes is None:
