@@ -25,10 +25,7 @@ writes only tiles that end before the state's online start
 (``writer.backfill.online_limit``), so before every online write, and a
 re-run leaves the store as it was. A forced run (``--force``) may write
 later tiles, so its ``set`` rows drop ``_m`` and the next online write
-recomputes it from the fields. Every ``set`` row drops ``_a``, the
-generated scripts' window accumulator of a Count or int Sum (the sum of
-every write in the tiles from a given one on: a backfilled tile before the
-online start may lie among them); their next read rebuilds it.
+recomputes it from the fields.
 """
 
 from __future__ import annotations
@@ -68,10 +65,7 @@ def write_partition(rows: Iterable, url: str, forced: bool = False) -> int:
     def flush() -> None:
         nonlocal pending
         for rk in tiled:
-            if forced:
-                pipe.hdel(rk, "_m", "_a")
-            else:
-                pipe.hdel(rk, "_a")
+            pipe.hdel(rk, "_m")
         for rk, ttl in expiring.items():
             pipe.pexpire(rk, ttl)
         pipe.execute()
@@ -83,7 +77,8 @@ def write_partition(rows: Iterable, url: str, forced: bool = False) -> int:
         mode = row["mode"]
         if mode == "set":
             pipe.hset(row["rk"], row["field"], row["value"])
-            tiled.add(row["rk"])
+            if forced:
+                tiled.add(row["rk"])
         elif mode == "seen":
             pipe.execute_command("ZADD", row["rk"], "GT", row["value"], row["field"])
         elif mode == "latest":
@@ -117,7 +112,7 @@ def write_keys(rows: Iterable, url: str, forced: bool = False) -> dict[int, int]
     """Write one partition of per-key rows (``writer.tilepass.state_rows_all``); return fields written per state.
 
     Each row is one key's store image: ``set`` -> one ``HSET rk f1 v1 f2 v2
-    ..`` and ``HDEL rk _a`` (``_m`` too when ``forced``, as :func:`write_partition`),
+    ..`` (and ``HDEL rk _m`` when ``forced``, as :func:`write_partition`),
     ``seen`` -> one ``ZADD GT`` of every member (its max last-seen ms),
     ``latest`` -> its ``LA`` op; then ``PEXPIRE rk ttl_ms``. Pipelined,
     about :data:`KEY_BATCH_FIELDS` fields at a time. One command per key
@@ -150,9 +145,7 @@ def write_keys(rows: Iterable, url: str, forced: bool = False) -> dict[int, int]
         if mode == "set":
             pipe.execute_command("HSET", rk, *kv)
             if forced:
-                pipe.hdel(rk, "_m", "_a")
-            else:
-                pipe.hdel(rk, "_a")
+                pipe.hdel(rk, "_m")
         elif mode == "seen":
             # CountUnique's sorted set: each member's score := max(score, last-seen ms)
             pipe.execute_command("ZADD", rk, "GT", *[x for i in range(0, len(kv), 2) for x in (kv[i + 1], kv[i])])

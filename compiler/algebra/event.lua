@@ -38,9 +38,8 @@
 --                          highest score - LATE_MS and every later one (write)
 --   X    k ttl_ms ms w_ms r_ms prune_every_ms
 --                          prune fields no read at time >= ms can use, when
---                          due; drop _m and _a (the latest written tile
---                          and window accumulator of the generated
---                          scripts: they recompute them); then
+--                          due; drop _m (the latest written tile of the
+--                          generated scripts: they recompute it); then
 --                          PEXPIRE k ttl_ms                (write)
 --   SX   k ttl_ms ms w_ms r_ms
 --                          CountUnique: drop the members scored at or before
@@ -192,12 +191,11 @@ while i <= n do
         -- and '_m' (the generated serving scripts' latest written tile: unknown after these writes)
         local gone = dead_tiles(redis.call('HKEYS', key), 1, cutoff, -9007199254740992)
         gone[#gone + 1] = '_m'
-        gone[#gone + 1] = '_a'
         hdel_all(key, gone)
         redis.call('HSET', key, '_p', tostring(ms + tonumber(ARGV[i + 6])))
       else
         -- the generated serving scripts' latest written tile: unknown after these writes
-        redis.call('HDEL', key, '_m', '_a')
+        redis.call('HDEL', key, '_m')
       end
       redis.call('PEXPIRE', key, ARGV[i + 2])
     end

@@ -47,23 +47,6 @@ of the last level through ``T(t)``, ~40% fewer fields than the exact
 and write every level, ``_p`` and ``_m`` in one ``HMGET`` and one ``HSET``
 (``HINCRBY`` per level for int sums, exact past 2**53).
 
-Reads of ``Count`` and int ``Sum`` (without ``after``) go through the
-state's *window accumulator* ``_a`` (``ops``' module docstring): the exact
-sum of every write from a tile ``a`` on, kept by every write of these
-scripts, so a read fetches only the exact cover of ``a..lo-1`` (the tiles
-that left the window since the previous read: a handful for a busy key)
-and moves ``a`` to ``lo``, instead of merging its whole cover (``acc_int``).
-It is used only when the read is not late, nothing lies after ``hi`` and
-the tiles from ``a`` on are all kept (``a * r >= t - (W + r + L)``, the
-pruning cutoff); otherwise the read merges its cover and, when nothing lies
-after ``hi``, sets the accumulator to what it found. Backfill and stream
-writes delete it (``writer.sink``, ``event.lua``'s ``X``); sums that reach
-2**53 drop it. A dry run's reads leave it as it was. This is the
-O(levels) read of invertible aggregates asked for by issue 10 (Chronon's
-tile cache keeps merged closed tiles for the same reason); ``Average`` and
-float ``Sum`` keep the cover: a double accumulator minus the tiles that
-leave would not keep the 1e-9 relative of SPEC §3.3 under cancellation.
-
 Late events (SPEC §3.3; ``RoundSpec.lateness_ms``, the allowed lateness
 ``L``): every state keeps what a read up to ``L`` late needs, in its own key
 (``ops``' module docstring has the fields): tiles of ``W + r + L``; tiled
@@ -536,58 +519,6 @@ local function sum_int(v)
   return s
 end
 
--- Window accumulators (SPEC §3.2 reads without walking the cover): a Count or
--- int Sum state written by these scripts keeps '_a' = '<a> <n>', the sum n of
--- every write in resolution tiles >= a (a tile index), so a read of lo..hi is
--- n minus the exact cover of a..lo-1: the few tiles that left the window
--- since the last read instead of the whole cover. Every write of these
--- scripts adds to it (acc_add); any other writer (backfill, stream) deletes
--- it, and so does a sum that reaches 2^53 ('': none), so whenever present it
--- holds exactly that sum. A read may use it only when nothing lies after hi
--- or t (_m <= hi, _t <= t: not late) and tiles a.. are all kept (a * r >=
--- t - keep, the pruning passes' cutoff); else it merges the cover as before
--- and, when nothing lies after hi, sets '_a' to '<lo> <sum>'.
-
--- '_a' after a write of integer text x into resolution tile q: nil unchanged, '' dropped
-local function acc_add(text, q, x)
-  if not text or text == '' then return nil end
-  local sp = string.find(text, ' ', 1, true)
-  if not sp then return '' end
-  if q < tonumber(string.sub(text, 1, sp - 1)) then return nil end
-  local d = tonumber(x)
-  local n = tonumber(string.sub(text, sp + 1)) + d
-  if d >= EXACT or d <= -EXACT or n >= EXACT or n <= -EXACT then return '' end
-  return string.sub(text, 1, sp) .. string.format('%d', n)
-end
-
--- An integer (Count, int Sum) read of lo..hi at t (no after) through '_a':
--- returns the same number (or texts past 2^53) as sum_int of tiles(...).
--- keep: W + r + L (ms); dry: a read-only call (the accumulator stays).
-local function acc_int(key, lo, hi, r, sizes, codes, comps, slot, t, rawcode, rsize, keep, dry)
-  local cur = redis.call('HMGET', key, '_a', '_m', '_t')
-  local a, m, tt = cur[1], cur[2], cur[3]
-  local fresh = m and tonumber(m) <= hi and (not tt or tonumber(tt) <= t)
-  if fresh and a and a ~= '' then
-    local sp = string.find(a, ' ', 1, true)
-    local alo = tonumber(string.sub(a, 1, sp - 1))
-    if lo >= alo and alo * r >= t - keep then
-      local n = tonumber(string.sub(a, sp + 1))
-      if lo == alo then return n end
-      local s = sum_int(hmget(key, cover(alo, lo - 1, r, sizes, codes, comps, false)))
-      if type(s) == 'number' and n - s < EXACT and n - s > -EXACT then
-        n = n - s
-        if not dry then redis.call('HSET', key, '_a', string.format('%d', lo) .. ' ' .. string.format('%d', n)) end
-        return n
-      end
-    end
-  end
-  local s = sum_int(tiles(key, lo, hi, r, sizes, codes, comps, slot, t, rawcode, rsize, ''))
-  if fresh and not dry and type(s) == 'number' then
-    redis.call('HSET', key, '_a', string.format('%d', lo) .. ' ' .. string.format('%d', s))
-  end
-  return s
-end
-
 local function sum_float(v)
   local s = 0.0
   for i = 1, #v do
@@ -762,24 +693,14 @@ end
 -- One read-modify-write of a tiled state written at t into resolution tile q:
 -- HMGET the bookkeeping fields and the level fields fs, new texts from
 -- update(cur, i, x, y, z) (nil: unchanged), then one HSET with the bookkeeping
--- (acc: the write's integer addend to the window accumulator '_a' of a Count or
--- int Sum, acc_add; nil for the other functions)
-local function rmw(key, fs, t, ts, q, rcode, every, cutoff, res, rawcode, rawf, entry, acc, update, x, y, z)
-  local cur = redis.call('HMGET', key, '_p', '_m', '_c', '_t', '_r', rawf, '_a', unpack(fs))
+local function rmw(key, fs, t, ts, q, rcode, every, cutoff, res, rawcode, rawf, entry, update, x, y, z)
+  local cur = redis.call('HMGET', key, '_p', '_m', '_c', '_t', '_r', rawf, unpack(fs))
   local args, n = {}, 0
   for i = 1, #fs do
-    local new = update(cur[i + 7], i, x, y, z)
+    local new = update(cur[i + 6], i, x, y, z)
     if new then
       args[n + 1] = fs[i]
       args[n + 2] = new
-      n = n + 2
-    end
-  end
-  if acc then
-    local na = acc_add(cur[7], q, acc)
-    if na then
-      args[n + 1] = '_a'
-      args[n + 2] = na
       n = n + 2
     end
   end
@@ -787,18 +708,11 @@ local function rmw(key, fs, t, ts, q, rcode, every, cutoff, res, rawcode, rawf, 
   if n > 0 then redis.call('HSET', key, unpack(args)) end
 end
 
--- the bookkeeping alone, after writes made by other commands (HINCRBY; acc as in rmw)
-local function tiled_book(key, t, ts, q, rcode, every, cutoff, res, rawcode, rawf, entry, acc)
-  local cur = redis.call('HMGET', key, '_p', '_m', '_c', '_t', '_r', rawf, '_a')
-  local args, n = {}, 0
-  if acc then
-    local na = acc_add(cur[7], q, acc)
-    if na then
-      args[1], args[2] = '_a', na
-      n = 2
-    end
-  end
-  n = book(key, args, n, cur, q, t, ts, every, cutoff, rcode, res, rawcode, rawf, entry)
+-- the bookkeeping alone, after writes made by other commands (HINCRBY)
+local function tiled_book(key, t, ts, q, rcode, every, cutoff, res, rawcode, rawf, entry)
+  local cur = redis.call('HMGET', key, '_p', '_m', '_c', '_t', '_r', rawf)
+  local args = {}
+  local n = book(key, args, 0, cur, q, t, ts, every, cutoff, rcode, res, rawcode, rawf, entry)
   if n > 0 then redis.call('HSET', key, unpack(args)) end
 end
 
@@ -883,7 +797,7 @@ class LuaGenerator:
         slot = 2  # KEYS index of the last fixed key
         for r in spec.reads_before:
             slot += 1
-            body += self._read(s, r, slot, spec)
+            body += self._read(s, r, slot)
         if spec.writes and spec.dry:
             first = slot + 1
             body += ["local saved = {}",
@@ -900,7 +814,7 @@ class LuaGenerator:
             body.append("end")
         for r in spec.reads_after:
             slot += 1
-            body += self._read(s, r, slot, spec)
+            body += self._read(s, r, slot)
         if spec.writes and spec.dry:
             body += ["for i = #saved, 1, -1 do",
                      "  local k, dump, pttl = saved[i][1], saved[i][2], saved[i][3]",
@@ -931,7 +845,7 @@ class LuaGenerator:
         return "\n".join([f"-- generated by compiler.algebra.lua for {spec.name}: do not edit (see that module)",
                           prelude, main])
 
-    def _read(self, s: _Script, r: ReadSlot, k: int, spec: RoundSpec) -> list[str]:
+    def _read(self, s: _Script, r: ReadSlot, k: int) -> list[str]:
         key = f"KEYS[{k}]"
         w_ms, r_ms = r.window_s * 1000, r.resolution_s * 1000
         lines = [f"if live({key}) then"]
@@ -941,7 +855,7 @@ class LuaGenerator:
         else:
             lines += [f"  local lo, hi = range(t, {w_ms}, {r_ms})"]
         lines += ["  o = o + 1"]
-        expr = self._read_expr(s, r, key, spec)
+        expr = self._read_expr(s, r, key)
         lines += ["  " + x for x in expr]
         lines += ["end"]
         return lines
@@ -964,7 +878,7 @@ class LuaGenerator:
         return (f"tiles({key}, lo, hi, {r.resolution_s * 1000}, {sz}, {codes}, {comps}, {slot}, t, '{raw}', "
                 f"{_raw_size(r.resolution_s) * 1000}, '{kind}')")
 
-    def _read_expr(self, s: _Script, r: ReadSlot, key: str, spec: RoundSpec) -> list[str]:
+    def _read_expr(self, s: _Script, r: ReadSlot, key: str) -> list[str]:
         op = r.op
         r_ms = r.resolution_s * 1000
         if r.limit is not None:
@@ -979,12 +893,7 @@ class LuaGenerator:
             return [f"out[o] = redis.call('HMGET', {key}, 'lt', 'lv')"]
         cov = self._cover(s, r, key)
         if isinstance(op, CountOp) or (isinstance(op, SumOp) and op.is_int):
-            if r.has_after:
-                return [f"out[o] = sum_int({cov})"]
-            # through the window accumulator '_a' (acc_int); its arguments are tiles()'s, then keep and dry
-            keep_ms = (r.window_s + r.resolution_s) * 1000 + spec.lateness_ms
-            acc = cov.replace("tiles(", "acc_int(", 1).rsplit(", '", 1)[0]  # tiles()'s kind argument dropped
-            return [f"out[o] = {acc}, {keep_ms}, {'true' if spec.dry else 'false'})"]
+            return [f"out[o] = sum_int({cov})"]
         if isinstance(op, SumOp):
             return [f"out[o] = sum_float({cov})"]
         if isinstance(op, AverageOp):
@@ -1057,12 +966,10 @@ class LuaGenerator:
             rawf = s.const(f"'{raw}' .. string.format('%d', math.floor(t / {rsize}))")
             book = (f"t, ts, {q}, {ord(LEVEL_CODE[w.resolution_s])}, {every}, {cutoff}, {rsize}, "
                     f"'{raw}', {rawf}, {entry}")
-            # the window accumulator's addend (acc_add): Count 1, int Sum its value
-            acc = "'1'" if isinstance(op, CountOp) else "v1" if isinstance(op, SumOp) and op.is_int else "nil"
             if rmw is not None:
-                body.append(f"rmw({key}, {{{', '.join(fields)}}}, {book}, {acc}, {rmw})")
+                body.append(f"rmw({key}, {{{', '.join(fields)}}}, {book}, {rmw})")
             else:
-                body.append(f"tiled_book({key}, {book}, {acc})")
+                body.append(f"tiled_book({key}, {book})")
         body.append(f"redis.call('PEXPIRE', {key}, '{ttl_ms}')")  # a string: Lua numbers print as %.17g
         return lines + ["  " + x for x in body] + ["end"]
 

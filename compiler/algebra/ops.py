@@ -46,15 +46,6 @@ field              holds
                    stream writes and forced backfills drop the field (an
                    unforced backfill writes only before the online start),
                    and the next online write recomputes it from the tiles.
-``_a``             ``Count`` and int ``Sum``, written by serving's generated
-                   scripts: the *window accumulator* ``<a> <n>``, the exact
-                   sum ``n`` of every write in resolution tiles ``>= a``. A
-                   read of tiles ``lo..hi`` (not late, nothing after ``hi``)
-                   is ``n`` minus the exact cover of ``a..lo-1`` (the tiles
-                   that left the window since the last read), and moves
-                   ``a`` to ``lo``; every generated write adds to it; backfill
-                   and stream writes drop it (the next read rebuilds it from
-                   the cover). ``compiler.algebra.lua`` ``acc_int``.
 ``_t``             serving's writes (tiled and ``Decayed*``): the latest
                    write time (ms). A read at ``t < _t`` is *late*.
 ``<R><b>``         serving's writes, for late reads (SPEC §3.3): the raw

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from compiler.algebra.lua import MAX_LOCAL_CONSTS, LuaGenerator, ReadSlot, RoundSpec, WriteSlot, hll_merge
 from compiler.algebra.ops import fold, make_op, prune_every_ms
-from compiler.algebra.windows import LEVEL_CODE, levels_s, resolution_s, tile_index
+from compiler.algebra.windows import resolution_s, tile_index
 
 GEN = LuaGenerator()
 T0 = 1_700_000_000_000
@@ -102,86 +102,6 @@ def test_generated_read_equals_fold(client, data, fn, window_s, with_after):
         assert got == pytest.approx(want, rel=0, abs=1e-12 * sum(abs(v[0]) for _, v in kept) + 1e-300)
     else:
         assert got == want
-
-
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data(), fn=st.sampled_from([("Count", ()), ("Sum", ("int",))]),
-       window_s=st.sampled_from([10, 60, 600, 3600]), lateness_s=st.sampled_from([0, 30]))
-def test_window_accumulator_reads_equal_fold(client, data, fn, window_s, lateness_s):
-    """Count and int Sum reads through the window accumulator ``_a`` (lua.py ``acc_int``) over a timeline
-    of writes and reads in arrival order: mostly in time order with small steps (the accumulator moves
-    by a few tiles), jumps past the window and the allowed lateness (its tiles pruned: it must not be
-    used), late writes and late reads within the lateness, a backfill-style tile write (``writer.sink``
-    drops ``_a`` with it), ``exclusive`` reads before the event's write and int sums past 2**53. Each
-    read equals the fold of the writes that arrived before it at a time up to its own (SPEC §3.2, §3.3)."""
-    function, vtypes = fn
-    op = make_op(function, vtypes, ("v",) if vtypes else (), window_s)
-    r = resolution_s(window_s)
-    late_ms = lateness_s * 1000
-    key = f"t:{{{uuid.uuid4().hex}}}"
-    w, rd = WriteSlot(op, window_s, r), ReadSlot(op, window_s, r)
-    both = RoundSpec("both", writes=(w,), reads_after=(rd,), lateness_ms=late_ms)
-    excl = RoundSpec("excl", reads_before=(rd,), writes=(w,), lateness_ms=late_ms)
-    read = RoundSpec("read", reads_after=(rd,), lateness_ms=late_ms)
-    small = st.integers(min_value=-2**20, max_value=2**20)
-    big = st.sampled_from([2**53 - 1, -(2**53) + 1, 2**60])
-    writes: list = []  # (time, values) in arrival order
-    t_max = T0
-    for _ in range(data.draw(st.integers(min_value=5, max_value=40), label="steps")):
-        step = data.draw(st.sampled_from(["near", "near", "near", "jump", "late", "backfill"]), label="step")
-        if step == "near":
-            t = t_max + data.draw(st.integers(min_value=0, max_value=3 * r * 1000))
-        elif step == "jump":
-            t = t_max + data.draw(st.integers(min_value=window_s * 1000, max_value=3 * window_s * 1000 + late_ms))
-        elif step == "late":
-            t = t_max - data.draw(st.integers(min_value=0, max_value=late_ms))
-        else:  # a backfilled one-write tile before the online start (writer.sink: HSET, then HDEL _a)
-            s = t_max - data.draw(st.integers(min_value=0, max_value=window_s * 1000))
-            # (before the online writes' raw buckets too: a late read takes its own tile from them)
-            rsize = max(r, 15)
-            if any(tile_index(x, rsize) <= tile_index(s, rsize) for x, _ in writes):
-                continue
-            vals = (data.draw(small),) if vtypes else ()
-            field = f"{LEVEL_CODE[r]}{tile_index(s, r)}"
-            client.hset(key, field, vals[0] if vtypes else 1)
-            for size in levels_s(window_s)[1:]:  # every coarser level holds it too
-                client.hincrby(key, f"{LEVEL_CODE[size]}{tile_index(s, size)}", vals[0] if vtypes else 1)
-            client.hdel(key, "_a")
-            writes.append((s, vals))
-            continue
-        t_max = max(t_max, t)
-        vals = (data.draw(st.one_of(small, big) if data.draw(st.booleans()) else small),) if vtypes else ()
-        kind = data.draw(st.sampled_from(["both", "excl", "read"]), label="round")
-        spec = {"both": both, "excl": excl, "read": read}[kind]
-        argv = [t, "", ""] + (GEN.write_values(w, vals) if kind != "read" else [])
-        res = run_round(client, spec, ["", "", key] + ([key] if kind == "excl" else []) + [key], argv)
-        got = op.finalize(GEN.decode_read(rd, res[1]))
-        seen = writes + ([(t, vals)] if kind == "both" else [])
-        want = fold(op, counted([(s, v) for s, v in seen if s <= t], t, window_s))
-        assert got == want, (step, kind, t - T0, got, want)
-        if kind != "read":
-            writes.append((t, vals))
-
-
-def test_window_accumulator_is_used_and_moves(client):
-    """Reads in time order keep ``_a`` and move its first tile to their own ``lo``; a backfill-style
-    ``HDEL`` makes the next read rebuild it from the tiles."""
-    op = make_op("Count", (), (), 60)
-    w, rd = WriteSlot(op, 60, 1), ReadSlot(op, 60, 1)
-    spec = RoundSpec("both", writes=(w,), reads_after=(rd,))
-    key = f"t:{{{uuid.uuid4().hex}}}"
-    got = []
-    for i in range(90):
-        res = run_round(client, spec, ["", "", key, key], [T0 + i * 1000, "", ""])
-        got.append(res[1])
-        lo, n = client.hget(key, "_a").split()
-        assert int(lo) == tile_index(T0 + i * 1000 - 60_000, 1) + 1 and int(n) == res[1]
-    assert got == [min(i + 1, 60) for i in range(90)]
-    for size in levels_s(60):  # a tile written by another writer, at every level ...
-        client.hincrby(key, f"{LEVEL_CODE[size]}{tile_index(T0 + 89_500, size)}", 5)
-    client.hdel(key, "_a")  # ... which drops the accumulator (writer.sink)
-    res = run_round(client, RoundSpec("read", reads_after=(rd,)), ["", "", key], [T0 + 89_999, "", ""])
-    assert res[1] == 65 and client.hget(key, "_a") == f"{tile_index(T0 + 29_999, 1) + 1} 65".encode()
 
 
 def test_int_sum_beyond_2_53_is_exact(client):
