@@ -53,6 +53,7 @@ per writer event type), ``tiles`` (per state) and ``coverage``. With
 
 from __future__ import annotations
 
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -64,7 +65,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from compiler.algebra.registry import storage_of
-from compiler.algebra.windows import levels_s
+from compiler.algebra.windows import levels_s, raw_bucket_s
 from compiler.plan import Plan, StateSpec
 from compiler.typesystem import format_time
 from writer.pointintime import staged_stage_count
@@ -184,7 +185,12 @@ def online_limit(state: StateSpec, online_ms: int) -> int | None:
     ``end`` rounded up to the state's coarsest tile size; for a write log,
     ``CountUnique`` or ``Latest*`` state, time before ``end``; a ``Decayed*``
     state whole. A run ending after the limit would overwrite online writes
-    made at or after ``online_ms``.
+    made at or after ``online_ms``. For a tile state the limit is also a
+    boundary of its raw buckets (``windows.raw_bucket_s``): a late online
+    read takes its own resolution tile from the online raw entries of that
+    tile's bucket, so a backfilled tile sharing a bucket with online writes
+    would go uncounted (SPEC §3.3). Only windows under 15 s, whose coarsest
+    tile (5 s) is finer than a bucket (15 s), are held back further by it.
 
     Args:
         state: the state.
@@ -198,7 +204,7 @@ def online_limit(state: StateSpec, online_ms: int) -> int | None:
     if is_decayed(state):
         return None
     if _tiled(state):
-        unit = coarsest_ms(state)
+        unit = math.lcm(coarsest_ms(state), raw_bucket_s(state.resolution_s) * 1000)
         return (online_ms // unit) * unit
     return online_ms
 

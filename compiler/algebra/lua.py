@@ -96,7 +96,7 @@ from compiler.algebra.ops import (
     values_json,
 )
 from compiler.algebra.script import common_script, shake
-from compiler.algebra.windows import ALLOWED_LATENESS_S, LEVEL_CODE, counted_range, levels_s
+from compiler.algebra.windows import ALLOWED_LATENESS_S, LEVEL_CODE, counted_range, levels_s, raw_bucket_s
 
 
 #: Hoisted constants kept in Lua locals (the rest go to the table ``K``); the
@@ -740,12 +740,8 @@ def _lua_list(items: Sequence[Any]) -> str:
 
 
 def _raw_size(resolution_s: int) -> int:
-    """The size (seconds) of a state's raw buckets: its resolution, at least 15 s.
-
-    A 1-second state written every few seconds would otherwise create (and
-    delete) one raw field per write; a 15-second bucket holds a few writes.
-    """
-    return max(resolution_s, 15)
+    """The size (seconds) of a state's raw buckets (:func:`compiler.algebra.windows.raw_bucket_s`)."""
+    return raw_bucket_s(resolution_s)
 
 
 def _raw_code(resolution_s: int) -> str:

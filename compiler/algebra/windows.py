@@ -80,6 +80,24 @@ def levels_s(window_s: int) -> tuple[int, ...]:
     return tuple(size for size in TILE_SIZES_S if size >= r and (size == r or size <= window_s))
 
 
+def raw_bucket_s(resolution_s: int) -> int:
+    """Return the size (seconds) of a state's raw buckets: its resolution, at least 15 s.
+
+    Serving's writes keep each write's raw entry in the raw bucket of its
+    time, for reads up to the allowed lateness late (SPEC §3.3;
+    ``compiler.algebra.lua``: a late read takes its own resolution tile from
+    the raw entries of its bucket). A 1-second state written every few
+    seconds would otherwise create (and delete) one raw field per write; a
+    15-second bucket holds a few writes. A backfill that leaves online
+    writes intact stops at a bucket boundary (``writer.backfill.online_limit``),
+    so no bucket mixes backfilled tiles with online raw entries.
+
+    >>> raw_bucket_s(1), raw_bucket_s(60), raw_bucket_s(3600)
+    (15, 60, 3600)
+    """
+    return max(resolution_s, 15)
+
+
 def tile_index(time_ms: int, size_s: int) -> int:
     """Return ``floor(time_ms / (size_s * 1000))`` (works for negative times too)."""
     return time_ms // (size_s * 1000)

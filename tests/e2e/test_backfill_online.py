@@ -128,3 +128,50 @@ def test_backfill_sets_aside_bad_records(spark, redis_url, plan, tmp_path):
     assert report.rejected == 3
     rejected = "".join(p.read_text() for p in (tmp_path / "rejected").rglob("part-*"))
     assert "not json at all" in rejected and '"unknown"' in rejected
+
+
+def test_online_limit_is_a_raw_bucket_boundary_so_late_reads_count_backfilled_tiles(redis_url):
+    """A backfill that leaves online writes intact stops at a raw-bucket boundary too (SPEC §3.3, §5.6).
+
+    A late online read takes its own resolution tile from the online raw entries of that tile's
+    raw bucket (15 s for 1-second states). For a window under 15 s the coarsest tile is 5 s, so a
+    limit at the coarsest tile alone let a backfilled tile share a bucket with online writes, and a
+    late read within the allowed lateness left it out. Windows of 15 s and more keep their limit."""
+    import redis
+
+    from compiler.algebra.lua import LuaGenerator, ReadSlot, RoundSpec, WriteSlot
+    from compiler.algebra.ops import make_op
+    from compiler.algebra.windows import LEVEL_CODE, levels_s, tile_index
+    from writer.backfill import online_limit
+
+    result = compile_sources({"t.scowl": "event e\nk := $.k as string\n"
+                                         "short := Count(by k last 10 seconds)\nlong := Count(by k last 1 minute)\n"})
+    assert result.plan is not None, result.render()
+    by_window = {st.window_s: st for st in result.plan.states.values()}
+    t0 = START_MS  # on a 15 s (and 1 min) boundary
+    online_ms = t0 + 7_000
+    assert online_limit(by_window[10], online_ms) == t0  # was t0 + 5 s: the coarsest tile alone
+    assert online_limit(by_window[60], online_ms) == t0  # 1 min: a multiple of the 15 s bucket
+    assert online_limit(by_window[60], t0 + 75_000) == t0 + 60_000
+
+    gen, op = LuaGenerator(), make_op("Count", (), (), 10)
+    writes = RoundSpec("w", writes=(WriteSlot(op, 10, 1),))
+    read = RoundSpec("r", reads_after=(ReadSlot(op, 10, 1),))
+    client = redis.Redis.from_url(redis_url)
+
+    def late_read_after_backfill(backfilled_ms: int) -> int:
+        key = f"t:{{{backfilled_ms}}}"
+        client.delete(key)
+        for size in levels_s(10):  # the backfilled tiles of one write (writer.sink: HSET of every level)
+            client.hincrby(key, f"{LEVEL_CODE[size]}{tile_index(backfilled_ms, size)}", 1)
+        for t in (online_ms, online_ms + 2_000):  # online writes from the online start
+            client.eval(gen.script(writes), 3, "", "", key, t, "", "")
+        res = client.eval(gen.script(read), 3, "", "", key, backfilled_ms + 300, "", "")
+        assert res[0] & 2  # late
+        return res[1]
+
+    # backfilled writes in the last tiles a run may write, each read back late: counted
+    lim = online_limit(by_window[10], online_ms)
+    assert late_read_after_backfill(lim - 800) == 1
+    assert late_read_after_backfill(lim - 4_999) == 1
+    client.close()
