@@ -30,6 +30,8 @@ Usage: ``git worktree add /tmp/base <commit>`` then
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import pickle
 import subprocess
 import sys
@@ -57,11 +59,6 @@ def capture(root: Path, events_n: int, out: Path) -> None:
     out.write_bytes(pickle.dumps(calls))
 
 
-def _cpu_s(client) -> float:
-    info = client.info("cpu")
-    return info["used_cpu_user"] + info["used_cpu_sys"]
-
-
 def _send(client, shas: dict, calls: list, batch: int) -> None:
     pipe = client.pipeline(transaction=False)
     for i, (_, _, src, keys, argv) in enumerate(calls):
@@ -85,39 +82,42 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
+    # (imported here, not at the top: the capture subprocesses import each checkout's own modules)
     sys.path.insert(0, str(ROOT))
+    from bench.lua_calls import cpu_s
     from scowl.embedded import EmbeddedStore
 
     sides = {"base": args.base.resolve(), "this checkout": ROOT}
     first = args.events - args.capture
-    with tempfile.TemporaryDirectory() as tmp:
-        data = {}
-        for name, root in sides.items():
-            out = Path(tmp) / f"{len(data)}.pkl"
+    totals = {name: [0.0, 0] for name in sides}
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        prefix, chunks = {}, {}
+        for i, (name, root) in enumerate(sides.items()):
+            out = Path(tmp) / f"{i}.pkl"
             subprocess.run([sys.executable, __file__, "--capture-into", str(out), str(root), str(args.events)],
                            check=True)
-            data[name] = pickle.loads(out.read_bytes())
-        stores = {name: EmbeddedStore(Path(tmp) / f"store{i}", persist=False) for i, name in enumerate(sides)}
-        totals = {name: [0.0, 0] for name in sides}
-        try:
-            clients = {name: redis.Redis.from_url(stores[name].__enter__().url) for name in sides}
-            for _ in range(args.repeat):
-                shas: dict = {}
-                for name in sides:
-                    client = clients[name]
-                    client.flushall()
-                    shas[name] = {c[2]: client.script_load(c[2]) for c in data[name]}
-                    _send(client, shas[name], [c for c in data[name] if c[0] < first], 500)
-                for j, start in enumerate(range(first, args.events, args.chunk)):
-                    for name in (list(sides) if j % 2 == 0 else list(sides)[::-1]):  # each side first in turn
-                        chunk = [c for c in data[name] if start <= c[0] < start + args.chunk]
-                        before = _cpu_s(clients[name])
-                        _send(clients[name], shas[name], chunk, 50)
-                        totals[name][0] += _cpu_s(clients[name]) - before
-                        totals[name][1] += len(chunk)
-        finally:
-            for store in stores.values():
-                store.__exit__(None, None, None)
+            calls = pickle.loads(out.read_bytes())
+            prefix[name] = [c for c in calls if c[0] < first]
+            chunks[name] = collections.defaultdict(list)  # chunk number -> its calls, in order
+            for c in calls:
+                if c[0] >= first:
+                    chunks[name][(c[0] - first) // args.chunk].append(c)
+        clients = {name: redis.Redis.from_url(
+                       stack.enter_context(EmbeddedStore(Path(tmp) / f"store{i}", persist=False)).url)
+                   for i, name in enumerate(sides)}
+        for _ in range(args.repeat):
+            shas: dict = {}
+            for name, client in clients.items():
+                client.flushall()
+                shas[name] = {c[2]: client.script_load(c[2]) for c in prefix[name]}
+                shas[name].update({c[2]: client.script_load(c[2]) for cs in chunks[name].values() for c in cs})
+                _send(client, shas[name], prefix[name], 500)
+            for j in range(-(-args.capture // args.chunk)):
+                for name in (list(sides) if j % 2 == 0 else list(sides)[::-1]):  # each side first in turn
+                    before = cpu_s(clients[name])
+                    _send(clients[name], shas[name], chunks[name][j], 50)
+                    totals[name][0] += cpu_s(clients[name]) - before
+                    totals[name][1] += len(chunks[name][j])
     table = Table(title=f"Valkey CPU per script call, {args.capture:,} of {args.events:,} demo events, "
                         f"chunks of {args.chunk} alternating, x{args.repeat}")
     for col in ("side", "checkout", "calls", "µs/call", "÷ base"):

@@ -121,11 +121,8 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from bench.lua_calls import cpu_s
     from scowl.embedded import EmbeddedStore
-
-    def cpu_s(client) -> float:
-        info = client.info("cpu")
-        return info["used_cpu_user"] + info["used_cpu_sys"]
 
     rows = scripts()
     best = {label: float("inf") for label, *_ in rows}

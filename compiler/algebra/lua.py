@@ -619,7 +619,7 @@ end
 -- raw tile field rawf (false: absent): appends to args (n entries used)
 -- * the raised '_m' and '_t' (the latest written resolution tile and ms);
 -- * the write's raw entry (raw_add) to rawf, its raw bucket (compiler.
---   algebra.lua._raw_size: the resolution, at least 15 s; its level code in
+--   algebra.windows.raw_bucket_s: the resolution, at least 15 s; its level code in
 --   upper case, then floor(t / res)), kept while a read within the allowed
 --   lateness LATE can need it: floor(t / res) >= floor((_t - LATE) / res);
 --   '_r' is the lowest raw bucket that may remain; older ones are deleted by name once
@@ -739,14 +739,9 @@ def _lua_list(items: Sequence[Any]) -> str:
     return "{" + ", ".join(_lua_str(x) if isinstance(x, str) else str(x) for x in items) + "}"
 
 
-def _raw_size(resolution_s: int) -> int:
-    """The size (seconds) of a state's raw buckets (:func:`compiler.algebra.windows.raw_bucket_s`)."""
-    return raw_bucket_s(resolution_s)
-
-
 def _raw_code(resolution_s: int) -> str:
-    """The letter of a state's raw bucket fields: the level code of :func:`_raw_size` in upper case (B, M, H, D)."""
-    return LEVEL_CODE[_raw_size(resolution_s)].upper()
+    """The letter of a state's raw bucket fields: the level code of ``windows.raw_bucket_s`` in upper case (B, M, H, D)."""
+    return LEVEL_CODE[raw_bucket_s(resolution_s)].upper()
 
 
 def _extreme_kind(op: AggregateOp) -> str:
@@ -872,7 +867,7 @@ class LuaGenerator:
         raw = _raw_code(r.resolution_s)
         kind = "a" if isinstance(r.op, AverageOp) else "f" if isinstance(r.op, FirstOp) else ""
         return (f"tiles({key}, lo, hi, {r.resolution_s * 1000}, {sz}, {codes}, {comps}, {slot}, t, '{raw}', "
-                f"{_raw_size(r.resolution_s) * 1000}, '{kind}')")
+                f"{raw_bucket_s(r.resolution_s) * 1000}, '{kind}')")
 
     def _read_expr(self, s: _Script, r: ReadSlot, key: str) -> list[str]:
         op = r.op
@@ -881,7 +876,7 @@ class LuaGenerator:
             return [f"out[o] = redis.call('ZREVRANGEBYSCORE', {key}, ts, lo * {r_ms}, "
                     f"'WITHSCORES', 'LIMIT', 0, {int(r.limit)})"]
         if isinstance(op, DecayedOp):
-            rsize = _raw_size(r.resolution_s) * 1000
+            rsize = raw_bucket_s(r.resolution_s) * 1000
             return [f"out[o] = decay_read({key}, t, {op.window_ms}, {rsize}, '{_raw_code(r.resolution_s)}')"]
         if isinstance(op, CountUniqueOp):
             return [f"if lo <= hi then out[o] = cu_read({key}, lo * {r_ms}, t, ts) else out[o] = 0 end"]
@@ -952,13 +947,13 @@ class LuaGenerator:
         elif isinstance(op, LatestOp):
             body.append(f"latest({key}, ts, v1)")
         elif isinstance(op, DecayedOp):
-            rsize = _raw_size(w.resolution_s) * 1000
+            rsize = raw_bucket_s(w.resolution_s) * 1000
             body.append(f"decay_write({key}, t, ts, v1, {op.window_ms}, {rsize}, '{_raw_code(w.resolution_s)}')")
         else:
             raise NotImplementedError(f"no Lua write for {type(op).__name__}")
         if op.tiled:
             q = s.const(f"math.floor(t / {res_ms})")
-            raw, rsize = _raw_code(w.resolution_s), _raw_size(w.resolution_s) * 1000
+            raw, rsize = _raw_code(w.resolution_s), raw_bucket_s(w.resolution_s) * 1000
             rawf = s.const(f"'{raw}' .. string.format('%d', math.floor(t / {rsize}))")
             book = (f"t, ts, {q}, {ord(LEVEL_CODE[w.resolution_s])}, {every}, {cutoff}, {rsize}, "
                     f"'{raw}', {rawf}, {entry}")

@@ -49,7 +49,7 @@ field              holds
 ``_t``             serving's writes (tiled and ``Decayed*``): the latest
                    write time (ms). A read at ``t < _t`` is *late*.
 ``<R><b>``         serving's writes, for late reads (SPEC §3.3): the raw
-                   entries of raw bucket ``b`` (``lua._raw_size``: the
+                   entries of raw bucket ``b`` (``windows.raw_bucket_s``: the
                    resolution, at least 15 s; ``R`` its level code in upper
                    case: ``B``, ``M``, ``H``, ``D``), ``<ms> <length>
                    <payload>`` each, in arrival order; the payload is the
