@@ -642,7 +642,7 @@ def _parse_iso_column(s: Column) -> Column:
 
 
 #: the canonical event-time text ``YYYY-MM-DDTHH:MM:SS.mmmZ`` (years 1900-2099), parsed by one
-#: ``try_to_timestamp`` before the general ISO rules (:func:`_parse_iso_column`), which decide
+#: ``try_cast`` to timestamp before the number tests and the general ISO rules (:func:`_parse_iso_column`), which decide
 #: whatever it leaves null
 _J_CANONICAL = r"^(19|20)[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}[.][0-9]{3}Z\z"
 
@@ -652,11 +652,13 @@ def _parse_time_text(text: Column) -> Column:
     is_int = _flag(text.rlike(_J_INTEGER))
     is_num = _flag(text.rlike(_J_NUMBER))
     as_float, _ok = _double_to_long(text.try_cast("double"), floor=True)
-    # the common case first: a canonical UTC text is one parse, not the general rules' five rewrites
-    canonical = F.when(_flag(text.rlike(_J_CANONICAL)),
-                       F.unix_millis(F.try_to_timestamp(text, F.lit("yyyy-MM-dd'T'HH:mm:ss.SSSXXX"))))
-    return (F.when(is_int, text.try_cast("long")).when(is_num, as_float)
-            .otherwise(F.coalesce(canonical, _parse_iso_column(text))))
+    # The common case first, before the number tests: a canonical UTC text is one regex and one
+    # cast (Spark's own ISO parser, about 3x a formatter's speed; the explicit Z makes it
+    # independent of the session time zone, an impossible date is null). A canonical text is no
+    # number, so whatever it leaves null falls to the general rules unchanged.
+    canonical = F.when(_flag(text.rlike(_J_CANONICAL)), F.unix_millis(text.try_cast("timestamp")))
+    return F.coalesce(canonical, F.when(is_int, text.try_cast("long")).when(is_num, as_float)
+                      .otherwise(_parse_iso_column(text)))
 
 
 def parse_time_column(text: Column, *, bind: bool = True) -> Column:

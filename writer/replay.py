@@ -187,20 +187,30 @@ class ReplayEvents:
     Attributes:
         events: raw events (``writer.sources``: ``_type``, ``_time_ms``,
             ``_seq``, ``_raw``, and ``_repeat`` when some have an ``_id``),
-            valid ones only, persisted (``MEMORY_AND_DISK``) until :meth:`release`.
+            valid ones only: a filter of persisted records
+            (``MEMORY_AND_DISK``) until :meth:`release`.
         present: number of events per event type in the input.
         rejected: invalid records set aside (they keep their ``_seq``).
         rejected_path: where they were written, if anywhere.
+        ids: number of events with an ``_id`` per event type (0: the
+            type's dataset has no ``_id`` column).
+        persisted: the persisted frames :attr:`events` is computed from
+            (every parsed record, and the repeated-id marks when some events
+            have an ``_id``); :meth:`release` frees them.
     """
 
     events: DataFrame
     present: dict[str, int]
     rejected: int = 0
     rejected_path: str | None = None
+    ids: dict[str, int] = field(default_factory=dict)
+    persisted: list[DataFrame] = field(default_factory=list)
 
     def release(self) -> None:
-        """Unpersist :attr:`events` (call it once every frame built on them is written or checkpointed)."""
-        self.events.unpersist()
+        """Unpersist :attr:`events` and what they are filtered from (call it once every frame built on them
+        is written or checkpointed)."""
+        for df in self.persisted or [self.events]:
+            df.unpersist()
 
 
 def prepare_events(plan: Plan, raw: DataFrame, rejected_dir: str | Path | None = None) -> ReplayEvents:
@@ -223,24 +233,27 @@ def prepare_events(plan: Plan, raw: DataFrame, rejected_dir: str | Path | None =
     """
     raw = raw.persist(StorageLevel.MEMORY_AND_DISK)
     ok = valid(list(plan.events))
-    bad = raw.where(~ok | ok.isNull())
-    rejected = bad.count()
+    # one job parses and caches every record and counts, per valid type, its events and ids (the
+    # invalid ones under a null type): the valid events are then a filter of the cached records
+    counts = raw.groupBy(F.when(ok, F.col("_type")).alias("_type")).agg(
+        F.count(F.lit(1)).alias("n"), F.count(F.when(ok, event_id())).alias("ids")).collect()
+    present = {r["_type"]: r["n"] for r in counts if r["_type"] is not None}
+    ids = {r["_type"]: r["ids"] for r in counts if r["_type"] is not None}
+    rejected = sum(r["n"] for r in counts if r["_type"] is None)
     rejected_path = None
     if rejected and rejected_dir is not None:
         rejected_path = str(Path(rejected_dir) / f"replay-{int(time.time() * 1000)}")
-        bad.select("_raw").write.mode("overwrite").text(rejected_path)
-    events = raw.where(ok).persist(StorageLevel.MEMORY_AND_DISK)
-    counts = events.groupBy("_type").agg(F.count(F.lit(1)).alias("n"), F.count(event_id()).alias("ids")).collect()
-    present = {r["_type"]: r["n"] for r in counts}
-    if any(r["ids"] for r in counts):  # a repeated _id is answered, not written (SPEC §4): its writes are left out
-        marked = mark_repeated_ids(events).persist(StorageLevel.MEMORY_AND_DISK)
-        events.unpersist()
-        events = marked
-    raw.unpersist()
+        raw.where(~ok | ok.isNull()).select("_raw").write.mode("overwrite").text(rejected_path)
+    events = raw.where(ok)
+    keep = [raw]
+    if any(ids.values()):  # a repeated _id is answered, not written (SPEC §4): its writes are left out
+        events = mark_repeated_ids(events).persist(StorageLevel.MEMORY_AND_DISK)
+        keep.append(events)
     if not present:
-        events.unpersist()
+        for df in keep:
+            df.unpersist()
         raise ReplayError("no valid events in the input (each line needs a known _type and a parseable _time)")
-    return ReplayEvents(events, present, rejected, rejected_path)
+    return ReplayEvents(events, present, rejected, rejected_path, ids, keep)
 
 
 def run_replay(
@@ -368,27 +381,26 @@ def _replay(plan: Plan, prepared: ReplayEvents, wanted: list[str], report: Repla
     try:
         for i, ev in enumerate(wanted, start=1):
             t1 = time.perf_counter()
-            report.rows[ev] = emit(ev, _event_frame(pit, prepared.events, plan, ev))
+            report.rows[ev] = emit(ev, _event_frame(pit, prepared.events, plan, ev, prepared.ids.get(ev, 0) > 0))
             report.seconds[ev] = time.perf_counter() - t1
             report_progress("replay", i, len(wanted))
     finally:
         pit.release()
 
 
-def _event_frame(pit: PointInTime, events: DataFrame, plan: Plan, ev: str) -> DataFrame:
+def _event_frame(pit: PointInTime, events: DataFrame, plan: Plan, ev: str, has_id: bool) -> DataFrame:
     """The dataset of one event type, in ``_seq`` order (not computed).
 
-    Columns: ``_seq``, ``_time``, ``_id`` (if any event has one) and one per
-    named feature (``ep.outputs``); inline aggregates are computed (the
-    frame adds every dependency) but not written.
+    Columns: ``_seq``, ``_time``, ``_id`` (if ``has_id``: some event of
+    the type has one) and one per named feature (``ep.outputs``); inline
+    aggregates are computed (the frame adds every dependency) but not
+    written.
     """
     ep = plan.events[ev]
     frame = pit.frame(ev, [f.name for f in ep.outputs])
-    ids = events.where(F.col("_type") == F.lit(ev)).select(
-        "_seq", F.get_json_object("_raw", "$._id").alias("_id"))
-    has_id = ids.where(F.col("_id").isNotNull()).limit(1).count() > 0
     cols = [F.col("_seq"), format_time_column(F.col("_time_ms")).alias("_time")]
     if has_id:
+        ids = events.where(F.col("_type") == F.lit(ev)).select("_seq", event_id().alias("_id"))
         frame = frame.join(ids, "_seq", "left")
         cols.append(F.col("_id"))
     cols += [output_column(F.col(f"f_{f.name}"), f.type, tuple_names(ep, f.name)).alias(f.name)

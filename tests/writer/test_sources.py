@@ -52,3 +52,13 @@ def test_parquet_epoch_ms_time(spark, tmp_path):
 def test_missing_input_is_an_error(tmp_path):
     with pytest.raises(SourceError, match="no input files match"):
         expand_paths([str(tmp_path / "nope*.jsonl")])
+
+
+def test_event_id_reads_every_spelling_of_the_key(spark):
+    """``event_id`` skips the parse only for texts that cannot hold an ``_id`` key (escaped keys included)."""
+    from writer.sources import event_id
+
+    texts = ['{"_id": "a", "x": 1}', '{"\\u005fid": 7}', '{"\\u005f\\u0069\\u0064": "e"}', '{"x": "_id"}',
+             '{"a": 1}', '{"a": "\\n"}', '{"_id": null}', '{"x": {"_id": 3}}', '{"_ID": 4}']
+    got = [r[0] for r in spark.createDataFrame([(t,) for t in texts], "_raw string").select(event_id()).collect()]
+    assert got == ["a", "7", "e", None, None, None, None, None, None]
