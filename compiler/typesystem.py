@@ -651,7 +651,10 @@ def _parse_time_text(text: Column) -> Column:
     F = _functions()
     is_int = _flag(text.rlike(_J_INTEGER))
     is_num = _flag(text.rlike(_J_NUMBER))
-    as_float, _ok = _double_to_long(text.try_cast("double"), floor=True)
+    # every try_cast below parses only the texts of its own branch (a guarded input, null elsewhere): a
+    # branch's subexpressions are evaluated for every row once Spark hoists them, and a try_cast of a
+    # text that is not a number costs microseconds (the failed parse)
+    as_float, _ok = _double_to_long(F.when(is_num, text).try_cast("double"), floor=True)
     # The common case first, before the number tests: a canonical UTC text is one regex and one
     # cast (Spark's own ISO parser, about 3x a formatter's speed; the explicit Z makes it
     # independent of the session time zone, an impossible date is null). A canonical text is no
@@ -773,8 +776,8 @@ def _number_to_long(text: Column, via_double: Column) -> tuple[Column, Column, C
     F = _functions()
     is_int = _flag(text.rlike(_J_INTEGER)) & ~via_double
     is_num = _flag(text.rlike(_J_NUMBER))
-    exact = text.try_cast("long")
-    dbl = text.try_cast("double")
+    exact = F.when(is_int, text).try_cast("long")  # guarded: see _parse_time_text
+    dbl = F.when(is_num, text).try_cast("double")
     trunc, in_range = _double_to_long(dbl, floor=False)
     value = F.when(is_int, exact).when(is_num, trunc)
     ok = F.when(is_int, exact.isNotNull()).when(is_num, in_range).otherwise(F.lit(False))
@@ -802,11 +805,13 @@ def _input_body(kind: Column, text: Column, spec: InputSpec, type_name: str) -> 
         bad = value.isNull()
     elif type_name == "string":
         int_digits = _flag(kind.rlike(r"^DECIMAL\((19|[2-9][0-9]|1[0-9][0-9]),0\)$"))
-        as_float = _format_float_body(text.try_cast("double"))
+        # the float's digits only for numeric tokens: inside a lambda (let), so that Spark cannot hoist the
+        # formatting's many subexpressions out of the branch and evaluate them for every string
+        as_float = let(_format_float_body, text.try_cast("double"))
         value = F.when(via_double & ~int_digits, as_float).otherwise(text)
         bad = F.lit(False)
     else:  # time
-        as_double, _ok = _double_to_long(text.try_cast("double"), floor=True)
+        as_double, _ok = _double_to_long(F.when(via_double, text).try_cast("double"), floor=True)
         value = F.when(via_double, as_double).otherwise(_parse_time_text(text))
         bad = value.isNull()
     error = _flag(composite | bad) & ~is_null
