@@ -55,7 +55,7 @@ from pyspark.sql import functions as F
 from compiler.plan import EventPlan, Plan
 from compiler.typesystem import format_time_column, parse_type
 from writer.pointintime import PointInTime
-from writer.sources import event_id, mark_repeated_ids, read_events, valid
+from writer.sources import dense_seq_column, event_id, mark_repeated_ids, partition_of, read_events, valid
 
 Progress = Callable[[str, int, int], None]
 
@@ -213,7 +213,8 @@ class ReplayEvents:
             df.unpersist()
 
 
-def prepare_events(plan: Plan, raw: DataFrame, rejected_dir: str | Path | None = None) -> ReplayEvents:
+def prepare_events(plan: Plan, raw: DataFrame, rejected_dir: str | Path | None = None,
+                   renumber: bool = False) -> ReplayEvents:
     """Split a raw event DataFrame into the valid events (persisted) and the invalid records (counted, set aside).
 
     Args:
@@ -222,6 +223,11 @@ def prepare_events(plan: Plan, raw: DataFrame, rejected_dir: str | Path | None =
             or ``events_from_json``).
         rejected_dir: where invalid records are written (JSONL text, one
             ``replay-<ms>`` directory per call); default none (counted only).
+        renumber: ``raw``'s ``_seq`` is ``monotonically_increasing_id``
+            (``read_events(.., dense_seq=False)``): the job that counts the
+            types also counts the records per partition, and ``_seq`` becomes
+            ``0, 1, 2, ..`` in file order (``writer.sources.dense_seq_column``),
+            as ``read_events`` numbers them, without its own reading pass.
 
     Returns:
         A :class:`ReplayEvents`; the caller calls its ``release``.
@@ -234,18 +240,32 @@ def prepare_events(plan: Plan, raw: DataFrame, rejected_dir: str | Path | None =
     raw = raw.persist(StorageLevel.MEMORY_AND_DISK)
     ok = valid(list(plan.events))
     # one job parses and caches every record and counts, per valid type, its events and ids (the
-    # invalid ones under a null type): the valid events are then a filter of the cached records
-    counts = raw.groupBy(F.when(ok, F.col("_type")).alias("_type")).agg(
+    # invalid ones under a null type) -- and per input partition, to renumber: the valid events are
+    # then a filter of the cached records
+    part = [partition_of(F.col("_seq")).alias("_pid")] if renumber else []
+    counts = raw.groupBy(*part, F.when(ok, F.col("_type")).alias("_type")).agg(
         F.count(F.lit(1)).alias("n"), F.count(F.when(ok, event_id())).alias("ids")).collect()
-    present = {r["_type"]: r["n"] for r in counts if r["_type"] is not None}
-    ids = {r["_type"]: r["ids"] for r in counts if r["_type"] is not None}
-    rejected = sum(r["n"] for r in counts if r["_type"] is None)
+    present: dict[str, int] = {}
+    ids: dict[str, int] = {}
+    rejected = 0
+    for r in counts:
+        if r["_type"] is None:
+            rejected += r["n"]
+        else:
+            present[r["_type"]] = present.get(r["_type"], 0) + r["n"]
+            ids[r["_type"]] = ids.get(r["_type"], 0) + r["ids"]
+    cached = raw
+    if renumber:
+        per_part: dict[int, int] = {}
+        for r in counts:
+            per_part[r["_pid"]] = per_part.get(r["_pid"], 0) + r["n"]
+        raw = raw.withColumn("_seq", dense_seq_column(F.col("_seq"), per_part))
     rejected_path = None
     if rejected and rejected_dir is not None:
         rejected_path = str(Path(rejected_dir) / f"replay-{int(time.time() * 1000)}")
         raw.where(~ok | ok.isNull()).select("_raw").write.mode("overwrite").text(rejected_path)
     events = raw.where(ok)
-    keep = [raw]
+    keep = [cached]
     if any(ids.values()):  # a repeated _id is answered, not written (SPEC §4): its writes are left out
         events = mark_repeated_ids(events).persist(StorageLevel.MEMORY_AND_DISK)
         keep.append(events)
@@ -298,7 +318,7 @@ def run_replay(
     report = ReplayReport(out_dir=str(out))
     t0 = time.perf_counter()
     report_progress("read", 0, 1)
-    prepared = prepare_events(plan, read_events(spark, paths), rejected_dir)
+    prepared = prepare_events(plan, read_events(spark, paths, dense_seq=False), rejected_dir, renumber=True)
     report.rejected, report.rejected_path = prepared.rejected, prepared.rejected_path
     wanted = list(types) if types else sorted(t for t in plan.events if t in prepared.present)
     report.seconds["read"] = time.perf_counter() - t0

@@ -152,17 +152,38 @@ def _numbered(df: DataFrame, dense_seq: bool) -> DataFrame:
     df = df.where(F.col("_raw").isNotNull() & (F.length(F.trim(F.col("_raw"))) > 0))
     df = df.select("_raw", F.spark_partition_id().alias("_pid"), F.monotonically_increasing_id().alias("_mid"))
     if dense_seq:
-        counts = dict(df.groupBy("_pid").count().collect())
-        offsets, total = [], 0
-        for pid in range(max(counts, default=-1) + 1):
-            offsets.append(total)
-            total += counts.get(pid, 0)
-        offset = F.element_at(F.array(*[F.lit(o).cast("long") for o in offsets] or [F.lit(0).cast("long")]),
-                              F.col("_pid") + 1)
-        seq = offset + (F.col("_mid") - F.shiftleft(F.col("_pid").cast("long"), 33))
+        seq = dense_seq_column(F.col("_mid"), dict(df.groupBy("_pid").count().collect()))
     else:
         seq = F.col("_mid")
     return _event_columns(df, seq)
+
+
+def partition_of(mid: Column) -> Column:
+    """The partition number of a ``monotonically_increasing_id`` value (its bits from 33 up)."""
+    return F.shiftright(mid, 33).cast("int")
+
+
+def dense_seq_column(mid: Column, counts: dict[int, int]) -> Column:
+    """``0, 1, 2, ..`` in partition order from ``monotonically_increasing_id`` values and rows per partition.
+
+    ``monotonically_increasing_id`` is ``(partition << 33) + row`` within the
+    partition; a row's position is the rows of the partitions before its own
+    plus its row number.
+
+    Args:
+        mid: the ``monotonically_increasing_id`` column (long).
+        counts: partition number (:func:`partition_of`) -> its rows.
+
+    Returns:
+        The position, a long column.
+    """
+    offsets, total = [], 0
+    for pid in range(max(counts, default=-1) + 1):
+        offsets.append(total)
+        total += counts.get(pid, 0)
+    pid = partition_of(mid)
+    offset = F.element_at(F.array(*[F.lit(o).cast("long") for o in offsets] or [F.lit(0).cast("long")]), pid + 1)
+    return offset + (mid - F.shiftleft(pid.cast("long"), 33))
 
 
 def _event_columns(df: DataFrame, seq: Column) -> DataFrame:

@@ -62,3 +62,26 @@ def test_event_id_reads_every_spelling_of_the_key(spark):
              '{"a": 1}', '{"a": "\\n"}', '{"_id": null}', '{"x": {"_id": 3}}', '{"_ID": 4}']
     got = [r[0] for r in spark.createDataFrame([(t,) for t in texts], "_raw string").select(event_id()).collect()]
     assert got == ["a", "7", "e", None, None, None, None, None, None]
+
+
+def test_replay_renumbering_equals_read_events_numbering(spark, tmp_path):
+    """``prepare_events(.., renumber=True)`` over ``read_events(dense_seq=False)`` gives every record the
+    ``_seq`` that ``read_events`` gives it (several files and partitions, blank lines, invalid records)."""
+    from compiler import compile_sources
+    from writer.replay import prepare_events
+
+    plan = compile_sources({"t.scowl": "event a\nx := $.x as int\n"}).plan
+    for f in range(3):
+        _jsonl(tmp_path / f"{f}.jsonl", [{"_type": "a", "_time": 1000 * f + i, "x": i} if i % 7 else {"_type": "zz", "f": f, "i": i}
+                                          for i in range(50 + 20 * f)], blank_after=5)
+    spark.createDataFrame(pd.DataFrame({"_type": ["a"] * 30, "_time": list(range(30)), "x": list(range(30))})) \
+        .repartition(3).write.parquet(str(tmp_path / "p.parquet"))
+    dense = {r["_raw"]: r["_seq"] for r in read_events(spark, [str(tmp_path)]).collect()}
+    prepared = prepare_events(plan, read_events(spark, [str(tmp_path)], dense_seq=False), renumber=True)
+    try:
+        got = {r["_raw"]: r["_seq"] for r in prepared.events.collect()}
+        assert prepared.rejected == sum(1 for i in range(3) for j in range(50 + 20 * i) if j % 7 == 0)
+        assert len(got) == prepared.present["a"] and got == {k: v for k, v in dense.items() if k in got}
+        assert sorted(dense.values()) == list(range(len(dense)))
+    finally:
+        prepared.release()
