@@ -427,16 +427,13 @@ def sweep_group(frame, parts: list[GroupPart], buckets: int):
     payloads = [p.payload for p in parts]
     afters = [p.after for p in parts]
     a_types = [to_arrow_type(p.a_type) for p in parts]
-    keyed = frame.repartition(buckets, "k")
+    keyed = frame.withColumn("_b", F.pmod(F.xxhash64("k"), F.lit(buckets)))
 
-    def sweep_partition(batches):
-        # one bucket per partition: all its batches swept together (a partition holds every row of its keys)
-        got = list(batches)
-        if not got:
-            return
-        yield from _sweep_group_bucket(pa.Table.from_batches(got), specs, payloads, afters, a_types).to_batches()
+    def sweep_bucket(table: pa.Table) -> pa.Table:
+        # a plain function with type hints: applyInArrow infers its form from them
+        return _sweep_group_bucket(table, specs, payloads, afters, a_types)
 
-    return keyed.mapInArrow(sweep_partition, schema)
+    return keyed.groupBy("_b").applyInArrow(sweep_bucket, schema)
 
 
 def _sweep_group_bucket(table: pa.Table, specs: list[SweepSpec], payloads, afters: list[str | None],

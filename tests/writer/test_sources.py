@@ -85,3 +85,24 @@ def test_replay_renumbering_equals_read_events_numbering(spark, tmp_path):
         assert sorted(dense.values()) == list(range(len(dense)))
     finally:
         prepared.release()
+
+
+@pytest.mark.parametrize("parts", [2, 5])
+def test_in_seq_order_puts_ranges_in_partition_order(spark, parts):
+    """``writer.replay.in_seq_order``: partition ``i`` holds the ``i``-th range of ``_seq``, sorted within, so
+    the rows come out (and Parquet files are written) in ``_seq`` order; a subset of ``_seq`` too."""
+    import random
+
+    from pyspark.sql import functions as F
+
+    from writer.replay import in_seq_order
+    from writer.session import spark_conf
+
+    seqs = list(range(0, 3000, 3))
+    random.Random(parts).shuffle(seqs)
+    df = spark.createDataFrame([(s, f"v{s}") for s in seqs], "_seq long, v string").repartition(3)
+    with spark_conf(spark, "spark.sql.shuffle.partitions", str(parts)):
+        out = in_seq_order(df, 3000)
+        rows = out.select("_seq", "v", F.spark_partition_id().alias("p")).collect()
+    assert [r["_seq"] for r in rows] == sorted(seqs) and all(r["v"] == f"v{r['_seq']}" for r in rows)
+    assert all(r["p"] == min(r["_seq"] * parts // 3000, parts - 1) for r in rows)
