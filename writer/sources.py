@@ -208,10 +208,12 @@ def event_id() -> Column:
     The JSON is parsed only when its text could hold the key: a key that
     spells ``_id`` is the bytes ``"_id"`` or has a backslash escape in it,
     so texts with neither have no ``_id`` (null) without a parse (a JSON
-    parse per event was a third of reading an input without ids).
+    parse per event was a third of reading an input without ids). A key
+    given twice reads as its last value (docs/semantics.md §5).
     """
     raw = F.col("_raw")
-    return F.when(raw.contains('"_id"') | raw.contains("\\"), F.get_json_object(raw, "$._id"))
+    # from_json, not get_json_object: a repeated key reads as its last value, as the API's parser reads it
+    return F.when(raw.contains('"_id"') | raw.contains("\\"), F.from_json(raw, "_id string").getField("_id"))
 
 
 def mark_repeated_ids(events: DataFrame) -> DataFrame:

@@ -59,9 +59,10 @@ def test_event_id_reads_every_spelling_of_the_key(spark):
     from writer.sources import event_id
 
     texts = ['{"_id": "a", "x": 1}', '{"\\u005fid": 7}', '{"\\u005f\\u0069\\u0064": "e"}', '{"x": "_id"}',
-             '{"a": 1}', '{"a": "\\n"}', '{"_id": null}', '{"x": {"_id": 3}}', '{"_ID": 4}']
+             '{"a": 1}', '{"a": "\\n"}', '{"_id": null}', '{"x": {"_id": 3}}', '{"_ID": 4}', '{"_id": "p", "_id": "q"}',
+             '{"_id": 12}', 'not json "_id"']
     got = [r[0] for r in spark.createDataFrame([(t,) for t in texts], "_raw string").select(event_id()).collect()]
-    assert got == ["a", "7", "e", None, None, None, None, None, None]
+    assert got == ["a", "7", "e", None, None, None, None, None, None, "q", "12", None]
 
 
 def test_replay_renumbering_equals_read_events_numbering(spark, tmp_path):
