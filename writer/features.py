@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from compiler.codegen.spark import compile_column
 from compiler.plan import EventPlan, Plan
 from compiler.typesystem import input_column
-from writer.session import memo_column, spark_conf
+from writer.session import memo_column
 
 if TYPE_CHECKING:  # pragma: no cover
     from writer.pointintime import PointInTime
@@ -31,32 +31,6 @@ class StagedFeatureError(NotImplementedError):
     ``writer.pointintime`` for aggregates that depend on each other across
     event types (no dependency stage exists). The message names the features.
     """
-
-
-#: the SQL conf that makes ``try_parse_json`` keep a repeated key's last value (Spark's default: the whole
-#: text is invalid, so every input of the event would read as missing)
-_DUPLICATE_KEYS = "spark.sql.variant.allowDuplicateKeys"
-
-
-def parse_payload(df: DataFrame, keep: list[str]) -> DataFrame:
-    """``keep`` and ``_v``, the event's JSON text ``_raw`` parsed once (``try_parse_json``, a VARIANT).
-
-    A key repeated in an object reads as its last value, as the API's JSON
-    parser (orjson) reads it: the setting is captured when the expression
-    is analysed, here, so the result does not depend on the session's own
-    setting. Malformed JSON is a null ``_v`` (every input missing).
-
-    Args:
-        df: a frame with ``_raw``.
-        keep: the columns of ``df`` to keep, in order.
-
-    Returns:
-        ``df.select(*keep, _v)``.
-
-    Source: SPEC §2.2 (inputs read from the event's JSON as the API reads it).
-    """
-    with spark_conf(df.sparkSession, _DUPLICATE_KEYS, "true"):
-        return df.select(*keep, F.try_parse_json(F.col("_raw")).alias("_v"))
 
 
 def needed_features(event: EventPlan, names: Iterable[str], known: Iterable[str] = ()) -> list[str]:
@@ -144,7 +118,7 @@ def with_features(
     # projection; the column trees are built once per process, memo_column)
     inputs = [n for n in needed if feats[n].kind == "input"]
     if inputs:
-        df = parse_payload(df, [*df.columns])
+        df = df.withColumn("_v", F.try_parse_json(F.col("_raw")))
         df = df.withColumns({
             f"f_{n}": memo_column(("input", repr(feats[n].input), feats[n].type),
                                   lambda f=feats[n]: input_column(F.col("_v"), f.input, f.type, parsed=True))
@@ -236,7 +210,7 @@ def batch_features(df: DataFrame, plan: Plan, needs: Mapping[str, Iterable[str]]
     carried = [c for c in df.columns if c != "_raw"]
     if inputs:
         # the JSON parsed once per event, for every input of every type, in one projection
-        df = parse_payload(df, carried)
+        df = df.select(*carried, F.try_parse_json(F.col("_raw")).alias("_v"))
         df = df.select(*carried, *[
             memo_column(key, lambda f=f: input_column(F.col("_v"), f.input, f.type, parsed=True)).alias(name)
             for key, (name, f) in inputs.items()])
