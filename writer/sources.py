@@ -150,9 +150,9 @@ def events_from_json(spark: SparkSession, records: Sequence[str]) -> DataFrame:
 def _numbered(df: DataFrame, dense_seq: bool) -> DataFrame:
     """Number the non-blank ``_raw`` records of ``df`` in partition order (:func:`read_events`) and parse them."""
     df = df.where(F.col("_raw").isNotNull() & (F.length(F.trim(F.col("_raw"))) > 0))
-    df = df.select("_raw", F.spark_partition_id().alias("_pid"), F.monotonically_increasing_id().alias("_mid"))
+    df = df.select("_raw", F.monotonically_increasing_id().alias("_mid"))
     if dense_seq:
-        seq = dense_seq_column(F.col("_mid"), dict(df.groupBy("_pid").count().collect()))
+        seq = dense_seq_column(F.col("_mid"), dict(df.groupBy(partition_of(F.col("_mid"))).count().collect()))
     else:
         seq = F.col("_mid")
     return _event_columns(df, seq)
