@@ -118,7 +118,10 @@ def training_set(
         spark: the session to run on. ``None``: the Spark DataFrame's own
             session if ``events`` is one, else the one ``scowl replay`` uses
             (``writer.session.get_spark``: gets the active session or creates
-            ``master``'s with UTC time zone and UI off).
+            ``master``'s with UTC time zone and UI off). Either way the
+            writer sets ``spark.sql.variant.allowDuplicateKeys`` on it for
+            good (``writer.session.configure``: a key given twice reads as
+            its last value, as in the API).
         event_type: the event type whose rows to return. ``None``: the only
             event type of the input that has features; with several, a
             ``ValueError`` lists them.

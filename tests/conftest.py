@@ -98,6 +98,8 @@ def spark():
 
     from pyspark.sql import SparkSession
 
+    from writer.session import configure
+
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
         SparkSession.builder.master("local[2]")
@@ -108,6 +110,7 @@ def spark():
         .config("spark.driver.memory", "2g")
         .getOrCreate()
     )
+    configure(session)  # the writer's SQL settings (writer.session.SESSION_CONFS), as get_spark sets them
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

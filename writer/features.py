@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from compiler.codegen.spark import compile_column
 from compiler.plan import EventPlan, Plan
 from compiler.typesystem import input_column
-from writer.session import memo_column
+from writer.session import configure, memo_column
 
 if TYPE_CHECKING:  # pragma: no cover
     from writer.pointintime import PointInTime
@@ -118,6 +118,7 @@ def with_features(
     # projection; the column trees are built once per process, memo_column)
     inputs = [n for n in needed if feats[n].kind == "input"]
     if inputs:
+        configure(df.sparkSession)  # a repeated key reads as its last value, as in the API
         df = df.withColumn("_v", F.try_parse_json(F.col("_raw")))
         df = df.withColumns({
             f"f_{n}": memo_column(("input", repr(feats[n].input), feats[n].type),
@@ -210,6 +211,7 @@ def batch_features(df: DataFrame, plan: Plan, needs: Mapping[str, Iterable[str]]
     carried = [c for c in df.columns if c != "_raw"]
     if inputs:
         # the JSON parsed once per event, for every input of every type, in one projection
+        configure(df.sparkSession)  # a repeated key reads as its last value, as in the API
         df = df.select(*carried, F.try_parse_json(F.col("_raw")).alias("_v"))
         df = df.select(*carried, *[
             memo_column(key, lambda f=f: input_column(F.col("_v"), f.input, f.type, parsed=True)).alias(name)

@@ -34,6 +34,35 @@ def _loopback(master: str) -> bool:
     return all(h == "localhost" or h.startswith("127.") for h in hosts)
 
 
+#: SQL settings the writer's semantics need on every session it runs on (:func:`configure`):
+#: an event's JSON object that gives a key twice reads as its last value, as the
+#: API's parser (orjson) reads it (docs/semantics.md §5); without the setting
+#: ``try_parse_json`` rejects the object and every input of the event reads as missing.
+SESSION_CONFS = {"spark.sql.variant.allowDuplicateKeys": "true"}
+
+
+def configure(spark: SparkSession) -> SparkSession:
+    """Set :data:`SESSION_CONFS` on ``spark`` for good (a caller's session included); return it.
+
+    Called before the writer builds a frame that parses event JSON
+    (``writer.features``): Spark reads the setting when it analyses the
+    parse, so it stays set, never toggled around one step. A frame analysed
+    under one value and re-analysed under another would be a different plan
+    and miss its cache (a persisted feature frame was recomputed from
+    released checkpoints when the setting was scoped to one ``select``).
+
+    Args:
+        spark: the session the jobs run on.
+
+    Returns:
+        ``spark``.
+    """
+    for key, value in SESSION_CONFS.items():
+        if spark.conf.get(key, None) != value:
+            spark.conf.set(key, value)
+    return spark
+
+
 def get_spark(master: str | None = None, app_name: str = "scowl") -> SparkSession:
     """Return (or create) the Spark session.
 
@@ -63,7 +92,9 @@ def get_spark(master: str | None = None, app_name: str = "scowl") -> SparkSessio
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.python.worker.reuse", "true")
     )
-    spark = builder.getOrCreate()
+    for key, value in SESSION_CONFS.items():
+        builder = builder.config(key, value)
+    spark = configure(builder.getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
