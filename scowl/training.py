@@ -304,7 +304,8 @@ def _run(plan: "Plan", events: Any, spark: "SparkSession | None", master: str | 
             from writer.session import get_spark
 
             spark = get_spark(master)
-    prepared = prepare_events(plan, _raw_events(spark, events))
+    raw, renumber = _raw_events(spark, events)
+    prepared = prepare_events(plan, raw, renumber=renumber)
     try:
         if prepared.rejected:
             warnings.warn(f"{prepared.rejected} invalid records skipped (each event needs a known _type and a "
@@ -338,23 +339,34 @@ def _annotate(df: "DataFrame", ep: "EventPlan") -> "DataFrame":
                        else F.col(f"`{c}`") for c in df.columns])
 
 
-def _raw_events(spark: "SparkSession", events: Any) -> "DataFrame":
-    """The raw event DataFrame (``writer.sources``) of any accepted form of ``events`` (module docstring)."""
+def _raw_events(spark: "SparkSession", events: Any) -> "tuple[DataFrame, bool]":
+    """The raw event DataFrame (``writer.sources``) of any accepted form of ``events`` (module docstring).
+
+    Returns:
+        ``(raw, renumber)``: for files, ``raw`` is numbered by
+        ``monotonically_increasing_id`` and ``renumber`` is true
+        (``writer.replay.prepare_events`` makes ``_seq`` dense in the job
+        that counts the events, as ``scowl replay`` does: no counting pass of
+        its own); other inputs come numbered ``0, 1, ..``.
+
+    Raises:
+        TypeError, ValueError: ``events`` is of no accepted form, or an empty list.
+    """
     from pyspark.sql import DataFrame
 
     from writer.sources import events_from_frame, events_from_json, read_events
 
     if isinstance(events, DataFrame):
-        return events_from_frame(events)
+        return events_from_frame(events), False
     if isinstance(events, (str, os.PathLike)):
-        return read_events(spark, [events])
+        return read_events(spark, [events], dense_seq=False), True
     try:
         import pandas as pd
     except ImportError:  # pragma: no cover - pandas is a dependency
         pd = None
     if pd is not None and isinstance(events, pd.DataFrame):
         return events_from_json(spark, [_dumps(i, _drop_missing(r)) for i, r in
-                                        enumerate(events.to_dict(orient="records"))])
+                                        enumerate(events.to_dict(orient="records"))]), False
     if isinstance(events, (bytes, Mapping)) or not isinstance(events, Iterable):
         raise TypeError("events: expected path(s), a list of event dicts, a pandas DataFrame or a Spark DataFrame, "
                         f"got {type(events).__name__}")
@@ -362,9 +374,9 @@ def _raw_events(spark: "SparkSession", events: Any) -> "DataFrame":
     if not items:
         raise ValueError("events: the list is empty")
     if all(isinstance(x, (str, os.PathLike)) for x in items):
-        return read_events(spark, items)
+        return read_events(spark, items, dense_seq=False), True
     if all(isinstance(x, Mapping) for x in items):
-        return events_from_json(spark, [_dumps(i, x) for i, x in enumerate(items)])
+        return events_from_json(spark, [_dumps(i, x) for i, x in enumerate(items)]), False
     kinds = sorted({type(x).__name__ for x in items})
     raise TypeError(f"events: a list must hold only paths or only event dicts, got {', '.join(kinds)}")
 
