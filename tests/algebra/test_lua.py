@@ -218,6 +218,36 @@ def test_late_writes_into_pruned_time_stay_bounded(client):
     assert res[1] == 30  # the on-time writes of the last window (every other second)
 
 
+@pytest.mark.parametrize("gap_s", [7, 40])
+def test_raw_buckets_of_a_key_written_rarely_wait_for_the_pass_and_late_reads_stay_exact(client, gap_s):
+    """Raw buckets (15 s) of a key written less than once a bucket are deleted by the pruning pass, not by
+    name (lua.py book): they stay bounded by the allowed lateness plus a pass period, and every read up
+    to the allowed lateness late counts exactly the writes SPEC §3.2 counts (SPEC §3.3)."""
+    window_s, late_ms = 600, 120_000
+    op = make_op("Count", (), window_s=window_s)
+    w = WriteSlot(op, window_s, 1)
+    key = f"t:{{{uuid.uuid4().hex}}}"
+    spec = RoundSpec("w", writes=(w,), lateness_ms=late_ms)
+    writes = []
+    for i in range(3 * 3600 // gap_s):  # three hours: many pruning passes (every 361 s)
+        t = T0 + gap_s * 1000 * i + (i * 7919) % 1000
+        run_round(client, spec, ["", "", key], [t, "", ""])
+        writes.append((t, ()))
+    every = prune_every_ms(window_s, 1, late_ms)
+    raw = [int(f[1:]) for f in client.hkeys(key) if f.startswith(b"B")]
+    # the raw buckets of the last L, and those older ones the pass has not reached yet (one per write)
+    assert min(raw) * 15_000 >= t - late_ms - every - 2 * 15_000 - 1000
+    assert len(raw) <= (late_ms + every) // (gap_s * 1000) + 4 + 2
+    if gap_s > 15:
+        assert len(raw) > late_ms // (gap_s * 1000) + 4  # (the pass, not names, deleted them)
+    rd = ReadSlot(op, window_s, 1)
+    for back_ms in (0, 1, 999, gap_s * 1000 - 1, 61_000, late_ms - 1):
+        r_t = t - back_ms
+        res = run_round(client, RoundSpec("r", reads_after=(rd,), lateness_ms=late_ms), ["", "", key],
+                        [r_t, "", ""])
+        assert res[1] == len(counted(writes, r_t, window_s)), back_ms
+
+
 def hour_count_writer(client):
     """A 1-hour Count at 1 s: its op, a fresh key and its write script (registered)."""
     op = make_op("Count", (), window_s=3600)
