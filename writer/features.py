@@ -33,6 +33,27 @@ class StagedFeatureError(NotImplementedError):
     """
 
 
+def parse_payload(df: DataFrame, keep: list[str]) -> DataFrame:
+    """``keep`` and ``_v``, the event's JSON text ``_raw`` parsed once (``try_parse_json``, a VARIANT).
+
+    A key repeated in an object reads as its last value, as the API's JSON
+    parser (orjson) reads it: :func:`writer.session.configure` sets that on
+    the session first, for good. Malformed JSON is a null ``_v`` (every
+    input missing).
+
+    Args:
+        df: a frame with ``_raw``.
+        keep: the columns of ``df`` to keep, in order.
+
+    Returns:
+        ``df.select(*keep, _v)``.
+
+    Source: SPEC §2.2 (inputs read from the event's JSON as the API reads it).
+    """
+    configure(df.sparkSession)
+    return df.select(*keep, F.try_parse_json(F.col("_raw")).alias("_v"))
+
+
 def needed_features(event: EventPlan, names: Iterable[str], known: Iterable[str] = ()) -> list[str]:
     """Return ``names`` and their transitive dependencies, in plan order.
 
@@ -118,8 +139,7 @@ def with_features(
     # projection; the column trees are built once per process, memo_column)
     inputs = [n for n in needed if feats[n].kind == "input"]
     if inputs:
-        configure(df.sparkSession)  # a repeated key reads as its last value, as in the API
-        df = df.withColumn("_v", F.try_parse_json(F.col("_raw")))
+        df = parse_payload(df, [*df.columns])
         df = df.withColumns({
             f"f_{n}": memo_column(("input", repr(feats[n].input), feats[n].type),
                                   lambda f=feats[n]: input_column(F.col("_v"), f.input, f.type, parsed=True))
@@ -211,8 +231,7 @@ def batch_features(df: DataFrame, plan: Plan, needs: Mapping[str, Iterable[str]]
     carried = [c for c in df.columns if c != "_raw"]
     if inputs:
         # the JSON parsed once per event, for every input of every type, in one projection
-        configure(df.sparkSession)  # a repeated key reads as its last value, as in the API
-        df = df.select(*carried, F.try_parse_json(F.col("_raw")).alias("_v"))
+        df = parse_payload(df, carried)
         df = df.select(*carried, *[
             memo_column(key, lambda f=f: input_column(F.col("_v"), f.input, f.type, parsed=True)).alias(name)
             for key, (name, f) in inputs.items()])

@@ -92,8 +92,6 @@ def get_spark(master: str | None = None, app_name: str = "scowl") -> SparkSessio
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.python.worker.reuse", "true")
     )
-    for key, value in SESSION_CONFS.items():
-        builder = builder.config(key, value)
     spark = configure(builder.getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark

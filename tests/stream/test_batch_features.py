@@ -129,6 +129,41 @@ def test_batch_features_refuses_aggregates(spark):
         batch_features(df.where(F.lit(True)), plan, {"e": ["n"]})
 
 
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_repeated_input_key_reads_as_its_last_value(spark, batch):
+    """Inputs read a key repeated in the event's JSON as the API does (orjson: the last value), on both
+    JSON parses of the writer (``with_features``, ``batch_features``), even on a session whose
+    ``spark.sql.variant.allowDuplicateKeys`` was off: the writer turns it on (``writer.session.configure``)."""
+    from compiler.typesystem import read_input
+    from writer.features import with_features
+    from writer.sources import events_from_json
+
+    plan = compile_sources({"t.scowl": "event e\nk := $.k as string\nv := $.v as int\nw := v + 1\n"}).plan
+    texts = ['{"_type": "e", "_time": 7, "k": "a", "k": "b", "v": 1, "v": 2}',
+             '{"_type": "e", "_time": 1, "k": "c", "v": 3, "o": {"v": 9, "v": 8}}']
+    key = "spark.sql.variant.allowDuplicateKeys"
+    previous = spark.conf.get(key)
+    spark.conf.set(key, "false")
+    try:
+        raw = events_from_json(spark, texts)
+        if batch:
+            df, names = batch_features(raw, plan, {"e": ["k", "v", "w"]})
+            cols = [F.col(names["e"][n]).alias(n) for n in ("k", "v", "w")]
+        else:
+            df = with_features(raw.select("_time_ms", "_seq", "_raw"), plan.events["e"], ["k", "v", "w"])
+            cols = [F.col(f"f_{n}").alias(n) for n in ("k", "v", "w")]
+        got = [tuple(r) for r in df.orderBy("_seq").select(*cols).collect()]
+        assert spark.conf.get(key) == "true"
+    finally:
+        spark.conf.set(key, previous)
+    spec = {f.name: f for f in plan.events["e"].features}
+    want = []
+    for t in texts:
+        body = orjson.loads(t)
+        k, v = (read_input(body, spec[n].input, spec[n].type)[0] for n in ("k", "v"))
+        want.append((k, v, v + 1))
+    assert got == want == [("b", 2, 3), ("c", 3, 4)]
+
 
 def test_a_repeated_envelope_key_reads_as_its_last_value(spark):
     """``_type`` and ``_time`` given twice read as their last value, as the API's parser (orjson) reads them."""
