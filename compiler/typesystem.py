@@ -676,7 +676,14 @@ def parse_time_column(text: Column, *, bind: bool = True) -> Column:
         ``LongType`` epoch ms; null when ``text`` is null or invalid (so the
         text was invalid exactly where it is non-null and the result null).
     """
-    return let(_parse_time_text, text) if bind else _parse_time_text(text)
+    if not bind:
+        return _parse_time_text(text)
+    # the common case, a canonical UTC text, outside the lambda of let (a higher-order function is
+    # evaluated row by row, without generated code); what it leaves null takes the general rules, whose
+    # first test is the same one
+    F = _functions()
+    canonical = F.when(_flag(text.rlike(_J_CANONICAL)), F.unix_millis(text.try_cast("timestamp")))
+    return F.coalesce(canonical, let(_parse_time_text, text))
 
 
 def time_column(raw: Column) -> Column:
@@ -821,7 +828,45 @@ def _input_body(kind: Column, text: Column, spec: InputSpec, type_name: str) -> 
         value = F.when(is_null, F.lit(spec.default).cast(SPARK_TYPES[type_name])).otherwise(value)
     elif not spec.optional:
         error = error | is_null
-    return value, error
+    fast = _common_token(kind, text, type_name)
+    if fast is None:
+        return value, error
+    # the token kind an input usually has first: one comparison and (at most) one cast, and the
+    # general rules above only for the other rows (a CASE branch's own subexpressions run only
+    # for its rows)
+    ok, typed = fast
+    return F.when(ok, typed).otherwise(value), F.when(ok, F.lit(False)).otherwise(error)
+
+
+#: ``schema_of_variant`` names of JSON integer tokens that fit 64 bits
+_INT_KINDS = ("TINYINT", "SMALLINT", "INT", "BIGINT")
+
+
+def _common_token(kind: Column, text: Column, type_name: str) -> tuple[Column, Column] | None:
+    """The common token kind of an input type and its value by the shortest route, or ``None``.
+
+    ``(ok, value)``: ``ok`` is a never-null condition on the token's kind
+    under which :func:`_input_body`'s general rules give ``value`` with no
+    error, computed here without them: a JSON string for a ``string``
+    input (not the text ``null``, which reads as missing); a JSON number
+    that is a decimal or a 64-bit integer for a ``float`` input (its text,
+    a plain or scientific decimal numeral, always matches the JSON number
+    pattern, and is parsed by the same cast); a 64-bit integer for an
+    ``int`` input (exact, as ``_number_to_long``'s integer branch); a
+    JSON boolean for a ``bool`` input. ``time`` has its own fast path for
+    canonical texts (``_parse_time_text``).
+    """
+    F = _functions()
+    if type_name == "string":
+        return _flag((kind == "STRING") & (text != "null")), text
+    if type_name == "float":
+        return _flag(kind.startswith("DECIMAL") | kind.isin(*_INT_KINDS)), text.try_cast("double")
+    if type_name == "int":
+        exact = F.when(kind.isin(*_INT_KINDS), text).try_cast("long")
+        return _flag(exact.isNotNull()), exact
+    if type_name == "bool":
+        return _flag(kind == "BOOLEAN"), text == F.lit("true")
+    return None
 
 
 def input_column_with_error(

@@ -18,6 +18,7 @@ from compiler.codegen.spark import compile_column
 from compiler.plan import EventPlan, Plan
 from compiler.typesystem import input_column
 from writer.session import configure, memo_column
+from writer.sources import seq_join_keys
 
 if TYPE_CHECKING:  # pragma: no cover
     from writer.pointintime import PointInTime
@@ -149,7 +150,8 @@ def with_features(
         df = df.drop("_v")
     if aggregates:
         # all of them in one frame (one join per dependency stage, PointInTime.values_many)
-        df = df.join(staged.values_many(event.name, aggregates), "_seq", "left")
+        values = staged.values_many(event.name, aggregates)
+        df = df.join(values, seq_join_keys(df, values), "left")
     for n in needed:
         if feats[n].kind in ("input", "aggregate"):
             cols[n] = F.col(f"f_{n}")

@@ -84,6 +84,7 @@ but no dependency stage can compute either first.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Iterable
 
 from pyspark import StorageLevel
@@ -97,8 +98,8 @@ from compiler.codegen.spark import compile_column, spark_ddl
 from compiler.plan import Feature, Plan
 from compiler.typesystem import SPARK_TYPES
 from writer.features import StagedFeatureError, needed_features, with_features
-from writer.session import checkpoint_without_codegen, drop_checkpoint
-from writer.sources import carried_columns, counted
+from writer.session import checkpoint_without_codegen, co_partitioned, drop_checkpoint
+from writer.sources import carried_columns, counted, seq_join_keys, seq_ranges
 from writer.sweep import PARTS_PER_WORD, GroupPart, SweepSpec, mask_bits, sweep_group
 from writer.writes import writes_of_state
 
@@ -239,12 +240,22 @@ class PointInTime:
             the requested values need (:func:`lookback_ms`).
         plan: the compiled plan.
         storage: storage level of the checkpointed values and stage-0 frames.
+        seq_total: when given, ``_seq`` is dense (``0 .. seq_total - 1``)
+            and every frame this object checkpoints (stage-0 features,
+            values) is laid out by ranges of ``_seq``
+            (``writer.sources.SeqRanges``: a ``_p`` column, hash-partitioned
+            by it, sorted by ``_seq`` within): :meth:`frame` then joins them
+            without an exchange, and its rows come out in ``_seq`` order
+            (``writer.replay``). The stage-0 features pay one exchange for
+            it; the values' gathering exchange is the one they had.
     """
 
-    def __init__(self, events: DataFrame, plan: Plan, storage: StorageLevel = StorageLevel.MEMORY_AND_DISK):
+    def __init__(self, events: DataFrame, plan: Plan, storage: StorageLevel = StorageLevel.MEMORY_AND_DISK,
+                 seq_total: int | None = None):
         self.events = events
         self.plan = plan
         self.storage = storage
+        self.ranges = seq_ranges(events.sparkSession, seq_total) if seq_total is not None else None
         self._cache: dict[tuple[str, str], DataFrame] = {}
         self._active: list[tuple[str, str]] = []
         #: per event type: checkpointed frame of the stage-0 features (inputs and
@@ -289,6 +300,8 @@ class PointInTime:
             cols = frozenset(names | (have[0] if have is not None else set()))
             df = self.events.where(F.col("_type") == F.lit(ev)).select(*carried_columns(self.events), "_raw")
             df = with_features(df, self.plan.events[ev], sorted(cols)).drop("_raw")
+            if self.ranges is not None:  # its range key (no exchange here: the frame joins with one, in frame())
+                df = df.withColumn("_p", self.ranges.key(F.col("_seq")))
             df = checkpoint_without_codegen(df, self.storage)
             if have is not None:
                 self._old.append(have[1])
@@ -379,8 +392,8 @@ class PointInTime:
             groups.setdefault(id(wide), (wide, []))[1].append(n)
         out = None
         for wide, ns in groups.values():
-            part = wide.select("_seq", *[f"f_{n}" for n in ns])
-            out = part if out is None else out.join(part, "_seq", "left")
+            part = wide.select("_seq", *(["_p"] if "_p" in wide.columns else []), *[f"f_{n}" for n in ns])
+            out = part if out is None else out.join(part, seq_join_keys(out, part), "left")
         return out
 
     def prefetch(self, needs: dict[str, Iterable[str]]) -> None:
@@ -460,15 +473,26 @@ class PointInTime:
             rows = outs[0]
             for o in outs[1:]:
                 rows = rows.unionByName(o, allowMissingColumns=True)
-            if any(len(x) > 1 for x in read_rows.values()):
+            gather = any(len(x) > 1 for x in read_rows.values())
+            by: list[str] = ["r_seq"]
+            if self.ranges is not None:  # by ranges of _seq, as the stage-0 frames (one exchange either way)
+                rows = rows.withColumn("_p", self.ranges.key(F.col("r_seq")))
+                rows = rows.repartition(self.ranges.parts, F.col("_p"))
+                by = ["r_seq", "_p"]  # the sort-based aggregation's order is then the layout's: no second sort
+            if gather:
                 # an event has a read row in several groups (or for several read keys): gather them per event.
                 # Repartitioned first: one exchange, then one single-phase aggregation (a partial one before
                 # the exchange would sort every row to merge nothing: the rows of an event lie in different
                 # buckets; and a string or list value makes it a sort-based aggregation)
-                rows = rows.repartition("r_seq").groupBy("r_seq").agg(
+                if self.ranges is None:
+                    rows = rows.repartition("r_seq")
+                rows = rows.groupBy(*by).agg(
                     F.first("e").alias("e"), *[F.first(f"v{g}", ignorenulls=True).alias(f"v{g}")
                                                for g in range(len(todo))])
-            wide = rows.localCheckpoint(eager=True, storageLevel=self.storage)
+            if self.ranges is not None:
+                rows = self.ranges.layout(rows, "r_seq")
+            with self._keep_layout():
+                wide = rows.localCheckpoint(eager=True, storageLevel=self.storage)
             self._old.append(wide)
             codes = _event_codes(self.plan)
             by_event: dict[str, list[tuple[int, str]]] = {}
@@ -476,8 +500,8 @@ class PointInTime:
                 by_event.setdefault(ev, []).append((g, n))
             for ev, items in sorted(by_event.items()):
                 mine = wide if len(by_event) == 1 else wide.where(F.col("e") == F.lit(codes[ev]))
-                per_event = mine.select(F.col("r_seq").alias("_seq"), *[F.col(f"v{g}").alias(f"f_{n}")
-                                                                       for g, n in items])
+                per_event = mine.select(F.col("r_seq").alias("_seq"), *(["_p"] if self.ranges is not None else []),
+                                        *[F.col(f"v{g}").alias(f"f_{n}") for g, n in items])
                 for _, n in items:
                     self._wide[(ev, n)] = per_event
                     self._cache[(ev, n)] = per_event.select("_seq", F.col(f"f_{n}").alias("value"))
@@ -636,6 +660,16 @@ class PointInTime:
         self._wide.clear()
 
     # --------------------------------------------------------------- internals
+    def _keep_layout(self):
+        """A block in which a ``localCheckpoint`` keeps its plan's partitioning and order (for :attr:`ranges`).
+
+        Spark gives a checkpoint the output partitioning and ordering of the
+        executed plan; an adaptive plan reports neither, so with
+        :attr:`ranges` the checkpoint is planned without adaptive execution
+        (its exchanges have fixed partition counts: nothing to re-optimise).
+        """
+        return co_partitioned(self.events.sparkSession) if self.ranges is not None else nullcontext()
+
     def _closure(self, needs: dict[str, Iterable[str]], acc: dict[str, set[str]]) -> None:
         """Add to ``acc`` the stage-0 features the values of ``needs`` use, through every stage."""
         seen: set[tuple[str, str]] = set()

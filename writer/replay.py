@@ -55,7 +55,8 @@ from pyspark.sql import functions as F
 from compiler.plan import EventPlan, Plan
 from compiler.typesystem import format_time_column, parse_type
 from writer.pointintime import PointInTime
-from writer.sources import dense_seq_column, event_id, mark_repeated_ids, partition_of, read_events, valid
+from writer.session import co_partitioned
+from writer.sources import dense_seq_column, event_id, mark_repeated_ids, partition_of, read_events, seq_ranges, valid
 
 Progress = Callable[[str, int, int], None]
 
@@ -378,52 +379,22 @@ def replay_frames(plan: Plan, prepared: ReplayEvents, types: Sequence[str]) -> d
 def in_seq_order(df: DataFrame, total: int) -> DataFrame:
     """``df``'s rows in ``_seq`` order, partition after partition, without a sampling job (what ``orderBy`` costs).
 
-    ``_seq`` is dense (``0 .. total - 1``, SPEC §6), so the range partition
-    of a row is known without sampling: partition ``i`` of ``P``
-    (``spark.sql.shuffle.partitions``) holds ``_seq`` in ``[i * total / P,
-    (i + 1) * total / P)``. Spark's partitioner for an expression is
-    ``pmod(murmur3(value, 42), P)`` (``HashPartitioning``, the function
-    ``F.hash`` computes and bucketed tables rely on); each range is given a
-    key that this function sends to partition ``i``, found once by Spark
-    itself, so one exchange puts the ranges in order, and a sort within
-    each partition finishes the order. ``orderBy`` would run the whole
-    plan twice: once to sample the range bounds, once to write.
+    Partition ``i`` of ``P`` (``spark.sql.shuffle.partitions``) holds
+    ``_seq`` in ``[i * total / P, (i + 1) * total / P)``, sorted within
+    (``writer.sources.SeqRanges``). A frame already laid out so (``_p``
+    from :class:`writer.pointintime.PointInTime` with ``seq_total``) gets
+    neither an exchange nor a sort; otherwise one exchange puts the ranges
+    in order and a sort within each partition finishes it. ``_p`` is
+    dropped.
 
     Args:
-        df: a frame with ``_seq`` in ``[0, total)``.
+        df: a frame with ``_seq`` in ``[0, total)`` (and maybe ``_p``).
         total: the number of records ``_seq`` numbers.
 
     Returns:
         The frame, partition ``i`` holding the ``i``-th range of ``_seq``, sorted within.
     """
-    spark = df.sparkSession
-    parts = max(1, int(spark.conf.get("spark.sql.shuffle.partitions") or 8))
-    keys = _partition_keys(spark, parts)
-    index = F.least(F.floor(F.col("_seq") * F.lit(parts) / F.lit(max(total, 1))).cast("int"), F.lit(parts - 1))
-    key = F.element_at(F.array(*[F.lit(k).cast("long") for k in keys]), F.greatest(index, F.lit(0)) + 1)
-    return df.repartition(parts, key).sortWithinPartitions("_seq")
-
-
-#: parts -> :func:`_partition_keys` (Spark's hash partitioning is the same function in every session)
-_KEYS: dict[int, list[int]] = {}
-
-
-def _partition_keys(spark: SparkSession, parts: int) -> list[int]:
-    """For each partition ``i < parts``, a long that Spark's hash partitioning sends to partition ``i``.
-
-    Raises:
-        RuntimeError: no such key among the first ``4096 * parts`` longs (not seen: murmur3 spreads them).
-    """
-    if parts in _KEYS:
-        return _KEYS[parts]
-    rows = (spark.range(0, 4096 * parts).select("id", F.pmod(F.hash(F.col("id")), F.lit(parts)).alias("p"))
-            .groupBy("p").agg(F.min("id").alias("id")).collect())
-    found = {r["p"]: r["id"] for r in rows}
-    missing = [i for i in range(parts) if i not in found]
-    if missing:
-        raise RuntimeError(f"no key of hash partition(s) {missing} of {parts}")
-    _KEYS[parts] = [found[i] for i in range(parts)]
-    return _KEYS[parts]
+    return seq_ranges(df.sparkSession, total).layout(df).drop("_p")
 
 
 def _check_types(plan: Plan, types: Sequence[str] | None) -> None:
@@ -440,7 +411,7 @@ def _replay(plan: Plan, prepared: ReplayEvents, wanted: list[str], report: Repla
     ``emit`` must materialise the frame (write or checkpoint it): the
     point-in-time values it is built on are released on return.
     """
-    pit = PointInTime(prepared.events, plan)
+    pit = PointInTime(prepared.events, plan, seq_total=sum(prepared.present.values()) + prepared.rejected)
     t1 = time.perf_counter()
     pit.prepare({ev: [f.name for f in plan.events[ev].outputs] for ev in wanted})
     report.seconds["features"] = time.perf_counter() - t1
@@ -452,8 +423,9 @@ def _replay(plan: Plan, prepared: ReplayEvents, wanted: list[str], report: Repla
     try:
         for i, ev in enumerate(wanted, start=1):
             t1 = time.perf_counter()
-            report.rows[ev] = emit(ev, _event_frame(pit, prepared.events, plan, ev, prepared.ids.get(ev, 0) > 0,
-                                                      sum(prepared.present.values()) + prepared.rejected))
+            with co_partitioned(pit.events.sparkSession):  # the frames laid out by _seq: joined, in order, no exchange
+                report.rows[ev] = emit(ev, _event_frame(pit, prepared.events, plan, ev, prepared.ids.get(ev, 0) > 0,
+                                                          sum(prepared.present.values()) + prepared.rejected))
             report.seconds[ev] = time.perf_counter() - t1
             report_progress("replay", i, len(wanted))
     finally:
@@ -470,11 +442,15 @@ def _event_frame(pit: PointInTime, events: DataFrame, plan: Plan, ev: str, has_i
     """
     ep = plan.events[ev]
     frame = pit.frame(ev, [f.name for f in ep.outputs])
+    laid_out = "_p" in frame.columns  # by ranges of _seq (PointInTime with seq_total): no exchange left to do
     cols = [F.col("_seq"), format_time_column(F.col("_time_ms")).alias("_time")]
     if has_id:
         ids = events.where(F.col("_type") == F.lit(ev)).select("_seq", event_id().alias("_id"))
-        frame = frame.join(ids, "_seq", "left")
+        if laid_out:
+            frame = frame.join(seq_ranges(events.sparkSession, total).layout(ids), ["_seq", "_p"], "left")
+        else:
+            frame = frame.join(ids, "_seq", "left")
         cols.append(F.col("_id"))
     cols += [output_column(F.col(f"f_{f.name}"), f.type, tuple_names(ep, f.name)).alias(f.name)
              for f in ep.outputs]
-    return in_seq_order(frame.select(*cols), total)
+    return in_seq_order(frame.select(*cols, *(["_p"] if laid_out else [])), total)

@@ -167,6 +167,22 @@ def without_adaptive(spark: SparkSession):
     return spark_conf(spark, "spark.sql.adaptive.enabled", "false")
 
 
+@contextmanager
+def co_partitioned(spark: SparkSession):
+    """Plan the queries of the block so that frames laid out alike are joined without an exchange (restored on exit).
+
+    For frames laid out by ``writer.sources.SeqRanges`` (hash-partitioned
+    by ``_p``, sorted by ``(_seq, _p)``): adaptive execution off (an
+    adaptive plan reports no output partitioning, so a ``localCheckpoint``
+    made in it would lose its layout, and it keeps a repartition its child
+    already satisfies) and ``spark.sql.requireAllClusterKeysForCoPartition``
+    off (a join on ``["_seq", "_p"]`` of two frames partitioned by ``_p``
+    alone is then co-partitioned). Neither changes a result.
+    """
+    with without_adaptive(spark), spark_conf(spark, "spark.sql.requireAllClusterKeysForCoPartition", "false"):
+        yield
+
+
 def checkpoint_without_codegen(df, storage, eager: bool = True):
     """``localCheckpoint`` ``df`` :func:`without_codegen`; return the checkpointed DataFrame.
 

@@ -186,6 +186,91 @@ def dense_seq_column(mid: Column, counts: dict[int, int]) -> Column:
     return offset + (mid - F.shiftleft(pid.cast("long"), 33))
 
 
+def seq_ranges(spark: SparkSession, total: int) -> "SeqRanges":
+    """The range partitioning of a dense ``_seq`` (``0 .. total - 1``) over the session's shuffle partitions.
+
+    See :class:`SeqRanges`.
+
+    Args:
+        spark: the session (``spark.sql.shuffle.partitions`` gives ``P``).
+        total: the number of records ``_seq`` numbers.
+
+    Returns:
+        A :class:`SeqRanges`.
+    """
+    parts = max(1, int(spark.conf.get("spark.sql.shuffle.partitions") or 8))
+    return SeqRanges(parts, max(total, 1), tuple(_partition_keys(spark, parts)))
+
+
+class SeqRanges:
+    """Frames laid out by ranges of ``_seq``: partition ``i`` of ``P`` holds ``_seq`` in ``[i*total/P, (i+1)*total/P)``.
+
+    ``_seq`` is dense (``0 .. total - 1``, SPEC §6), so the range of a row
+    is known without sampling (what ``orderBy`` costs: the whole plan run
+    twice). Spark's partitioner for an expression is ``pmod(murmur3(value,
+    42), P)`` (``HashPartitioning``, the function ``F.hash`` computes); each
+    range is given a key (the ``_p`` column) that this function sends to
+    partition ``i``, found once by Spark itself. Frames laid out with
+    :meth:`layout` are hash-partitioned by ``_p`` and sorted by ``(seq,
+    _p)`` within partitions, so Spark joins two of them on ``["_seq",
+    "_p"]`` without an exchange or a sort (both sides are co-partitioned,
+    and a ``localCheckpoint`` keeps its plan's partitioning and order), and
+    the joined rows come out in ``_seq`` order, partition after partition
+    (``writer.replay``: the training set in input order).
+
+    Attributes:
+        parts: ``P``, the number of partitions.
+        total: the number of records ``_seq`` numbers (at least 1).
+        keys: per partition ``i``, a long that Spark's hash partitioning sends to ``i``.
+    """
+
+    def __init__(self, parts: int, total: int, keys: tuple[int, ...]):
+        self.parts, self.total, self.keys = parts, total, keys
+
+    def key(self, seq: Column) -> Column:
+        """The ``_p`` value (long) of the range holding ``seq``."""
+        index = F.least(F.floor(seq * F.lit(self.parts) / F.lit(self.total)).cast("int"), F.lit(self.parts - 1))
+        return F.element_at(F.array(*[F.lit(k).cast("long") for k in self.keys]), F.greatest(index, F.lit(0)) + 1)
+
+    def layout(self, df: DataFrame, seq: str = "_seq") -> DataFrame:
+        """``df`` with ``_p`` (from its column ``seq``), partitioned by ``_p`` and sorted by ``(seq, _p)`` within.
+
+        A frame that already has ``_p`` and that layout gets neither an
+        exchange nor a sort (Spark drops a repartition its child already
+        satisfies, and a sort of sorted rows).
+        """
+        if "_p" not in df.columns:
+            df = df.withColumn("_p", self.key(F.col(seq)))
+        return df.repartition(self.parts, F.col("_p")).sortWithinPartitions(seq, "_p")
+
+
+def seq_join_keys(left: DataFrame, right: DataFrame) -> list[str]:
+    """The keys to join two frames of events on: ``["_seq", "_p"]`` when both are laid out by :class:`SeqRanges`, else ``["_seq"]``."""
+    return ["_seq", "_p"] if "_p" in left.columns and "_p" in right.columns else ["_seq"]
+
+
+#: parts -> :func:`_partition_keys` (Spark's hash partitioning is the same function in every session)
+_KEYS: dict[int, list[int]] = {}
+
+
+def _partition_keys(spark: SparkSession, parts: int) -> list[int]:
+    """For each partition ``i < parts``, a long that Spark's hash partitioning sends to partition ``i``.
+
+    Raises:
+        RuntimeError: no such key among the first ``4096 * parts`` longs (not seen: murmur3 spreads them).
+    """
+    if parts in _KEYS:
+        return _KEYS[parts]
+    rows = (spark.range(0, 4096 * parts).select("id", F.pmod(F.hash(F.col("id")), F.lit(parts)).alias("p"))
+            .groupBy("p").agg(F.min("id").alias("id")).collect())
+    found = {r["p"]: r["id"] for r in rows}
+    missing = [i for i in range(parts) if i not in found]
+    if missing:
+        raise RuntimeError(f"no key of hash partition(s) {missing} of {parts}")
+    _KEYS[parts] = [found[i] for i in range(parts)]
+    return _KEYS[parts]
+
+
 def _event_columns(df: DataFrame, seq: Column) -> DataFrame:
     """``_type``, ``_time_ms``, ``_seq`` (= ``seq``) and ``_raw`` of a frame with the ``_raw`` text.
 

@@ -391,10 +391,14 @@ def sweep_group(frame, parts: list[GroupPart], buckets: int):
     expression -- with every part's payload as columns and two bits per
     part (:func:`mask_bits`): the row is a write of the part (its ``where``
     and non-null rules met, SPEC §2.4), the row is a read of the part. The
-    frame is shuffled once by key into ``buckets`` groups
-    (``groupBy(bucket).applyInArrow``); each bucket is sorted once by
-    ``(key, time, arrival)`` and each part is swept over its masked rows
-    with the function's kernel (:func:`_sweep_rows`, SPEC §3.2, §3.3).
+    frame is shuffled once by key into ``buckets`` partitions
+    (``repartition(buckets, k).mapInArrow``: every row of a key value in
+    one partition, which is one bucket); each bucket is sorted once by
+    ``(key, time, arrival)`` in numpy and each part is swept over its
+    masked rows with the function's kernel (:func:`_sweep_rows`, SPEC §3.2,
+    §3.3). No sort in Spark and one Python call per partition:
+    ``groupBy(bucket).applyInArrow`` sorted every row by bucket first, and
+    cost ~40% more per row on 1M rows.
 
     Args:
         frame: columns ``k`` (string: the encoded key tuple, null for a
@@ -403,7 +407,7 @@ def sweep_group(frame, parts: list[GroupPart], buckets: int):
             carried to the output), the mask words ``_m0..`` (long) and the
             parts' payload and ``after`` columns.
         parts: the group's aggregates; part ``i`` uses :func:`mask_bits` ``(i)``.
-        buckets: number of key buckets (one Python call each).
+        buckets: number of key buckets (partitions, one Python call each).
 
     Returns:
         A DataFrame ``r_seq`` (long), ``e`` (int), and per part ``i``
@@ -427,13 +431,15 @@ def sweep_group(frame, parts: list[GroupPart], buckets: int):
     payloads = [p.payload for p in parts]
     afters = [p.after for p in parts]
     a_types = [to_arrow_type(p.a_type) for p in parts]
-    keyed = frame.withColumn("_b", F.pmod(F.xxhash64("k"), F.lit(buckets)))
 
-    def sweep_bucket(table: pa.Table) -> pa.Table:
-        # a plain function with type hints: applyInArrow infers its form from them
-        return _sweep_group_bucket(table, specs, payloads, afters, a_types)
+    def sweep_bucket(batches):
+        batches = list(batches)
+        if not batches:
+            return
+        out = _sweep_group_bucket(pa.Table.from_batches(batches), specs, payloads, afters, a_types)
+        yield from out.to_batches(max_chunksize=_OUT_BATCH_ROWS)
 
-    return keyed.groupBy("_b").applyInArrow(sweep_bucket, schema)
+    return frame.repartition(buckets, F.col("k")).mapInArrow(sweep_bucket, schema)
 
 
 def _sweep_group_bucket(table: pa.Table, specs: list[SweepSpec], payloads, afters: list[str | None],
