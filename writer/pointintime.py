@@ -60,7 +60,10 @@ in ``O(n log n)`` per bucket, hot and global keys included (SPEC §5.8). The
 sweep gives one row per read row with a column per aggregate; an event's
 rows of all groups are gathered by one ``groupBy(_seq)`` into one wide frame
 per stage, from which each reading event type's values are selected (one
-join per stage). The inputs and plain scalars of each event type are parsed
+join per stage). With ``seq_total`` (replay) every such frame is laid out
+by ranges of ``_seq`` (``writer.sources.SeqRanges``), so those joins need
+no exchange but the stage-0 features' own, and their rows come out in
+``_seq`` order. The inputs and plain scalars of each event type are parsed
 once for all aggregates (:meth:`PointInTime.prepare`).
 The tests hold the sweep to a quadratic join of each read to its key's
 writes (``tests/writer/pit_oracle.py``). Each computed value (and each
@@ -447,7 +450,7 @@ class PointInTime:
 
         Source: SPEC §3.2, §3.3, §5.8; Chronon CHIP-11 (UnionJoin).
         """
-        buckets = max(16, 4 * int(self.events.sparkSession.conf.get("spark.sql.shuffle.partitions") or 8))
+        buckets = int(self.events.sparkSession.conf.get("spark.sql.shuffle.partitions") or 8)  # one task per bucket
         for stage in dependency_stages(self.plan, needs):
             todo = [node for node in stage if node not in self._cache]
             if not todo:

@@ -5,7 +5,7 @@ aggregates whose states have the same key types (a *key group*) are one
 frame of rows, one per (event, key value), each carrying every aggregate's
 payload and two mask bits per aggregate (the row is a write of it, a read of
 it); the frame is shuffled once by key into buckets
-(``groupBy(bucket).applyInArrow``), and each bucket -- many keys, or one hot
+(``repartition(buckets, k).mapInArrow``), and each bucket -- many keys, or one hot
 key -- is sorted once by (key, time, arrival) and swept once per aggregate
 with numpy over its masked rows (:func:`sweep_group`). Nothing is joined per
 read, nothing is per row in Python; every function is ``O(n log n)`` in the

@@ -5,7 +5,7 @@
 the writes in that order: the writes it counts (SPEC §3.2, §3.3; ``limit n``
 already applied). A kernel of :data:`KERNELS` (one per function of
 ``compiler.algebra.registry``) then computes the aggregate of every range at
-once, vectorised with numpy over Arrow arrays, in Spark's ``applyInArrow``
+once, vectorised with numpy over Arrow arrays, in Spark's ``mapInArrow``
 batches (no per-row Python):
 
 * ``Count``: ``hi - lo``; ``Sum``/``Average``: prefix sums (ints exact in

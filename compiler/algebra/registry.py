@@ -38,7 +38,7 @@ engine, in the way sqlglot keeps one generator per dialect:
 * Spark (backfill and stream tiles, replay inputs and empty values):
   ``compiler.algebra.spark.SPARK``;
 * Arrow/numpy (the replay sweep's per-function kernel, run in Spark's
-  vectorised ``applyInArrow`` batches): ``compiler.algebra.arrow.KERNELS``.
+  vectorised ``mapInArrow`` batches): ``compiler.algebra.arrow.KERNELS``.
 
 ``tests/algebra/test_registry.py`` fails when a registered function lacks
 one of them, or a target names a function the registry does not know.
