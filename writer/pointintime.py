@@ -243,14 +243,13 @@ class PointInTime:
             the requested values need (:func:`lookback_ms`).
         plan: the compiled plan.
         storage: storage level of the checkpointed values and stage-0 frames.
-        seq_total: when given, ``_seq`` is dense (``0 .. seq_total - 1``)
-            and every frame this object checkpoints (stage-0 features,
-            values) is laid out by ranges of ``_seq``
-            (``writer.sources.SeqRanges``: a ``_p`` column, hash-partitioned
-            by it, sorted by ``_seq`` within): :meth:`frame` then joins them
-            without an exchange, and its rows come out in ``_seq`` order
-            (``writer.replay``). The stage-0 features pay one exchange for
-            it; the values' gathering exchange is the one they had.
+        seq_total: when given, ``_seq`` is dense (``0 .. seq_total - 1``):
+            the stage-0 features carry the range key ``_p`` of their
+            ``_seq`` and the values are laid out by ranges of ``_seq``
+            (``writer.sources.SeqRanges``: partitioned by ``_p``, sorted by
+            ``_seq`` within, by the gathering exchange they had), so
+            :meth:`frame` exchanges only the features to join them, and its
+            rows come out in ``_seq`` order (``writer.replay``).
     """
 
     def __init__(self, events: DataFrame, plan: Plan, storage: StorageLevel = StorageLevel.MEMORY_AND_DISK,
@@ -476,23 +475,21 @@ class PointInTime:
             rows = outs[0]
             for o in outs[1:]:
                 rows = rows.unionByName(o, allowMissingColumns=True)
-            gather = any(len(x) > 1 for x in read_rows.values())
-            by: list[str] = ["r_seq"]
-            if self.ranges is not None:  # by ranges of _seq, as the stage-0 frames (one exchange either way)
-                rows = rows.withColumn("_p", self.ranges.key(F.col("r_seq")))
-                rows = rows.repartition(self.ranges.parts, F.col("_p"))
-                by = ["r_seq", "_p"]  # the sort-based aggregation's order is then the layout's: no second sort
-            if gather:
+            if any(len(x) > 1 for x in read_rows.values()):
                 # an event has a read row in several groups (or for several read keys): gather them per event.
                 # Repartitioned first: one exchange, then one single-phase aggregation (a partial one before
                 # the exchange would sort every row to merge nothing: the rows of an event lie in different
-                # buckets; and a string or list value makes it a sort-based aggregation)
-                if self.ranges is None:
-                    rows = rows.repartition("r_seq")
+                # buckets; and a string or list value makes it a sort-based aggregation). With ranges, the
+                # exchange is the layout's, and grouping by (r_seq, _p) sorts the rows in the layout's order
+                if self.ranges is not None:
+                    rows = rows.withColumn("_p", self.ranges.key(F.col("r_seq")))
+                    rows, by = rows.repartition(self.ranges.parts, F.col("_p")), ["r_seq", "_p"]
+                else:
+                    rows, by = rows.repartition("r_seq"), ["r_seq"]
                 rows = rows.groupBy(*by).agg(
                     F.first("e").alias("e"), *[F.first(f"v{g}", ignorenulls=True).alias(f"v{g}")
                                                for g in range(len(todo))])
-            if self.ranges is not None:
+            if self.ranges is not None:  # Spark drops its repartition and sort where the gathering did them
                 rows = self.ranges.layout(rows, "r_seq")
             with self._keep_layout():
                 wide = rows.localCheckpoint(eager=True, storageLevel=self.storage)

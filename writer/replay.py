@@ -447,7 +447,7 @@ def _event_frame(pit: PointInTime, events: DataFrame, plan: Plan, ev: str, has_i
     if has_id:
         ids = events.where(F.col("_type") == F.lit(ev)).select("_seq", event_id().alias("_id"))
         if laid_out:
-            frame = frame.join(seq_ranges(events.sparkSession, total).layout(ids), ["_seq", "_p"], "left")
+            frame = frame.join(pit.ranges.layout(ids), ["_seq", "_p"], "left")
         else:
             frame = frame.join(ids, "_seq", "left")
         cols.append(F.col("_id"))
