@@ -98,7 +98,7 @@ def spark():
 
     from pyspark.sql import SparkSession
 
-    from writer.session import configure
+    from writer.session import JAVA_OPTIONS, configure
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
@@ -108,6 +108,7 @@ def spark():
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "2g")
+        .config("spark.driver.extraJavaOptions", JAVA_OPTIONS)  # as get_spark's JVM
         .getOrCreate()
     )
     configure(session)  # the writer's SQL settings (writer.session.SESSION_CONFS), as get_spark sets them
