@@ -109,6 +109,7 @@ def spark():
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "2g")
         .config("spark.driver.extraJavaOptions", JAVA_OPTIONS)  # as get_spark's JVM
+        .config("spark.python.daemon.module", "writer.pydaemon")  # and its Python workers
         .getOrCreate()
     )
     configure(session)  # the writer's SQL settings (writer.session.SESSION_CONFS), as get_spark sets them

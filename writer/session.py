@@ -86,7 +86,8 @@ def get_spark(master: str | None = None, app_name: str = "scowl") -> SparkSessio
         (the driver's and executors' ``extraJavaOptions``, default
         :data:`JAVA_OPTIONS`; Spark's ``defaultJavaOptions`` still come
         first). The JVM settings take effect only if no session or context
-        has started the JVM in this process yet.
+        has started the JVM in this process yet. Python workers are forked
+        by :mod:`writer.pydaemon`.
     """
     master = master or os.environ.get("SCOWL_SPARK_MASTER") or "local[*]"
     # executors' Python workers must run this interpreter (it has redis-py etc.)
@@ -107,6 +108,7 @@ def get_spark(master: str | None = None, app_name: str = "scowl") -> SparkSessio
         .config("spark.executor.extraJavaOptions", os.environ.get("SCOWL_JAVA_OPTIONS", JAVA_OPTIONS))
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.python.worker.reuse", "true")
+        .config("spark.python.daemon.module", "writer.pydaemon")  # PySpark imported from site-packages, not Spark's zip
     )
     spark = configure(builder.getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")

@@ -1,0 +1,62 @@
+"""``writer.pydaemon``: Spark's Python workers import the installed PySpark, without archives that only slow imports."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+
+import pyspark
+
+from writer.pydaemon import import_path
+
+SITE = os.path.dirname(os.path.dirname(pyspark.__file__))  # where the installed pyspark lives
+
+
+def _zip(path, files: dict[str, bytes]) -> str:
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    return str(path)
+
+
+def _installed_version() -> bytes:
+    with open(os.path.join(SITE, "pyspark", "version.py"), "rb") as f:
+        return f.read()
+
+
+def test_archives_without_python_are_dropped_and_others_kept_in_order(tmp_path):
+    jar = _zip(tmp_path / "spark-core.jar", {"org/apache/spark/A.class": b"x", "META-INF/MANIFEST.MF": b""})
+    lib = _zip(tmp_path / "lib.zip", {"mylib/__init__.py": b""})
+    missing = str(tmp_path / "python311.zip")  # not a file: kept, as Python keeps it
+    path = ["/somewhere", jar, lib, missing, SITE]
+    assert import_path(path) == ["/somewhere", lib, missing, SITE]
+
+
+def test_spark_zips_dropped_only_for_the_same_installed_version(tmp_path):
+    same = _zip(tmp_path / "pyspark.zip", {"pyspark/__init__.py": b"", "pyspark/version.py": _installed_version()})
+    py4j = _zip(tmp_path / "py4j-0.10.9.9-src.zip", {"py4j/__init__.py": b""})
+    assert import_path([same, py4j, SITE]) == [SITE]
+    other = _zip(tmp_path / "pyspark-old.zip",
+                 {"pyspark/__init__.py": b"", "pyspark/version.py": b'__version__ = "0.0.1"\n'})
+    assert import_path([other, py4j, SITE]) == [other, py4j, SITE]
+    # no installed pyspark on the rest of the path: the zips stay
+    assert import_path([same, py4j, str(tmp_path)]) == [same, py4j, str(tmp_path)]
+
+
+def test_workers_of_the_test_session_import_the_installed_pyspark(spark):
+    import pyarrow as pa
+
+    def probe(batches):
+        import sys
+
+        import pyspark as worker_pyspark
+
+        archives = [p for p in sys.path if p.endswith((".jar", ".zip")) and os.path.isfile(p)]
+        for b in batches:
+            yield pa.RecordBatch.from_pydict({"file": [worker_pyspark.__file__] * b.num_rows,
+                                              "archives": pa.array([len(archives)] * b.num_rows, pa.int64())})
+
+    # the importers pyspark.worker re-reads for every task (importlib.invalidate_caches): none of an archive
+    rows = spark.range(4, numPartitions=2).mapInArrow(probe, "file string, archives long").collect()
+    assert {r["file"] for r in rows} == {pyspark.__file__}
+    assert {r["archives"] for r in rows} == {0}
