@@ -98,20 +98,20 @@ def spark():
 
     from pyspark.sql import SparkSession
 
-    from writer.session import JAVA_OPTIONS, configure
+    from writer.session import configure, process_confs
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("scowl-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "2g")
-        .config("spark.driver.extraJavaOptions", JAVA_OPTIONS)  # as get_spark's JVM
-        .config("spark.python.daemon.module", "writer.pydaemon")  # and its Python workers
-        .getOrCreate()
     )
+    for key, value in process_confs().items():  # get_spark's JVM options and Python daemon
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     configure(session)  # the writer's SQL settings (writer.session.SESSION_CONFS), as get_spark sets them
     session.sparkContext.setLogLevel("ERROR")
     yield session

@@ -71,6 +71,23 @@ def configure(spark: SparkSession) -> SparkSession:
 JAVA_OPTIONS = "-XX:-DontCompileHugeMethods"
 
 
+def process_confs() -> dict[str, str]:
+    """The settings of the processes a session starts: its JVMs' options and its Python workers' daemon.
+
+    Only a session that starts the JVM takes them (``get_spark``, the test
+    session): Spark reads them at launch.
+
+    Returns:
+        ``spark.driver.extraJavaOptions`` and ``spark.executor.extraJavaOptions``
+        (``SCOWL_JAVA_OPTIONS``, default :data:`JAVA_OPTIONS`), and
+        ``spark.python.daemon.module`` (:mod:`writer.pydaemon`: PySpark imported
+        from site-packages, not Spark's zip).
+    """
+    java = os.environ.get("SCOWL_JAVA_OPTIONS", JAVA_OPTIONS)
+    return {"spark.driver.extraJavaOptions": java, "spark.executor.extraJavaOptions": java,
+            "spark.python.daemon.module": "writer.pydaemon"}
+
+
 def get_spark(master: str | None = None, app_name: str = "scowl") -> SparkSession:
     """Return (or create) the Spark session.
 
@@ -85,9 +102,9 @@ def get_spark(master: str | None = None, app_name: str = "scowl") -> SparkSessio
         8), ``SCOWL_DRIVER_MEMORY`` (default ``4g``), ``SCOWL_JAVA_OPTIONS``
         (the driver's and executors' ``extraJavaOptions``, default
         :data:`JAVA_OPTIONS`; Spark's ``defaultJavaOptions`` still come
-        first). The JVM settings take effect only if no session or context
-        has started the JVM in this process yet. Python workers are forked
-        by :mod:`writer.pydaemon`.
+        first; :func:`process_confs`, which also has Python workers forked by
+        :mod:`writer.pydaemon`). Those take effect only if no session or
+        context has started the JVM in this process yet.
     """
     master = master or os.environ.get("SCOWL_SPARK_MASTER") or "local[*]"
     # executors' Python workers must run this interpreter (it has redis-py etc.)
@@ -104,12 +121,11 @@ def get_spark(master: str | None = None, app_name: str = "scowl") -> SparkSessio
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", os.environ.get("SCOWL_SHUFFLE_PARTITIONS", "8"))
         .config("spark.driver.memory", os.environ.get("SCOWL_DRIVER_MEMORY", "4g"))
-        .config("spark.driver.extraJavaOptions", os.environ.get("SCOWL_JAVA_OPTIONS", JAVA_OPTIONS))
-        .config("spark.executor.extraJavaOptions", os.environ.get("SCOWL_JAVA_OPTIONS", JAVA_OPTIONS))
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.python.worker.reuse", "true")
-        .config("spark.python.daemon.module", "writer.pydaemon")  # PySpark imported from site-packages, not Spark's zip
     )
+    for key, value in process_confs().items():
+        builder = builder.config(key, value)
     spark = configure(builder.getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
