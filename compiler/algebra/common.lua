@@ -88,8 +88,8 @@ end
 -- (the allowed lateness, SPEC §3.3; a number): keep every member at or after
 -- ms - late_ms and the n latest before it, so that a read up to late_ms late
 -- still finds the n latest writes up to its own time.
-local function log_add(key, ms, rank, json, n, cutoff_ms, ttl_ms, late_ms)
-  redis.call('ZADD', key, ms, string.format('%08d', rank) .. ms .. ':' .. json)
+-- log_trim: the same after members up to ms were added (log_add: one member).
+local function log_trim(key, ms, n, cutoff_ms, ttl_ms, late_ms)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. cutoff_ms)
   if late_ms then
     local below = redis.call('ZCOUNT', key, '-inf', '(' .. string.format('%d', tonumber(ms) - late_ms))
@@ -98,6 +98,11 @@ local function log_add(key, ms, rank, json, n, cutoff_ms, ttl_ms, late_ms)
     redis.call('ZREMRANGEBYRANK', key, 0, -(tonumber(n) + 1))
   end
   redis.call('PEXPIRE', key, ttl_ms)
+end
+
+local function log_add(key, ms, rank, json, n, cutoff_ms, ttl_ms, late_ms)
+  redis.call('ZADD', key, ms, string.format('%08d', rank) .. ms .. ':' .. json)
+  log_trim(key, ms, n, cutoff_ms, ttl_ms, late_ms)
 end
 
 -- number of CountUnique tuples (members u<tuple> of the sorted set, scored

@@ -66,10 +66,15 @@
 --                          into dt/dv/dw (ops.DecayedOp.merge)     (write)
 --   HMS  k field text      HyperLogLog: merge the registers ";slot:rho;.."
 --                          of text into the field's (register-wise max) (write)
---   ZM   k ms rank json n cutoff_ms ttl_ms
---                          write log: like ZW, but the member's rank is the
---                          rank the key's log had at ms before this call
---                          (top rank + 1, else 0) plus rank   (write)
+--   ZM   k cnt n cutoff_ms ttl_ms (ms rank json) x cnt
+--                          write log: cnt members, oldest first, added as ZW
+--                          adds one, each member's rank being the rank the
+--                          key's log had at its ms before this call (top
+--                          rank + 1, else 0) plus rank; then one trim as
+--                          ZW's, as of the last (latest) member: what
+--                          trimming after each member leaves, since every
+--                          member a trim drops the last trim drops too
+--                          (cutoff_ms: the last member's)       (write)
 --   XA   k json            XADD k * event json: append the event to a
 --                          Redis stream (serving's SCOWL_EVENT_STREAM) (write)
 -- Returns the pushed values, in order.
@@ -112,7 +117,6 @@ local CODES = { [1] = 's', [5] = 'a', [15] = 'b', [60] = 'm', [300] = 'c', [900]
 
 local out = {}
 local skip = false
-local zbase = {}
 local i = 1
 local n = #ARGV
 while i <= n do
@@ -248,7 +252,11 @@ while i <= n do
           local mode, f, v, x = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
           local cur = curs[q] or nil
           local new
-          if mode == 'I' then
+          if not cur and (mode == 'I' or mode == 'HMS') then
+            -- a new tile: the partial's text as sent (canonical: an int's decimal digits, the
+            -- registers ";slot:rho" of distinct slots), what the merge below would write
+            new = v
+          elseif mode == 'I' then
             new = int_sum_text(cur, v)
             if not new then redis.call('HINCRBY', key, f, v) end
           elseif mode == 'F' then
@@ -273,17 +281,30 @@ while i <= n do
     end
     i = i + 3 + 4 * n
   elseif op == 'ZM' then
+    local cnt = tonumber(ARGV[i + 2])
     if not skip then
-      local ms = ARGV[i + 2]
-      local ck = ARGV[i + 1] .. ':' .. ms
-      local base = zbase[ck]
-      if base == nil then
-        base = next_rank(key, ms)
-        zbase[ck] = base
+      -- every member's rank from the log as it was before this op: ranks at each ms first, then the adds
+      local base, add = {}, {}
+      local ms
+      for q = 0, cnt - 1 do
+        local b = i + 6 + 3 * q
+        ms = ARGV[b]
+        local r0 = base[ms]
+        if r0 == nil then
+          r0 = next_rank(key, ms)
+          base[ms] = r0
+        end
+        add[#add + 1] = ms
+        add[#add + 1] = string.format('%08d', r0 + tonumber(ARGV[b + 1])) .. ms .. ':' .. ARGV[b + 2]
+        if #add >= 2 * MF_CHUNK then
+          redis.call('ZADD', key, unpack(add))
+          add = {}
+        end
       end
-      log_add(key, ms, base + tonumber(ARGV[i + 3]), ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7], LATE_MS)
+      if #add > 0 then redis.call('ZADD', key, unpack(add)) end
+      if ms then log_trim(key, ms, ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], LATE_MS) end
     end
-    i = i + 8
+    i = i + 6 + 3 * cnt
   elseif op == 'XA' then
     if not skip then redis.call('XADD', key, '*', 'event', ARGV[i + 2]) end
     i = i + 3

@@ -78,15 +78,45 @@ def test_log_merge_ranks_follow_the_existing_members(script):
     for j in ('{"v0":"a"}', '{"v0":"b"}'):
         run(keys=["z"], args=["ZW", 1, 1000, j, n, 0, ttl])
     # ... then a batch brings two more at 1000 (batch ranks 0, 1) and one at 2000
-    run(keys=["z"], args=["ZM", 1, 1000, 0, '{"v0":"c"}', n, 0, ttl, "ZM", 1, 1000, 1, '{"v0":"d"}', n, 0, ttl,
-                          "ZM", 1, 2000, 0, '{"v0":"e"}', n, 0, ttl])
+    run(keys=["z"], args=["ZM", 1, 3, n, 0, ttl, 1000, 0, '{"v0":"c"}', 1000, 1, '{"v0":"d"}', 2000, 0, '{"v0":"e"}'])
     members = [m.decode() for m in client.zrange("z", 0, -1)]
     # in (time, arrival) order; nothing trimmed: every member lies within the allowed lateness of the
     # latest (SPEC §3.3: a read up to an hour late may need them)
     assert members == [log_member(0, 1000, ["a"]), log_member(1, 1000, ["b"]), log_member(2, 1000, ["c"]),
                        log_member(3, 1000, ["d"]), log_member(0, 2000, ["e"])]
     # an hour and more later: the n = 4 latest before the last hour stay, and the new one
-    run(keys=["z"], args=["ZM", 1, 3_602_001, 0, '{"v0":"f"}', n, 0, ttl])
+    run(keys=["z"], args=["ZM", 1, 1, n, 0, ttl, 3_602_001, 0, '{"v0":"f"}'])
     members = [m.decode() for m in client.zrange("z", 0, -1)]
     assert members == [log_member(1, 1000, ["b"]), log_member(2, 1000, ["c"]), log_member(3, 1000, ["d"]),
                        log_member(0, 2000, ["e"]), log_member(0, 3_602_001, ["f"])]
+
+
+LATE_MS = 3_600_000  # event.lua's LATE_MS: windows.ALLOWED_LATENESS_S
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_log_merge_of_many_members_equals_one_member_at_a_time(script, seed):
+    """One ``ZM`` op with a batch's members (one trim, as of the last) leaves the log that adding them
+    one by one leaves, each trimmed as of itself (``ZM`` of one member per call: its rank then follows
+    the members added before it at its ms, as the batch rank does)."""
+    client, run = script
+    rng = random.Random(seed)
+    n, ttl, wr = rng.choice([1, 2, 5]), 600_000_000, rng.choice([0, 60_000, 7_200_000])
+    base = sorted(rng.randrange(0, 4 * LATE_MS, 500_000) for _ in range(rng.randint(0, 8)))
+    start = rng.randrange(0, 4 * LATE_MS, 500_000)
+    batch = sorted(start + rng.randrange(0, 3 * LATE_MS, 250_000) for _ in range(rng.randint(1, 12)))
+    client.delete("one", "each")
+    for key in ("one", "each"):
+        for j, t in enumerate(base):
+            run(keys=[key], args=["ZW", 1, t, f'{{"v0":"old{j}"}}', n, 0, ttl])
+    members, rank_at = [], {}
+    for j, t in enumerate(batch):
+        members.append((t, rank_at.get(t, 0), f'{{"v0":"new{j}"}}'))
+        rank_at[t] = rank_at.get(t, 0) + 1
+    run(keys=["one"], args=["ZM", 1, len(members), n, batch[-1] - wr - LATE_MS, ttl,
+                            *[x for m in members for x in m]])
+    for t, _, j in members:
+        run(keys=["each"], args=["ZM", 1, 1, n, t - wr - LATE_MS, ttl, t, 0, j])
+    one = client.zrange("one", 0, -1, withscores=True)
+    assert one == client.zrange("each", 0, -1, withscores=True)
+    assert any(m.decode().endswith('"new%d"}' % (len(batch) - 1)) for m, _ in one)

@@ -165,3 +165,57 @@ def test_arrow_merge_ops_equal_merge_rows(frames):
     assert n_ops > 1000
     assert {mode for r in got for mode, _, _ in orjson.loads(r["ops"])} >= {
         "I", "F", "MIN:n", "MIN:i", "MIN:s", "MAX:n", "MAX:i", "FI", "HMS", "SEEN", "DM", "ZM"}
+
+
+def test_merge_ops_leave_out_the_tiles_no_late_read_counts(frames, redis_url):
+    """``merge_ops(.., lateness_ms=L)`` (the stream's): each key's ops without ``L`` minus exactly the tiles
+    ending at or before ``t - W - r - L`` (``t``: the key's latest write); merged into a fresh store by
+    ``event.lua`` (its ``X`` pruning pass then due), both op lists leave the same store."""
+    import redis
+
+    from compiler.algebra.arrowtiles import merge_ops
+    from compiler.algebra.script import event_script
+    from compiler.algebra.windows import ALLOWED_LATENESS_S, LEVEL_CODE
+    from tests.e2e.store_dump import db_url, dump_store
+    from writer.sink import merge_call, merge_params
+
+    _, states, fr, _ = frames
+    specs = tile_specs(states)
+    by_hash = {st.definition_hash: st for st in states}
+    size_of = {code: size for size, code in LEVEL_CODE.items()}
+    late = ALLOWED_LATENESS_S * 1000
+    table = write_rows(fr, states, 1).toArrow()
+    every = {rk: (ops, t) for rk, ops, t in merge_ops(table, specs)}
+    live = {rk: (ops, t) for rk, ops, t in merge_ops(table, specs, late)}
+    assert live.keys() == every.keys()
+    dropped = 0
+    for rk, (ops, t) in every.items():
+        st = by_hash[rk.rsplit(":", 1)[1]]
+        cut = t - st.window_s * 1000 - st.resolution_s * 1000 - late
+
+        def dead(op) -> bool:
+            mode, field, _ = op
+            tile = field.partition(".")[0]
+            code, rest = tile[:1], tile[1:]
+            return (form(st) is not None and form(st).tiled and mode not in ("SEEN", "LA", "DM", "ZM")
+                    and code in size_of and (int(rest) + 1) * size_of[code] * 1000 <= cut)
+
+        assert live[rk] == ([op for op in ops if not dead(op)], t), rk
+        dropped += sum(map(dead, ops))
+    assert dropped > 100  # the timeline spans days; its windows are minutes to hours
+
+    params, source = merge_params(states), event_script()
+    urls = [db_url(redis_url, 5), db_url(redis_url, 6)]
+    for url, ops_of in zip(urls, (every, live)):
+        client = redis.Redis.from_url(url)
+        client.flushdb()
+        run = client.register_script(source)
+        for rk, (ops, t) in ops_of.items():
+            keys, args = merge_call(rk, ops, t, params, "_b:test", 0)
+            run(keys=keys, args=args)
+        client.close()
+    stores = [dump_store(url) for url in urls]
+    assert stores[0] == stores[1]
+    assert len(stores[0]) == len(every) + sum(1 for rk in every if merge_call(rk, [], 0, params, "m", 0)[0][1:])
+    for url in urls:
+        redis.Redis.from_url(url).flushdb()
