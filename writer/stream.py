@@ -69,7 +69,7 @@ from pyspark.sql import functions as F
 from compiler.algebra.storekeys import DEFAULT_ID_TTL_S
 from compiler.plan import Plan, StateSpec
 from compiler.typesystem import time_column
-from writer.session import without_adaptive, without_codegen
+from writer.session import restart_lambda_names, without_adaptive, without_codegen
 from writer.sink import claim_ids, merge_keys, merge_params
 from writer.sources import event_id, mark_repeated_ids, valid
 from writer.features import batch_features
@@ -371,6 +371,8 @@ class BatchProcessor:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         """``foreachBatch`` entry point: process one micro-batch (errors are kept in :attr:`error`)."""
         try:
+            # the same generated code for every batch (compiled once, kept hot by HotSpot)
+            restart_lambda_names(batch.sparkSession)
             raw, persisted = self.to_raw(batch)
             try:
                 self.process(raw, batch_id)
@@ -407,7 +409,10 @@ class BatchProcessor:
         else:
             prev = self.previous(batch_id)
             wm = None if prev is None or prev["max_time_ms"] is None else prev["max_time_ms"] - self.lateness_ms
-        late = (ok & (F.col("_time_ms") < F.lit(wm))) if wm is not None else F.lit(False)
+        # the watermark as a column of the cached batch (added after the exchange below, in a stage of its
+        # own), not a literal in the stages that parse and count: a literal is a constant of the generated
+        # code, so each batch's code would differ and be compiled (and warmed up by HotSpot) anew
+        late = (ok & (F.col("_time_ms") < F.col("_wm"))) if wm is not None else F.lit(False)
         numbered = "_seq" in raw.columns  # else a dir_raw frame: numbered from the splits counted here
         writers = sorted({ev for st in self.states for ev in st.writes})
         # one job: parses and caches the batch, counts it and, for a dir: batch, collects its file splits
@@ -416,8 +421,10 @@ class BatchProcessor:
         with without_adaptive(spark):
             # spread over the cores (a file split is one partition: a batch of one file would compute
             # every event's features and writes in one task), by the arrival number computed before
-            cached = raw.repartition(spark.sparkContext.defaultParallelism, "_seq" if numbered else "_mid").persist(
-                StorageLevel.MEMORY_AND_DISK)
+            cached = raw.repartition(spark.sparkContext.defaultParallelism, "_seq" if numbered else "_mid")
+            if wm is not None:
+                cached = cached.withColumn("_wm", F.lit(wm).cast("long"))
+            cached = cached.persist(StorageLevel.MEMORY_AND_DISK)
             row = cached.agg(
                 F.count(F.lit(1)).alias("n"),
                 F.count(F.when(ok, 1)).alias("valid"),
@@ -429,7 +436,7 @@ class BatchProcessor:
                 *([] if numbered else [F.collect_set(F.struct("_file", "_block")).alias("splits")]),
             ).collect()[0]
         raw = cached if numbered else cached.select(
-            "_type", "_time_ms", split_seq(row["splits"]).alias("_seq"), "_raw")
+            "_type", "_time_ms", split_seq(row["splits"]).alias("_seq"), "_raw", *(["_wm"] if wm is not None else []))
         earliest = {ev: row[f"min_{i}"] for i, ev in enumerate(writers) if row[f"min_{i}"] is not None}
         res = BatchResult(batch_id, events=row["valid"] - row["late"], late=row["late"],
                           invalid=row["n"] - row["valid"], watermark_ms=wm, rerun=rec is not None)
@@ -456,7 +463,7 @@ class BatchProcessor:
                     str(self.dead_letter / "late" / f"batch-{batch_id}"))
             if res.events and self.states:
                 self._record_written(earliest)
-                on_time = raw.where(ok & ~late)
+                on_time = raw.where(ok & ~late).drop("_wm")
                 if row["ids"]:
                     # a repeated _id writes nothing (SPEC §4): repeats within the batch are marked, and
                     # the others' ids claimed in the store, where the API and earlier batches claim theirs

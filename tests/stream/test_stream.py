@@ -347,3 +347,26 @@ def test_cli_errors_are_clear(tmp_path):
         out, _ = p.communicate(timeout=60)
         assert p.returncode == 1, (args, out)
         assert message in " ".join(out.split()) and "Traceback" not in out, (args, out)
+
+
+def test_later_batches_reuse_the_compiled_stages(spark, redis_url, tmp_path):
+    """Each micro-batch builds its frames anew from the same code and a new watermark; from the third
+    batch on (the first has no watermark) a batch compiles at most the small projections that add its
+    watermark, not its parsing, counting and merge stages again (``writer.session.restart_lambda_names``;
+    the watermark a column of the cached batch, not a literal): a stage compiled again ran as a new class,
+    interpreted until HotSpot compiled it again, in every batch."""
+    small = compile_sources({"t.scowl": SMALL}).plan
+    ck = tmp_path / "ck"
+    proc = BatchProcessor(small, redis_url, ck, open_checkpoint(ck, "test"), 3_600_000, tmp_path / "dl")
+    compiles = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    counts = []
+    for i in range(4):
+        events = [e for e in make_events(60, seed=20 + i, start_ms=START_MS + i * 3_600_000) if e["_type"] == "login"]
+        batch = spark.createDataFrame([(orjson.dumps(e).decode(), 1000 * i + j) for j, e in enumerate(events)],
+                                      "_raw string, _seq long")
+        before = compiles.getCount()
+        proc(batch, i)
+        counts.append(compiles.getCount() - before)
+        assert proc.results[-1].events == len(events) and proc.results[-1].late == 0
+    assert proc.results[-1].watermark_ms is not None
+    assert counts[3] <= 2, counts

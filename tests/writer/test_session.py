@@ -38,3 +38,25 @@ def test_java_options_memory_and_partitions_reach_the_session():
     assert JAVA_OPTIONS.split()[0] in args
     assert "-Xmx1g" in args
     assert partitions == "3"
+
+
+def test_restarted_lambda_names_give_the_same_plan(spark):
+    """``restart_lambda_names``: a frame built again after it has the lambda variables of the first build
+    (so the same generated code, which Spark compiles once); without it the names move on."""
+    import re
+
+    from pyspark.sql import functions as F
+
+    from writer.session import restart_lambda_names
+
+    def build() -> str:
+        df = spark.range(3).select(F.transform(F.array(F.col("id"), F.col("id") + 1), lambda v: v * 2).alias("a"),
+                                   F.filter(F.array(F.col("id")), lambda v: v > 0).alias("b"))
+        return " ".join(re.findall(r"lambda (x_\d+)", df._jdf.queryExecution().analyzed().toString()))
+
+    restart_lambda_names(spark)
+    first = build()
+    assert len(set(first.split())) == 2  # two lambdas, two names
+    assert build() != first  # the counter moves on
+    restart_lambda_names(spark)
+    assert build() == first

@@ -205,7 +205,7 @@ def test_merge_ops_leave_out_the_tiles_no_late_read_counts(frames, redis_url):
     assert dropped > 100  # the timeline spans days; its windows are minutes to hours
 
     params, source = merge_params(states), event_script()
-    urls = [db_url(redis_url, 5), db_url(redis_url, 6)]
+    urls = [db_url(redis_url, 9), db_url(redis_url, 10)]
     for url, ops_of in zip(urls, (every, live)):
         client = redis.Redis.from_url(url)
         client.flushdb()
