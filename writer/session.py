@@ -190,9 +190,13 @@ def restart_lambda_names(spark: SparkSession) -> None:
     code, got new names, compiled its largest stages again (Janino, 50-130
     ms each) and ran them as new classes that HotSpot interprets until it
     compiles them again: every batch paid a cold start. Called once per
-    micro-batch before its frames are built (``writer.stream``), the names,
-    hence the sources, repeat and the compiled classes are reused. Names stay
-    distinct inside one batch's plans, so lambdas in them never clash.
+    micro-batch before its frames are built (``writer.stream``) and by each
+    read of events (``writer.sources``: a replay or backfill run again in one
+    session), the names, hence the sources, repeat and the compiled classes
+    are reused. A lambda built earlier may share a name with a later one in
+    one plan; that is harmless: a lambda's variable is bound by name inside
+    its own function only (the innermost binding wins), and the evaluated
+    variable is the resolved one (its own expression id and holder).
 
     Args:
         spark: the session (its JVM).

@@ -29,6 +29,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from compiler.typesystem import time_column
+from writer.session import restart_lambda_names
 
 
 class SourceError(ValueError):
@@ -277,7 +278,13 @@ def _event_columns(df: DataFrame, seq: Column) -> DataFrame:
     Both envelope fields come from one parse (``json_tuple``: half the cost
     of a ``get_json_object`` per field); a repeated key reads as its last
     value, as the API's JSON parser reads it.
+
+    Each read restarts the lambda variables' numbering first
+    (``writer.session.restart_lambda_names``), so a job run again in the same
+    session (a replay or backfill of the same topology: tests, notebooks)
+    builds the same generated code and reuses the compiled classes.
     """
+    restart_lambda_names(df.sparkSession)
     fields = df.select(F.json_tuple("_raw", "_type", "_time").alias("_type", "_time"), seq.alias("_seq"), "_raw")
     return fields.select("_type", time_column(F.col("_time")).alias("_time_ms"), "_seq", "_raw")
 

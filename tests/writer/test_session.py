@@ -60,3 +60,28 @@ def test_restarted_lambda_names_give_the_same_plan(spark):
     assert build() != first  # the counter moves on
     restart_lambda_names(spark)
     assert build() == first
+
+
+def test_a_replay_run_again_compiles_nothing(spark, tmp_path):
+    """Each read of events restarts the lambda numbering (``writer.sources``): the same replay run again in
+    the session builds the same generated code, so Spark compiles no class for it (it compiled the
+    largest, input coercion's, anew before: the lambda names were new)."""
+    import orjson
+
+    from compiler import compile_sources
+    from writer.replay import run_replay
+
+    plan = compile_sources({"t.scowl": (
+        "event e\nu := $.u as string\nx := $.x as float?\ntag := $.tag as string?\n"
+        "n := Count(by u last 1 hour)\ns := Sum(x by u last 1 day)\nq := Sequence(tag, x by u last 1 hour limit 3)\n")}).plan
+    path = tmp_path / "e.jsonl"
+    path.write_bytes(b"".join(orjson.dumps({"_type": "e", "_time": 1_700_000_000_000 + 7_000 * i, "u": f"u{i % 3}",
+                                           "x": i / 2, "tag": str(i)}) + b"\n" for i in range(40)))
+    compiles = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    counts = []
+    for i in range(2):
+        before = compiles.getCount()
+        report = run_replay(spark, plan, [path], tmp_path / f"out{i}")
+        counts.append(compiles.getCount() - before)
+        assert report.rows == {"e": 40}
+    assert counts[1] == 0, counts
