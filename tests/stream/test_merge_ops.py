@@ -120,3 +120,32 @@ def test_log_merge_of_many_members_equals_one_member_at_a_time(script, seed):
     one = client.zrange("one", 0, -1, withscores=True)
     assert one == client.zrange("each", 0, -1, withscores=True)
     assert any(m.decode().endswith('"new%d"}' % (len(batch) - 1)) for m, _ in one)
+
+
+def test_stream_pruning_keeps_what_a_late_read_counts(script):
+    """The stream's ``X`` and ``SX`` (``writer.sink.merge_call``) prune as serving's passes do: a tile or a
+    ``CountUnique`` member that a read up to the allowed lateness late counts stays; older ones go."""
+    from types import SimpleNamespace
+
+    from writer.sink import merge_call, merge_params
+
+    client, run = script
+    w, r = 3_600_000, 1_000  # a 1-hour window at 1-second resolution
+    count = SimpleNamespace(definition_hash="c0", window_s=3600, resolution_s=1, limit=None, function="Count",
+                            value_types=(), writes={})
+    uniq = SimpleNamespace(definition_hash="u0", window_s=3600, resolution_s=1, limit=None, function="CountUnique",
+                           value_types=("string",), writes={})
+    params = merge_params([count, uniq])
+    t = 1_700_000_000_000
+    needed = t - LATE_MS - w + 5_000  # counted by a read at t - LATE_MS (within the window), then pruned
+    gone = t - LATE_MS - w - r - 5_000  # no read up to LATE_MS late counts it
+    tile = lambda ms: f"s{ms // 1000}"  # noqa: E731
+    ops = [("I", tile(ms), "1") for ms in (gone, needed, t)]
+    keys, args = merge_call("sc:{k}:c0", ops, t, params, "_b:s", 1)
+    run(keys=keys, args=args)
+    fields = {f.decode() for f in client.hkeys("sc:{k}:c0")}
+    assert tile(needed) in fields and tile(t) in fields and tile(gone) not in fields
+    seen = [("SEEN", f'u["{name}"]', str(ms)) for name, ms in (("a", gone), ("b", needed), ("c", t))]
+    keys, args = merge_call("sc:{k}:u0", seen, t, params, "_b:s", 1)
+    run(keys=keys, args=args)
+    assert {m.decode() for m in client.zrange("sc:{k}:u0", 0, -1)} == {'u["b"]', 'u["c"]'}
