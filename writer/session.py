@@ -180,7 +180,7 @@ def spark_conf(spark: SparkSession, key: str, value: str):
 
 
 def restart_lambda_names(spark: SparkSession) -> None:
-    """Number the lambda variables of the DataFrames built next from 0 again (``x_0``, ``x_1``, ..).
+    """Number the lambda variables of the DataFrames built next from the start again (``x_1``, ``x_2``, ..).
 
     PySpark names each higher-order function's variable ``x_<n>`` from one
     counter of the JVM (``org.apache.spark.sql.internal.UnresolvedNamedLambdaVariable``), and

@@ -171,6 +171,11 @@ def write_keys(rows: Iterable, url: str, forced: bool = False) -> dict[int, int]
 #: them): ``sc:{<entity key>}:<hash>:b``.
 LOG_MARK_SUFFIX = ":b"
 
+#: The allowed lateness (ms) a stream merge keeps state for: serving's default
+#: (``windows.ALLOWED_LATENESS_S``, SPEC §3.3). Tiles and log members no read up
+#: to this late counts are not sent and are pruned.
+LATENESS_MS = ALLOWED_LATENESS_S * 1000
+
 #: Keys per pipeline in :func:`merge_keys`.
 MERGE_BATCH = 200
 
@@ -194,7 +199,7 @@ def merge_params(states) -> dict[str, tuple[int, int, int, int, int | None, str]
     out = {}
     for st in states:
         w, r = st.window_s * 1000, st.resolution_s * 1000
-        every = prune_every_ms(st.window_s, st.resolution_s, ALLOWED_LATENESS_S * 1000)  # as serving's
+        every = prune_every_ms(st.window_s, st.resolution_s, LATENESS_MS)  # as serving's
         out[st.definition_hash] = (expiry_ms(st), w, r, every, st.limit, storage_of(st))
     return out
 
@@ -247,7 +252,7 @@ def merge_call(rk: str, ops: list, latest: int, params: dict, marker: str,
             args += ["DM", 1, ms, v, c, w]
         elif mode == "ZM":
             if value:
-                args += ["ZM", 1, len(value), limit, value[-1]["t"] - w - r - ALLOWED_LATENESS_S * 1000, ttl]
+                args += ["ZM", 1, len(value), limit, value[-1]["t"] - w - r - LATENESS_MS, ttl]
                 for m in value:
                     args += [m["t"], m["r"], m["j"]]
         else:
@@ -256,11 +261,10 @@ def merge_call(rk: str, ops: list, latest: int, params: dict, marker: str,
         args += ["MF", 1, len(fields) // 4, *fields]
     # pruning as serving's passes prune: what no read up to the allowed lateness late counts (SPEC §3.3;
     # the cutoff t - (W + L) - r; it was t - W - r, which deleted tiles a late read still counts)
-    late = ALLOWED_LATENESS_S * 1000
     if storage == "seen":
-        args += ["SX", 1, ttl, latest, w + late, r]
+        args += ["SX", 1, ttl, latest, w + LATENESS_MS, r]
     elif storage != "log":
-        args += ["X", 1, ttl, latest, w + late, r, every]
+        args += ["X", 1, ttl, latest, w + LATENESS_MS, r, every]
     return keys, args
 
 
@@ -368,7 +372,7 @@ def merge_keys(batches: Iterable, url: str, batch_id: int, marker: str, params: 
         # no op for a tile no read within the allowed lateness of the key's latest write counts: the X op
         # deletes it (arrowtiles.merge_ops, merge_call)
         for rk, ops, latest in merge_ops(pa.Table.from_batches(got), specs,
-                                         ALLOWED_LATENESS_S * 1000) if got else ():
+                                         LATENESS_MS) if got else ():
             send(rk, ops, latest)
         flush(last=True)
     finally:
