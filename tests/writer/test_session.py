@@ -85,3 +85,26 @@ def test_a_replay_run_again_compiles_nothing(spark, tmp_path):
         counts.append(compiles.getCount() - before)
         assert report.rows == {"e": 40}
     assert counts[1] == 0, counts
+
+
+def test_arrow_batches_are_bounded_by_rows_not_sized_per_row(spark):
+    """``configure`` sets ``maxBytesPerBatch`` to ``Int.MaxValue``: Spark then skips sizing its Arrow batch after
+    every row (``BatchedPythonArrowInput``), and ``maxRecordsPerBatch`` alone bounds what ``mapInArrow`` gets."""
+    from pyspark.sql import functions as F
+
+    from writer.session import SESSION_CONFS, configure
+
+    configure(spark)
+    conf = spark._jsparkSession.sessionState().conf()
+    assert conf.arrowMaxBytesPerBatch() == 2**31 - 1 == int(SESSION_CONFS["spark.sql.execution.arrow.maxBytesPerBatch"])
+    limit = conf.arrowMaxRecordsPerBatch()
+
+    def sizes(batches):
+        import pyarrow as pa
+
+        for b in batches:
+            yield pa.RecordBatch.from_pydict({"n": [b.num_rows]})
+
+    df = spark.range(0, 2 * limit + 7, numPartitions=1).select("id", F.struct(F.col("id").alias("a")).alias("s"))
+    got = sorted(r["n"] for r in df.mapInArrow(sizes, "n long").collect())
+    assert got == [7, limit, limit]
