@@ -70,7 +70,7 @@ from compiler.plan import Plan, StateSpec
 from compiler.typesystem import format_time
 from writer.pointintime import staged_stage_count
 from writer.redisio import connect
-from writer.session import without_codegen
+from writer.session import without_adaptive, without_codegen
 from writer.sink import write_keys, write_partition
 from writer.sources import event_id, mark_repeated_ids, read_events, valid
 from writer.status import read_coverage, read_online_starts, record_coverage, state_features
@@ -348,10 +348,12 @@ def _read_input(spark: SparkSession, plan: Plan, paths: Sequence[str | Path], re
     # _seq orders events (ties within a ms), no output needs it dense: skip its counting read
     raw = read_events(spark, paths, dense_seq=False).persist(StorageLevel.MEMORY_AND_DISK)
     ok = valid(list(plan.events))
-    # one pass over the cached events for the span and both counts
-    span = raw.agg(F.min(F.when(ok, F.col("_time_ms"))), F.max(F.when(ok, F.col("_time_ms"))),
-                   F.count(F.when(ok, 1)), F.count(F.when(~ok | ok.isNull(), 1)),
-                   F.count(F.when(ok, event_id()))).collect()[0]
+    # one pass over the cached events for the span and both counts: one job that parses, caches and
+    # counts (adaptive execution would run the cache as a query stage of its own, then read it back)
+    with without_adaptive(spark):
+        span = raw.agg(F.min(F.when(ok, F.col("_time_ms"))), F.max(F.when(ok, F.col("_time_ms"))),
+                       F.count(F.when(ok, 1)), F.count(F.when(~ok | ok.isNull(), 1)),
+                       F.count(F.when(ok, event_id()))).collect()[0]
     bad = raw.where(~ok | ok.isNull())
     rejected = span[3]
     rejected_path = None

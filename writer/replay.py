@@ -55,7 +55,7 @@ from pyspark.sql import functions as F
 from compiler.plan import EventPlan, Plan
 from compiler.typesystem import format_time_column, parse_type
 from writer.pointintime import PointInTime
-from writer.session import co_partitioned
+from writer.session import co_partitioned, without_adaptive
 from writer.sources import dense_seq_column, event_id, mark_repeated_ids, partition_of, read_events, seq_ranges, valid
 
 Progress = Callable[[str, int, int], None]
@@ -244,8 +244,11 @@ def prepare_events(plan: Plan, raw: DataFrame, rejected_dir: str | Path | None =
     # invalid ones under a null type) -- and per input partition, to renumber: the valid events are
     # then a filter of the cached records
     part = [partition_of(F.col("_seq")).alias("_pid")] if renumber else []
-    counts = raw.groupBy(*part, F.when(ok, F.col("_type")).alias("_type")).agg(
-        F.count(F.lit(1)).alias("n"), F.count(F.when(ok, event_id())).alias("ids")).collect()
+    # without adaptive execution: one job that parses, caches and counts (adaptive execution runs the
+    # cache as a query stage of its own: a job that fills it, then one that reads it back to count)
+    with without_adaptive(raw.sparkSession):
+        counts = raw.groupBy(*part, F.when(ok, F.col("_type")).alias("_type")).agg(
+            F.count(F.lit(1)).alias("n"), F.count(F.when(ok, event_id())).alias("ids")).collect()
     present: dict[str, int] = {}
     ids: dict[str, int] = {}
     rejected = 0

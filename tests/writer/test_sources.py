@@ -88,6 +88,36 @@ def test_replay_renumbering_equals_read_events_numbering(spark, tmp_path):
         prepared.release()
 
 
+@pytest.mark.parametrize("job", ["replay", "backfill"])
+def test_reading_parses_caches_and_counts_in_one_job(spark, tmp_path, job):
+    """Replay's ``prepare_events`` and backfill's reading fill the cache of parsed records and count them in
+    one Spark job: with adaptive execution the cache was a query stage of its own (a job filling it, one
+    reading it back to count, one more for the result)."""
+    from compiler import compile_sources
+    from writer import backfill
+    from writer.replay import prepare_events
+
+    plan = compile_sources({"t.scowl": "event a\nx := $.x as int\n"}).plan
+    _jsonl(tmp_path / "e.jsonl", [{"_type": "a", "_time": i, "x": i} for i in range(300)])
+    sc = spark.sparkContext
+    assert spark.conf.get("spark.sql.adaptive.enabled") == "true"  # the session's setting, left as it was
+    sc.setJobGroup(f"scowl-test-read-{job}", job)
+    try:
+        if job == "replay":
+            got = prepare_events(plan, read_events(spark, [str(tmp_path)], dense_seq=False), renumber=True)
+            count, release = got.present, got.release
+        else:
+            got = backfill._read_input(spark, plan, [str(tmp_path)], None, lambda *a: None)
+            count, release = {"a": got.valid}, got.raw.unpersist
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    try:
+        assert count == {"a": 300}
+        assert len(sc.statusTracker().getJobIdsForGroup(f"scowl-test-read-{job}")) == 1
+    finally:
+        release()
+
+
 @pytest.mark.parametrize("parts", [2, 5])
 def test_in_seq_order_puts_ranges_in_partition_order(spark, parts):
     """``writer.replay.in_seq_order``: partition ``i`` holds the ``i``-th range of ``_seq``, sorted within, so
