@@ -82,6 +82,8 @@ def _store_errors():
     """
     try:
         yield
+    except TimeoutError as e:  # Store's deadline (asyncio.timeout); before OSError, its base class
+        raise StoreUnavailable("store unreachable: no answer within the store timeout") from e
     except (RedisConnectionError, RedisTimeoutError, OSError) as e:
         raise StoreUnavailable(f"store unreachable: {e}") from e
     except RedisError as e:
@@ -117,7 +119,8 @@ class Store:
     Args:
         url: ``redis://host:port/db`` (``SCOWL_REDIS_URL`` or the embedded
             server); in a cluster, any node (db 0).
-        timeout_s: socket timeout in seconds.
+        timeout_s: how long one store call may take, in seconds (connect
+            included): past it the call fails with :class:`StoreUnavailable`.
         on_mode: called once with ``True``/``False`` when the mode is known
             (the app tells its ``Evaluator``).
 
@@ -134,6 +137,20 @@ class Store:
         #: script source -> its SHA1 (one per event type and round)
         self.shas: dict[str, str] = {}
         self.online_script: Any = None
+
+    def _deadline(self):
+        """``asyncio.timeout(timeout_s)`` around one store call (raises ``TimeoutError`` when it passes).
+
+        The standalone client has no socket timeout: with one, redis-py sends
+        every command through ``asyncio.wait_for``, which in Python 3.11 runs
+        the send as a task of its own (~10% of the client's CPU per script
+        call, ~8 µs; ``bench/serve.py`` profile). The deadline covers the
+        send and the reply; when it passes, redis-py drops the connection
+        (a cancelled command never leaves a reply behind on a pooled
+        connection). A cluster client keeps its socket timeouts, and the
+        deadline is then only an outer bound.
+        """
+        return asyncio.timeout(self.timeout_s)
 
     async def connect(self) -> bool:
         """Detect the mode and build the client, unless done; return whether the store is a cluster.
@@ -172,8 +189,9 @@ class Store:
                 raise
             slot_tag(0)  # the slot-tag table, built now rather than on the first event
         else:
+            # no socket timeout: each call runs under :meth:`_deadline` instead
             self.client = aioredis.Redis.from_url(
-                self.url, socket_timeout=self.timeout_s, socket_connect_timeout=self.timeout_s,
+                self.url, socket_timeout=None, socket_connect_timeout=self.timeout_s,
                 decode_responses=False)
             pool = self.client.connection_pool
             pool.connection_class = type("HiredisPacking" + pool.connection_class.__name__,
@@ -218,7 +236,8 @@ class Store:
         with _store_errors():
             if self.cluster:
                 return await self._run_split(script, sha, keys, argv, layout)
-            return await self._call(script, sha, keys, argv)
+            async with self._deadline():
+                return await self._call(script, sha, keys, argv)
 
     async def _call(self, script: str, sha: str, keys: Sequence[str], argv: Sequence[Any],
                     slot: int | None = None) -> list:
@@ -272,14 +291,16 @@ class Store:
         if self.client is None:
             await self.connect()
         with _store_errors():
-            await self.online_script(keys=[ONLINE_KEY], args=args)
+            async with self._deadline():
+                await self.online_script(keys=[ONLINE_KEY], args=args)
 
     async def ping(self) -> bool:
         """Return whether the store answers ``PING``."""
         try:
             if self.client is None:
                 await self.connect()
-            return bool(await self.client.ping())
+            async with self._deadline():
+                return bool(await self.client.ping())
         except (RedisError, OSError, StoreUnavailable):
             return False
 

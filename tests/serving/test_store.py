@@ -68,3 +68,47 @@ def test_run_on_a_store_that_is_gone_is_unavailable():
 
     with pytest.raises(StoreUnavailable, match="unreachable"):
         asyncio.run(go())
+
+
+#: a script that keeps the server busy for ARGV[1] µs, then answers ARGV[2]
+SLOW = """local t = redis.call('TIME')
+repeat local n = redis.call('TIME') until (n[1] - t[1]) * 1000000 + (n[2] - t[2]) >= tonumber(ARGV[1])
+return ARGV[2]"""
+
+
+def test_a_call_past_the_timeout_is_unavailable_and_the_next_call_gets_its_own_reply(redis_url):
+    """The standalone client has no socket timeout; ``Store`` bounds each call itself (``_deadline``).
+
+    A call the server answers only after the timeout fails as ``StoreUnavailable``
+    (the API's 503). Its late reply must not reach the next call: the connection
+    that waited for it is dropped, not given back to the pool.
+    """
+    async def go() -> tuple[str, list]:
+        store = Store(redis_url, timeout_s=0.2)
+        try:
+            with pytest.raises(StoreUnavailable, match="no answer within the store timeout") as e:
+                await store.run(SLOW, ["k"], [600_000, "late"])
+            store.timeout_s = 30.0  # the next calls wait for the slow one to end (the server runs one at a time)
+            after = [await store.run(SLOW, ["k"], [0, f"own {i}"]) for i in range(3)]
+            return str(e.value), after
+        finally:
+            await store.close()
+
+    message, after = asyncio.run(go())
+    assert message.startswith("store unreachable")
+    assert after == [b"own 0", b"own 1", b"own 2"]
+
+
+def test_store_calls_send_without_a_task_per_command(redis_url):
+    """Speed (issue 10): the standalone client has no socket timeout, so redis-py writes a command
+    directly rather than through ``asyncio.wait_for`` (a task per command in Python 3.11)."""
+    async def go() -> tuple:
+        store = Store(redis_url, timeout_s=2.0)
+        try:
+            await store.run(SCRIPT, ["n"], [1, "x"])
+            kwargs = store.client.connection_pool.connection_kwargs
+            return kwargs.get("socket_timeout"), kwargs.get("socket_connect_timeout")
+        finally:
+            await store.close()
+
+    assert asyncio.run(go()) == (None, 2.0)
