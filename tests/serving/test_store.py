@@ -112,3 +112,75 @@ def test_store_calls_send_without_a_task_per_command(redis_url):
             await store.close()
 
     assert asyncio.run(go()) == (None, 2.0)
+
+
+def test_an_idle_connection_the_server_closed_is_replaced_not_failed(redis_url):
+    """A connection the server closed while idle (a restart, a ``CLIENT KILL``, an idle timeout) is
+    dropped before use: the next call runs on a new one and answers, no 503."""
+    admin = redis.Redis.from_url(redis_url)
+
+    async def go() -> list:
+        store = Store(redis_url)
+        try:
+            first = await store.run(SCRIPT, ["n2"], [1, "a"])
+            (conn,) = store._idle
+            host, port = conn._writer.get_extra_info("sockname")[:2]
+            assert admin.client_kill(f"{host}:{port}") is True
+            await asyncio.sleep(0.2)  # the loop sees the connection's end
+            second = await store.run(SCRIPT, ["n2"], [2, "b"])
+            return [first, second]
+        finally:
+            await store.close()
+
+    assert asyncio.run(go()) == [[2, b"a"], [3, b"b"]]
+    assert admin.get("n2") == b"2"
+    admin.close()
+
+
+def test_a_script_call_cut_off_is_not_sent_again():
+    """Exactness (SPEC §5.2, §4 ``_id``): a script call whose connection ends before its reply may have
+    run; ``Store`` answers ``StoreUnavailable`` (the client retries, with its ``_id`` exactly once) and
+    never sends it again itself. A guard: ``Store`` sends script calls on its own connections
+    (``Store._execute``), without the retries a redis-py client can be configured with.
+
+    The server here is a minimal RESP server: it answers the client's set-up commands and the mode
+    probe, and closes the connection on every ``EVALSHA``, counting them.
+    """
+    import hiredis
+
+    evalshas = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        parser = hiredis.Reader()
+        try:
+            while data := await reader.read(65536):
+                parser.feed(data)
+                while (cmd := parser.gets()) is not False:
+                    name = cmd[0].upper()
+                    if name == b"EVALSHA":
+                        evalshas.append(cmd)
+                        writer.close()
+                        return
+                    if name == b"INFO":
+                        body = b"# Cluster\r\ncluster_enabled:0\r\n"
+                        writer.write(b"$%d\r\n%s\r\n" % (len(body), body))
+                    else:
+                        writer.write(b"+OK\r\n")
+        finally:
+            writer.close()
+
+    async def go() -> str:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        store = Store(f"redis://127.0.0.1:{port}/0", timeout_s=5.0)
+        try:
+            with pytest.raises(StoreUnavailable) as e:
+                await store.run(SCRIPT, ["n"], [1, "x"])
+            return str(e.value)
+        finally:
+            await store.close()
+            server.close()
+
+    message = asyncio.run(go())
+    assert message.startswith("store unreachable")
+    assert len(evalshas) == 1
