@@ -61,7 +61,7 @@ class HiredisPacker:
 
     redis-py's own hiredis packer first runs a Python generator over every
     argument (turning ``bytearray``/``memoryview`` into ``bytes``): ~17% of
-    the Python workers' CPU in a stream micro-batch's merge stage (py-spy),
+    the Python samples (driver and workers, py-spy) during stream micro-batches,
     whose script calls carry hundreds of arguments each. The jobs send
     str, bytes, int and float only; anything else, and a command name
     holding a space (``"SCRIPT LOAD"``, which redis-py splits), goes to
