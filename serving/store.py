@@ -149,7 +149,8 @@ class Store:
         The standalone client has no socket timeout: with one, redis-py sends
         every command through ``asyncio.wait_for``, which in Python 3.11 runs
         the send as a task of its own (~10% of the client's CPU per script
-        call, ~8 µs; ``bench/serve.py`` profile). The deadline covers the
+        call, ~8 µs: a py-spy profile of a worker under ``bench/serve.py``
+        load, then a ``/tmp`` harness of 8 concurrent callers). The deadline covers the
         send and the reply; when it passes, redis-py drops the connection
         (a cancelled command never leaves a reply behind on a pooled
         connection). A cluster client keeps its socket timeouts, and the
@@ -299,8 +300,8 @@ class Store:
         idle = self._idle
         while idle:
             c = idle.pop()
-            reader = getattr(c, "_reader", None)
-            if reader is not None and not reader.at_eof():
+            reader = getattr(c, "_reader", None)  # redis-py's stream reader (private): at EOF once the server closed
+            if c.is_connected and not (reader is not None and reader.at_eof()):
                 conn = c
                 break
             await c.disconnect(nowait=True)
