@@ -20,7 +20,10 @@ worth. This script takes the host's drift out of the comparison:
 
 It prints µs of Valkey CPU per call for each side and their ratio. Run it
 with ``--base .`` (both sides this checkout) to see the noise floor of the
-ratio on the machine at hand: 1.036 on 2026-11-26.
+ratio on the machine at hand: 1.036 on 2026-11-26. ``--base-env NAME=VALUE``
+sets the environment of the base side's server only: ``--base .
+--base-env SCOWL_EMBEDDED_ALLOCATOR=libc`` measures the embedded server's
+allocator (``scowl.embedded.server_env``) on the same code.
 
 Usage: ``git worktree add /tmp/base <commit>`` then
 ``python bench/lua_ab.py --base /tmp/base [--events 12000] [--capture 3000]
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import os
 import pickle
 import subprocess
 import sys
@@ -59,6 +63,18 @@ def capture(root: Path, events_n: int, out: Path) -> None:
     out.write_bytes(pickle.dumps(calls))
 
 
+@contextlib.contextmanager
+def _environ(extra: dict[str, str]):
+    """Set ``extra`` in ``os.environ`` for the block (what an embedded server started in it inherits)."""
+    saved = dict(os.environ)
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def _send(client, shas: dict, calls: list, batch: int) -> None:
     pipe = client.pipeline(transaction=False)
     for i, (_, _, src, keys, argv) in enumerate(calls):
@@ -76,6 +92,9 @@ def main() -> None:
     ap.add_argument("--capture", type=int, default=3_000, help="last events whose calls are measured")
     ap.add_argument("--chunk", type=int, default=100, help="events per alternating chunk")
     ap.add_argument("--repeat", type=int, default=2, help="rebuild-and-replay runs, summed")
+    ap.add_argument("--base-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="environment of the base side's server only (repeatable), e.g. "
+                         "SCOWL_EMBEDDED_ALLOCATOR=libc with --base . to measure the allocator")
     args = ap.parse_args()
 
     import redis
@@ -102,9 +121,12 @@ def main() -> None:
             for c in calls:
                 if c[0] >= first:
                     chunks[name][(c[0] - first) // args.chunk].append(c)
-        clients = {name: redis.Redis.from_url(
-                       stack.enter_context(EmbeddedStore(Path(tmp) / f"store{i}", persist=False)).url)
-                   for i, name in enumerate(sides)}
+        clients = {}
+        for i, name in enumerate(sides):
+            # the base side's server may run with --base-env settings (scowl.embedded.server_env reads them)
+            with _environ(dict(kv.split("=", 1) for kv in args.base_env) if name == "base" else {}):
+                clients[name] = redis.Redis.from_url(
+                    stack.enter_context(EmbeddedStore(Path(tmp) / f"store{i}", persist=False)).url)
         for _ in range(args.repeat):
             shas: dict = {}
             for name, client in clients.items():

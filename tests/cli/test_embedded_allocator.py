@@ -1,0 +1,70 @@
+"""The embedded server's allocator: mimalloc preloaded unless ``SCOWL_EMBEDDED_ALLOCATOR=libc`` (``scowl.embedded.server_env``).
+
+Real ``valkey-server`` processes started by ``scowl.embedded.EmbeddedStore``;
+what they run on is read from ``/proc/<pid>/maps`` (Linux, where the
+preload applies).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+
+from scowl.embedded import ALLOCATOR_ENV, EmbeddedStore, EmbeddedStoreError, allocator_library, server_env
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="LD_PRELOAD: Linux only")
+
+
+def _mapped(pid: int) -> str:
+    return Path(f"/proc/{pid}/maps").read_text()
+
+
+@linux_only
+def test_the_embedded_server_runs_on_mimalloc_and_keeps_its_data(tmp_path, monkeypatch):
+    monkeypatch.delenv(ALLOCATOR_ENV, raising=False)
+    lib = allocator_library()
+    assert lib is not None and lib.name.startswith("libmimalloc.so")  # a dependency of scowl on Linux
+    store = EmbeddedStore(tmp_path, persist=True)
+    store.start()
+    try:
+        assert str(lib) in _mapped(store.proc.pid)
+        r = redis.Redis.from_url(store.url)
+        r.hset("h", mapping={f"f{i}": "x" * (i % 300) for i in range(5000)})
+        assert r.hlen("h") == 5000 and r.hget("h", "f299") == b"x" * 299
+        assert r.info("memory")["used_memory"] > 5000 * 8
+    finally:
+        store.stop()
+    # saved on stop, loaded back by the next server (also on mimalloc)
+    again = EmbeddedStore(tmp_path, persist=False)
+    again.start()
+    try:
+        assert str(lib) in _mapped(again.proc.pid)
+        assert redis.Redis.from_url(again.url).hlen("h") == 5000
+    finally:
+        again.stop()
+
+
+@linux_only
+def test_libc_setting_runs_the_server_on_glibc_malloc(tmp_path, monkeypatch):
+    monkeypatch.setenv(ALLOCATOR_ENV, "libc")
+    assert "LD_PRELOAD" not in server_env() or "mimalloc" not in server_env()["LD_PRELOAD"]
+    with EmbeddedStore(tmp_path, persist=False) as store:
+        assert "libmimalloc" not in _mapped(store.proc.pid)
+        assert redis.Redis.from_url(store.url).ping()
+
+
+@linux_only
+def test_a_preload_already_set_is_kept_after_mimalloc(monkeypatch):
+    monkeypatch.delenv(ALLOCATOR_ENV, raising=False)
+    monkeypatch.setenv("LD_PRELOAD", "/opt/other/libhook.so")
+    assert server_env()["LD_PRELOAD"] == f"{allocator_library()} /opt/other/libhook.so"
+    assert server_env()["LC_ALL"] == "C"
+
+
+def test_an_unknown_allocator_is_refused_before_starting(tmp_path, monkeypatch):
+    monkeypatch.setenv(ALLOCATOR_ENV, "tcmalloc")
+    with pytest.raises(EmbeddedStoreError, match="SCOWL_EMBEDDED_ALLOCATOR must be 'mimalloc' or 'libc', not 'tcmalloc'"):
+        EmbeddedStore(tmp_path, persist=False).start()
