@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,18 +62,6 @@ def capture(root: Path, events_n: int, out: Path) -> None:
     with tempfile.TemporaryDirectory() as home, EmbeddedStore(home, persist=False) as store:
         calls = lua_calls.capture_calls(plan, demo_events(events_n), store.url)
     out.write_bytes(pickle.dumps(calls))
-
-
-@contextlib.contextmanager
-def _environ(extra: dict[str, str]):
-    """Set ``extra`` in ``os.environ`` for the block (what an embedded server started in it inherits)."""
-    saved = dict(os.environ)
-    os.environ.update(extra)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 def _send(client, shas: dict, calls: list, batch: int) -> None:
@@ -124,7 +113,7 @@ def main() -> None:
         clients = {}
         for i, name in enumerate(sides):
             # the base side's server may run with --base-env settings (scowl.embedded.server_env reads them)
-            with _environ(dict(kv.split("=", 1) for kv in args.base_env) if name == "base" else {}):
+            with mock.patch.dict(os.environ, dict(kv.split("=", 1) for kv in args.base_env) if name == "base" else {}):
                 clients[name] = redis.Redis.from_url(
                     stack.enter_context(EmbeddedStore(Path(tmp) / f"store{i}", persist=False)).url)
         for _ in range(args.repeat):
