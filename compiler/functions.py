@@ -564,7 +564,8 @@ AGGREGATE_DOCS: dict[str, AggregateDoc] = {
     "Count": AggregateDoc("the number of counted writes (with values: those whose values are all non-null)",
                           "int", "0"),
     "CountUnique": AggregateDoc("the exact number of distinct values (or tuples of values)", "int", "0"),
-    "Sum": AggregateDoc("the sum of the values", "int for an int value, else float", "0 (int) / 0.0 (float)"),
+    "Sum": AggregateDoc("the sum of the values; an int total outside 64 bits is null with the error "
+                        "`integer overflow`", "int for an int value, else float", "0 (int) / 0.0 (float)"),
     "Min": AggregateDoc("the smallest value", "the value's type", "null"),
     "Max": AggregateDoc("the largest value", "the value's type", "null"),
     "Average": AggregateDoc("the arithmetic mean of the values", "float", "null"),

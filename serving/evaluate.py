@@ -446,7 +446,11 @@ class EventProgram:
                 if use_id and not flag & 1 and not cluster:  # (a cluster's calls decide per slot)
                     skip_writes = True
                 for (r, after_ms), res in zip(pending, results[1:]):
-                    env[r.feature] = r.finish(res, event_time_ms, after_ms)
+                    try:
+                        env[r.feature] = r.finish(res, event_time_ms, after_ms)
+                    except EvalError as e:  # an int Sum beyond int64: null with its error (SPEC §3.5)
+                        env[r.feature] = None
+                        errors[r.feature] = str(e)
                     if counted is not None:
                         counted[r.feature] = None if r.count_writes is None else r.count_writes(res)
             self._eval_scalars(self.by_stage[k], env, errors, event_time_ms, payload)

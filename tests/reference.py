@@ -206,8 +206,9 @@ def _apply(fn: str, counted: list[Write], names, value_types) -> Any:
     if fn == "HyperLogLog":
         return len(set(vals))  # exact; the tests allow the sketch's error
     if fn == "Sum":
-        if value_types[0] == "int":
-            return sum(v[0] for v in vals)
+        if value_types[0] == "int":  # exact; beyond int64 null (SPEC §3.5: int results are 64-bit)
+            total = sum(v[0] for v in vals)
+            return total if -(2**63) <= total < 2**63 else None
         return math.fsum(float(v[0]) for v in vals) if vals else 0.0
     if fn == "Average":
         return math.fsum(float(v[0]) for v in vals) / len(vals) if vals else None

@@ -30,7 +30,8 @@ for a reading event ``e`` of type ``E`` at time ``t`` and arrival ``seq``:
 * ``limit n``: the ``n`` latest counted writes by (time, arrival);
 * then the function (SPEC §2.4 table) per read, as the Arrow kernel of the
   algebra registry computes it (``compiler.algebra.arrow``: int sums exact
-  ``long``, null beyond 64 bits where the store's ``HINCRBY`` fails;
+  ``long``, null beyond 64 bits, as an online read of the store's exact
+  tile texts is;
   ``DecayedAverage`` weighed relative to the latest counted write, as the
   store does, so it never underflows to 0/0; HyperLogLog's estimate with
   the same double operations as ``ops.hll_estimate``); a read with no

@@ -49,7 +49,8 @@ from pyspark.sql import functions as F
 
 from compiler.algebra.arrowtiles import WRITE_COLUMNS
 from compiler.algebra.registry import storage_of
-from compiler.algebra.spark import SPARK, TileForm, encode_tuple_column, redis_key_column, values_json_column
+from compiler.algebra.spark import (SPARK, TileForm, encode_tuple_column, exact_long_sum, redis_key_column,
+                                    values_json_column)
 from compiler.algebra.windows import LEVEL_CODE, levels_s
 from compiler.plan import StateSpec
 from writer.sources import counted
@@ -286,9 +287,11 @@ def partial_rows(frames: dict[str, DataFrame], states: Sequence[StateSpec],
         lv = _leveled(writes, states, time_range, read_from_ms)
         if group == "num":
             agg = lv.groupBy(*keys).agg(
-                F.count(F.lit(1)).alias("n"), F.sum("vi").alias("sl"), F.sum("vd").alias("sd"),
+                F.count(F.lit(1)).alias("n"), F.sum(F.shiftright("vi", 32)).alias("slh"),
+                F.sum(F.col("vi").bitwiseAND(F.lit(0xFFFFFFFF))).alias("sll"), F.sum("vd").alias("sd"),
                 F.min("vl").alias("mnl"), F.max("vl").alias("mxl"), F.min("vd").alias("mnd"),
                 F.max("vd").alias("mxd"), F.max("t").alias("t"))
+            agg = agg.withColumn("sl", exact_long_sum(F.col("slh"), F.col("sll"))).drop("slh", "sll")
         elif group == "hll":
             slots = lv.groupBy(*keys, "slot").agg(F.max("rho").alias("rho"), F.max("t").alias("t"))
             entry = F.concat(F.lit(";"), F.col("slot").cast("string"), F.lit(":"), F.col("rho").cast("string"))

@@ -12,7 +12,8 @@ and ``reduceat``:
 
 * tiled states (``Count``, ``Sum``, ``Average``, ``Min``, ``Max``,
   ``First*``, ``HyperLogLog``): per stored tile size, the writes grouped by
-  (key, tile) -- count, int64 and double sums in (time, arrival) order,
+  (key, tile) -- count, exact int sums (``exact_int_sums``: a total may
+  leave int64) and double sums in (time, arrival) order,
   extrema, the first write by (time, arrival), the register-wise max;
 * ``CountUnique``: last-seen time per (key, value tuple);
 * write logs (``Latest*``, ``Sequence``, ``Set``): per key, the ``n``
@@ -64,7 +65,7 @@ import pyarrow as pa
 
 from compiler.algebra.windows import LEVEL_CODE
 
-__all__ = ["TileSpec", "WRITE_COLUMNS", "merge_ops"]
+__all__ = ["TileSpec", "WRITE_COLUMNS", "exact_int_sums", "merge_ops"]
 
 #: The write columns (name -> Arrow type) :func:`merge_ops` reads; a state fills those it needs.
 WRITE_COLUMNS: dict[str, pa.DataType] = {
@@ -108,6 +109,28 @@ def _num(col: pa.ChunkedArray | pa.Array, dtype) -> np.ndarray:
 def _text(v: float | int) -> str:
     """A partial's number as merge-op text (ints exact; doubles round-trip: ``repr``)."""
     return repr(v) if isinstance(v, float) else str(v)
+
+
+def exact_int_sums(values: np.ndarray, starts: np.ndarray) -> list[str]:
+    """The exact sum of each segment of int64 ``values`` as decimal text (any size: a tile's total may leave int64).
+
+    The NumPy twin of ``compiler.algebra.spark.exact_long_sum``: each value
+    splits into ``v >> 32`` and ``v & 0xFFFFFFFF``, whose int64 segment sums
+    are exact below 2^31 values per segment; ``high * 2^32 + low`` is then
+    added as Python ints (``np.add.reduceat`` alone would wrap silently).
+
+    Args:
+        values: int64 values, segment after segment.
+        starts: int64 start index of each segment, ascending, the first 0
+            (``np.add.reduceat``'s indices; every segment non-empty).
+
+    Returns:
+        One canonical decimal text per segment (what ``event.lua``'s ``I``
+        merge and ``common.lua`` ``int_add_text`` read).
+    """
+    high = np.add.reduceat(values >> 32, starts).tolist()
+    low = np.add.reduceat(values & 0xFFFFFFFF, starts).tolist()
+    return [str((h << 32) + lo) for h, lo in zip(high, low)]
 
 
 def _tiled(spec: TileSpec, kid: np.ndarray, t: np.ndarray, seq: np.ndarray, cols: dict, out: dict,
@@ -154,7 +177,7 @@ def _tiled(spec: TileSpec, kid: np.ndarray, t: np.ndarray, seq: np.ndarray, cols
             if col == "n":
                 agg[col] = ends - starts
             elif col == "sl":
-                agg[col] = np.add.reduceat(cols["vi"][order], starts)
+                agg[col] = exact_int_sums(cols["vi"][order], starts)
             elif col == "sd":
                 agg[col] = np.add.reduceat(cols["vd"][order], starts)
             elif col in ("mnl", "mxl", "mnd", "mxd"):

@@ -27,6 +27,60 @@ local function int_less(a, b)
   return a < b
 end
 
+-- digits of |a| + |b|, or of |a| - |b| when sub (then |a| >= |b|), for digit
+-- texts without sign or leading zeros; no leading zeros in the result
+local function digits_add(a, b, sub)
+  local out, carry = {}, 0
+  local i, j, n = #a, #b, 0
+  while i > 0 do
+    local d = string.byte(a, i) - 48 + carry
+    if j > 0 then
+      if sub then d = d - (string.byte(b, j) - 48) else d = d + string.byte(b, j) - 48 end
+      j = j - 1
+    end
+    if d < 0 then d, carry = d + 10, -1
+    elseif d > 9 then d, carry = d - 10, 1
+    else carry = 0 end
+    n = n + 1
+    out[n] = d
+    i = i - 1
+  end
+  if carry > 0 then n = n + 1; out[n] = carry end
+  while n > 1 and out[n] == 0 do n = n - 1 end
+  local s = {}
+  for k = n, 1, -1 do s[n - k + 1] = string.char(48 + out[k]) end
+  return table.concat(s)
+end
+
+-- the exact sum of two canonical decimal integer texts (an int Sum's tile,
+-- ops.SumOp): added as doubles while both terms and the sum stay below 2^53
+-- (exact there), else digit by digit, so a tile keeps its exact total past
+-- 2^63 too (a read beyond int64 is null, SPEC §3.5; HINCRBY would fail the
+-- whole script). cur false or nil: v.
+local function int_add_text(cur, v)
+  if not cur then return v end
+  local a, b = tonumber(cur), tonumber(v)
+  local x = a + b
+  if a < 9007199254740992 and a > -9007199254740992 and b < 9007199254740992 and b > -9007199254740992
+      and x < 9007199254740992 and x > -9007199254740992 then
+    return string.format('%d', x)
+  end
+  local na, nb = string.byte(cur, 1) == 45, string.byte(v, 1) == 45  -- '-'
+  local ma = na and string.sub(cur, 2) or cur
+  local mb = nb and string.sub(v, 2) or v
+  if na == nb then
+    local s = #ma >= #mb and digits_add(ma, mb, false) or digits_add(mb, ma, false)
+    return na and ('-' .. s) or s
+  end
+  if ma == mb then return '0' end
+  if #ma > #mb or (#ma == #mb and ma > mb) then
+    local s = digits_add(ma, mb, true)
+    return na and ('-' .. s) or s
+  end
+  local s = digits_add(mb, ma, true)
+  return nb and ('-' .. s) or s
+end
+
 local function less(a, b, kind)
   if kind == 'n' then return tonumber(a) < tonumber(b) end
   if kind == 'i' then return int_less(a, b) end

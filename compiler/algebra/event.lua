@@ -8,7 +8,8 @@
 --       (k = 1-based index into KEYS):
 --   ID   k ttl_ms          SET NX PX; if the id was seen, skip every write op
 --                          below (reads still run). Pushes 1 (new) or 0 (seen).
---   I    k field n         HINCRBY field n                (write)
+--   I    k field n         field := field + n, exact at any size
+--                          (common.lua int_add_text)       (write)
 --   MIN  k field v kind    keep the smaller of v and field (kind n: float,
 --   MAX  k field v kind    i: int64 text, exact; s: string by byte = code
 --                          point order)                           (write)
@@ -19,8 +20,8 @@
 --                          (First: the tile's earliest write)    (write)
 --   MF   k n (mode field value extra) x n
 --                          n field merges in one HMGET and one HSET (per
---                          MF_CHUNK fields): mode I (int add: exact in Lua
---                          below 2^53, else HINCRBY), F (double add, stored
+--                          MF_CHUNK fields): mode I (int add, exact at any
+--                          size: int_add_text), F (double add, stored
 --                          %.17g as the generated scripts do), MIN/MAX
 --                          (extra: kind), FI (value: ms, extra: json), HMS
 --                          (value: registers text; extra unused)  (write)
@@ -85,16 +86,6 @@ local LATE_MS = 3600000
 -- fields per HMGET/HSET of the MF op
 local MF_CHUNK = 200
 
--- int64 sum of a tile: cur + v as text while every term and the sum stay below
--- 2^53 (exact in a double), else nil (the caller adds with HINCRBY, exact)
-local function int_sum_text(cur, v)
-  local a, b = tonumber(cur or '0'), tonumber(v)
-  local x = a + b
-  if math.abs(a) < 9007199254740992 and math.abs(b) < 9007199254740992 and math.abs(x) < 9007199254740992 then
-    return string.format('%d', x)
-  end
-end
-
 -- HyperLogLog registers: the register-wise max of two sparse texts ";slot:rho;..."
 -- (cur's slots first, in its order, then text's new ones)
 local function registers_text(cur, text)
@@ -146,7 +137,10 @@ while i <= n do
     out[#out + 1] = hmget(key, cover(lo, hi, r * 1000, sizes_ms, codes, comps))
     i = i + 7 + ns + nc
   elseif op == 'I' then
-    if not skip then redis.call('HINCRBY', key, ARGV[i + 2], ARGV[i + 3]) end
+    if not skip then
+      local f = ARGV[i + 2]
+      redis.call('HSET', key, f, int_add_text(redis.call('HGET', key, f), ARGV[i + 3]))
+    end
     i = i + 4
   elseif op == 'MIN' or op == 'MAX' then
     if not skip then set_extreme(key, ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], op == 'MIN') end
@@ -257,8 +251,7 @@ while i <= n do
             -- registers ";slot:rho" of distinct slots), what the merge below would write
             new = v
           elseif mode == 'I' then
-            new = int_sum_text(cur, v)
-            if not new then redis.call('HINCRBY', key, f, v) end
+            new = int_add_text(cur, v)
           elseif mode == 'F' then
             new = float_text(cur, v)
           elseif mode == 'MIN' or mode == 'MAX' then

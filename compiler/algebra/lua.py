@@ -36,7 +36,8 @@ stored as ``%.17g`` (exactly ``ops`` ``update``), as the stream's merges
 the same doubles in the same (time) order as ``ops.*.merge`` (Lua numbers
 are IEEE doubles, ``%.17g`` round-trips them); integer sums are added in
 Lua only while every term and partial sum stays below 2**53, and are
-otherwise returned as their field texts for Python to add as int64.
+otherwise returned as their field texts for Python to add exactly (a total
+outside int64 reads as null with the error ``integer overflow``).
 
 Reads merge the *short* cover (:func:`windows.short_cover`) when no write
 lies in a tile after the read's (the ``_m`` field, the latest resolution
@@ -45,7 +46,8 @@ order): the tiles of the cover's trailing edge and middle, then whole tiles
 of the last level through ``T(t)``, ~40% fewer fields than the exact
 :func:`windows.cover`, which they fall back to otherwise. Tiled writes read
 and write every level, ``_p`` and ``_m`` in one ``HMGET`` and one ``HSET``
-(``HINCRBY`` per level for int sums, exact past 2**53).
+(int sums added as decimal texts, exact past 2**53 and 2**63: a tile keeps
+its exact total and a read whose total leaves int64 is null, SPEC §3.5).
 
 Late events (SPEC §3.3; ``RoundSpec.lateness_ms``, the allowed lateness
 ``L``): every state keeps what a read up to ``L`` late needs, in its own key
@@ -97,6 +99,8 @@ from compiler.algebra.ops import (
 )
 from compiler.algebra.script import common_script, shake
 from compiler.algebra.windows import ALLOWED_LATENESS_S, LEVEL_CODE, counted_range, levels_s, raw_bucket_s
+from compiler.runtime import EvalError
+from compiler.typesystem import INT64_MAX, INT64_MIN
 
 
 #: Hoisted constants kept in Lua locals (the rest go to the table ``K``); the
@@ -713,16 +717,9 @@ local function rmw(key, fs, t, ts, q, rcode, every, cutoff, res, rawcode, rawf, 
   if n > 0 then redis.call('HSET', key, unpack(args)) end
 end
 
--- the bookkeeping alone, after writes made by other commands (HINCRBY)
-local function tiled_book(key, t, ts, q, rcode, every, cutoff, res, rawcode, rawf, entry)
-  local cur = redis.call('HMGET', key, '_p', '_m', '_c', '_t', '_r', rawf)
-  local args = {}
-  local n = book(key, args, 0, cur, q, t, ts, every, cutoff, rcode, res, rawcode, rawf, entry)
-  if n > 0 then redis.call('HSET', key, unpack(args)) end
-end
-
 -- the update functions rmw applies (common.lua's, with the field's index)
 local function u_count(cur) return string.format('%d', (tonumber(cur) or 0) + 1) end
+local function u_isum(cur, i, v) return int_add_text(cur, v) end
 local function u_float(cur, i, v) return float_text(cur, v) end
 local function u_extreme(cur, i, v, kind, want_less) return extreme_text(cur, v, kind, want_less) end
 local function u_first(cur, i, ms, json) return first_text(cur, ms, json) end
@@ -933,8 +930,8 @@ class LuaGenerator:
         entry = "v1"  # a tiled write's raw entry: its one-write tile text (raw_tiles)
         if isinstance(op, CountOp):
             rmw, entry = "u_count", "'1'"
-        elif isinstance(op, SumOp) and op.is_int:  # int64 sums: HINCRBY (exact past 2^53)
-            body += [f"redis.call('HINCRBY', {key}, {f}, v1)" for f in fields]
+        elif isinstance(op, SumOp) and op.is_int:  # int sums: exact text addition (past 2^53 and 2^63)
+            rmw = "u_isum, v1"
         elif isinstance(op, SumOp):
             rmw = "u_float, v1"
         elif isinstance(op, AverageOp):
@@ -962,10 +959,9 @@ class LuaGenerator:
             rawf = s.const(f"'{raw}' .. string.format('%d', math.floor(t / {rsize}))")
             book = (f"t, ts, {q}, {ord(LEVEL_CODE[w.resolution_s])}, {every}, {cutoff}, {rsize}, "
                     f"'{raw}', {rawf}, {entry}")
-            if rmw is not None:
-                body.append(f"rmw({key}, {{{', '.join(fields)}}}, {book}, {rmw})")
-            else:
-                body.append(f"tiled_book({key}, {book})")
+            if rmw is None:
+                raise NotImplementedError(f"no Lua tile update for {type(op).__name__}")
+            body.append(f"rmw({key}, {{{', '.join(fields)}}}, {book}, {rmw})")
         body.append(f"redis.call('PEXPIRE', {key}, '{ttl_ms}')")  # a string: Lua numbers print as %.17g
         return lines + ["  " + x for x in body] + ["end"]
 
@@ -1035,17 +1031,36 @@ class LuaGenerator:
         finalize :meth:`decode_read`, write logs fold their members (SPEC
         §3.2's ``limit``), ``Decayed*`` weigh to the read time, ``Latest``
         checks its time against the counted range.
+
+        The function raises ``compiler.runtime.EvalError`` (``integer
+        overflow``) for an int ``Sum`` whose exact total lies outside int64:
+        the feature is null with that error (SPEC §3.5), as replay's kernel
+        gives null (``arrow._Sum``).
         """
         op = r.op
+        int_sum = isinstance(op, SumOp) and op.is_int
         if r.limit is not None:
             vtypes = op.value_types
 
             def log(res: Any, t_ms: int, after_ms: int | None) -> Any:
                 writes = [(int(float(res[j + 1])), parse_log_member(res[j], vtypes))
                           for j in range(len(res) - 2, -1, -2)]
-                return fold(op, writes)
+                v = fold(op, writes)
+                if v is None and int_sum:
+                    raise EvalError("integer overflow")
+                return v
 
             return log
+        if int_sum:
+            exact = self.read_decoder(r)
+
+            def total(res: Any, t_ms: int, after_ms: int | None) -> int:
+                v = exact(res)
+                if INT64_MIN <= v <= INT64_MAX:
+                    return v
+                raise EvalError("integer overflow")
+
+            return total
         if isinstance(op, DecayedOp):
             return lambda res, t_ms, after_ms: op.value_at(op.decode(res), t_ms)
         if isinstance(op, CountUniqueOp):
@@ -1107,7 +1122,7 @@ class LuaGenerator:
         op = r.op
         if isinstance(op, CountOp) or (isinstance(op, SumOp) and op.is_int):
             def exact_int(res: Any) -> int:
-                if isinstance(res, list):  # beyond 2**53: exact int64 sum here
+                if isinstance(res, list):  # beyond 2**53: the tiles' texts, added exactly here
                     return sum(_num(x, "int") for x in res)
                 return int(res)
 

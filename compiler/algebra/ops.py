@@ -128,6 +128,7 @@ import orjson
 
 from compiler.algebra.keys import encode_value_tuple
 from compiler.algebra.windows import LEVEL_CODE
+from compiler.typesystem import INT64_MAX, INT64_MIN
 
 
 def _num(raw: bytes | str | None, type_name: str) -> Any:
@@ -246,9 +247,14 @@ class CountOp(AggregateOp):
 
 @dataclass(frozen=True)
 class SumOp(AggregateOp):
-    """``Sum``: exact int64 sum for int values, float sum otherwise. Empty 0 / 0.0.
+    """``Sum``: exact integer sum for int values, float sum otherwise. Empty 0 / 0.0.
 
-    Int sums use ``HINCRBY`` (never a double); float sums ``HINCRBYFLOAT``.
+    An int IR is a Python ``int`` of any size (never a double), stored as
+    its decimal text (``common.lua`` ``int_add_text`` adds two exactly, so
+    a tile keeps its total past 2**63); :meth:`finalize` gives ``None``
+    when the total lies outside int64 (SPEC §3.5: int results are 64-bit;
+    the replay kernel ``arrow._Sum`` and serving, which reports the error
+    ``integer overflow``, agree). Float sums add doubles (``float_text``).
     Source: SPEC §2.4, §3.5.
     """
 
@@ -267,6 +273,8 @@ class SumOp(AggregateOp):
         return a + b
 
     def finalize(self, ir):
+        if self.is_int and not INT64_MIN <= ir <= INT64_MAX:
+            return None
         return ir
 
     def encode(self, ir):

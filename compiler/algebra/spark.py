@@ -23,7 +23,8 @@ Also the Spark twins of the key and value encodings of
 functions only, no Python UDF (SPEC §5.6).
 
 The aggregated columns of :meth:`~SparkAggregate.tile` (``writer.tilepass``
-computes each with one built-in aggregate): ``n`` count, ``sl`` int64 sum,
+computes each with built-in aggregates): ``n`` count, ``sl`` exact int sum
+(:func:`exact_long_sum`: a tile's total may leave int64),
 ``sd`` double sum, ``mnl``/``mxl`` int64 min/max, ``mnd``/``mxd`` double
 min/max, ``mns``/``mxs`` string min/max, ``fi`` first ``ms\\tjson`` by (time,
 arrival), ``la`` latest likewise, ``hms`` HyperLogLog registers
@@ -43,7 +44,29 @@ from compiler.algebra.keys import GLOBAL_TAG, MAX_KEY_CHARS, PREFIX
 from compiler.algebra.ops import HLL_Q
 
 __all__ = ["SPARK", "SparkAggregate", "TileForm", "encode_component_column", "encode_tuple_column",
-           "hll_coupon_columns", "values_json_column"]
+           "exact_long_sum", "hll_coupon_columns", "values_json_column"]
+
+
+def exact_long_sum(high: Column, low: Column) -> Column:
+    """The exact sum of int64 values from the sums of their two halves, as a decimal of scale 0.
+
+    An int ``Sum``'s tile keeps its exact total, which may lie outside int64
+    (``ops.SumOp``; ``common.lua`` ``int_add_text``), where Spark's ``sum``
+    of ``long`` fails the job under ANSI and ``try_sum`` loses the value.
+    Each value ``v`` splits into ``v >> 32`` (signed, ``|.| <= 2^31``) and
+    ``v & 0xFFFFFFFF`` (``[0, 2^32)``); both halves' ``long`` sums are exact
+    for fewer than 2^31 values per group, and ``high * 2^32 + low`` is the
+    total (``|.| < 2^95``: 29 digits).
+
+    Args:
+        high: ``sum(shiftright(v, 32))`` of a group (``long``; null: no value).
+        low: ``sum(v & 0xFFFFFFFF)`` of the group (``long``).
+
+    Returns:
+        A ``decimal(31,0)`` column (its ``string`` cast is the canonical
+        decimal text ``event.lua``'s ``I`` merge reads); null when ``high`` is.
+    """
+    return high.cast("decimal(20,0)") * F.lit(4294967296).cast("decimal(10,0)") + low.cast("decimal(20,0)")
 
 
 # ------------------------------------------------------------------ encodings

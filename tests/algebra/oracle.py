@@ -25,7 +25,10 @@ def aggregate(function: str, writes: Sequence[tuple[int, tuple]], names: Sequenc
     if function == "Sum":
         if not vals:
             return 0
-        return sum(v[0] for v in vals)
+        total = sum(v[0] for v in vals)
+        if isinstance(total, int) and not -(2**63) <= total < 2**63:
+            return None  # an int total outside int64 (SPEC §3.5: int results are 64-bit)
+        return total
     if function == "Average":
         return None if not vals else sum(v[0] for v in vals) / len(vals)
     if function == "Min":

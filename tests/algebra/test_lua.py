@@ -6,7 +6,8 @@ read through a generated read script, run in the real test Redis. The value
 must equal ``ops`` ``fold`` of exactly the writes the window rule of SPEC §3.2
 counts: exactly, except float sums and averages, which tiles add in another
 association than the fold (within 1e-12 of the sum of magnitudes). Also checked: integer
-sums past 2**53 stay exact, ``after`` bounds the range, a skipped (empty) key
+sums past 2**53 stay exact, and past 2**63 read as null (``common.lua``
+``int_add_text`` against Python's ints), ``after`` bounds the range, a skipped (empty) key
 reads null, a seen ``_id`` skips the writes, and a round with more hoisted
 constants than Lua's local-variable limit still compiles.
 """
@@ -22,6 +23,8 @@ from hypothesis import strategies as st
 
 from compiler.algebra.lua import MAX_LOCAL_CONSTS, LuaGenerator, ReadSlot, RoundSpec, WriteSlot, hll_merge
 from compiler.algebra.ops import fold, make_op, prune_every_ms
+from compiler.algebra.script import common_script
+from compiler.runtime import EvalError
 from compiler.algebra.windows import resolution_s, tile_index
 
 GEN = LuaGenerator()
@@ -34,8 +37,8 @@ FUNCTIONS = [
 ]
 WINDOWS = st.sampled_from([10, 60, 600, 3600, 86400, 7 * 86400])
 VALUES = {
-    # past 2**53 (exact sums are returned raw) but no int64 overflow in 12 writes
-    "int": st.integers(min_value=-(2**58), max_value=2**58),
+    # past 2**53 (exact sums are returned raw) and past 2**63 (null: fold's finalize too)
+    "int": st.integers(min_value=-(2**63), max_value=2**63 - 1),
     "float": st.floats(min_value=-1e12, max_value=1e12, allow_nan=False),
     "string": st.text(max_size=4),
     "time": st.integers(min_value=0, max_value=10**13),
@@ -114,6 +117,41 @@ def test_int_sum_beyond_2_53_is_exact(client):
     res = run_round(client, RoundSpec("r", reads_after=(rd,)), ["", "", key], [T0 + 5000, "", ""])
     assert isinstance(res[1], list)  # returned raw: too large for a double
     assert op.finalize(GEN.decode_read(rd, res[1])) == sum(vals)
+
+
+BIG = st.one_of(st.integers(min_value=-(2**64), max_value=2**64),
+                st.integers(min_value=-(10**40), max_value=10**40),
+                st.integers(min_value=-(2**53) - 3, max_value=2**53 + 3))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(terms=st.lists(BIG, min_size=1, max_size=8))
+def test_int_add_text_is_exact(client, terms):
+    """``common.lua`` ``int_add_text`` folds canonical decimal texts to their exact sum, at any size."""
+    script = common_script() + """
+local acc = false
+for i = 1, #ARGV do acc = int_add_text(acc, ARGV[i]) end
+return acc"""
+    got = client.eval(script, 0, *[str(x) for x in terms])
+    assert got.decode() == str(sum(terms))
+
+
+def test_int_sum_beyond_int64_reads_null_and_comes_back(client):
+    """A tile's total leaves int64 and comes back: the read is null, then exact again (SPEC §3.5)."""
+    op = make_op("Sum", ("int",), window_s=3600)
+    w, rd = WriteSlot(op, 3600, 1), ReadSlot(op, 3600, 1)
+    key = f"t:{{{uuid.uuid4().hex}}}"
+    spec = RoundSpec("wr", writes=(w,), reads_after=(rd,))
+    got = []
+    for i, v in enumerate([2**62, 2**62, 2**63 - 1, -(2**63), -(2**62) - 5]):
+        res = run_round(client, spec, ["", "", key, key], [T0 + 10 * i, "", "", *GEN.write_values(w, [v])])
+        try:
+            got.append(GEN.finisher(rd)(res[1], T0 + 10 * i, None))
+        except EvalError as e:
+            got.append(str(e))
+    assert got == [2**62, "integer overflow", "integer overflow", 2**63 - 1, 2**62 - 6]
+    # the level tiles hold the exact total, past int64
+    assert {v for k, v in client.hgetall(key).items() if not k.startswith(b"_")} >= {str(2**62 - 6).encode()}
 
 
 def test_empty_key_skips_and_seen_id_skips_writes(client):

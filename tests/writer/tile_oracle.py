@@ -135,7 +135,8 @@ def _tile_partials(writes: DataFrame, state: StateSpec) -> tuple[DataFrame, list
         parts = [("", "I", F.count(F.lit(1)).cast("string"))]
     elif fn == "Sum":
         if op.is_int:
-            parts = [("", "I", F.sum(F.col("v0").cast("long")).cast("string"))]
+            # exact past int64 by a decimal sum (the writer splits each value in halves instead)
+            parts = [("", "I", F.sum(F.col("v0").cast("long").cast("decimal(38,0)")).cast("string"))]
         else:
             parts = [("", "F", F.sum(F.col("v0").cast("double")).cast("string"))]
     elif fn == "Average":
