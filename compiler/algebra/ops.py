@@ -450,9 +450,23 @@ class CountUniqueOp(AggregateOp):
         return ["SEEN", key_index, "u" + encode_value_tuple(values, self.value_types), int(time_ms)]
 
 
+def _json_float(v: Any) -> Any:
+    """``v``, or for a non-finite float the string Spark's ``to_json`` writes for it (orjson would write null)."""
+    if type(v) is float and v - v != 0.0:  # inf - inf and nan - nan are NaN
+        return "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
+    return v
+
+
 def values_json(values: Sequence[Any]) -> str:
-    """The JSON object ``{"v0": .., "v1": ..}`` of a write's values (``lv``, logs, ``First`` tiles)."""
-    return orjson.dumps({f"v{i}": v for i, v in enumerate(values)}).decode()
+    """The JSON object ``{"v0": .., "v1": ..}`` of a write's values (``lv``, logs, ``First`` tiles).
+
+    Non-finite floats are the strings ``"Infinity"``, ``"-Infinity"`` and
+    ``"NaN"``, as Spark's ``to_json`` writes them
+    (``compiler.algebra.spark.values_json_column``), so :func:`_values_of_json`
+    reads the value back (a float expression can give one: ``Float('1e400')``,
+    docs/semantics.md §7.1), whichever engine wrote it.
+    """
+    return orjson.dumps({f"v{i}": _json_float(v) for i, v in enumerate(values)}).decode()
 
 
 def _values_of_json(text: bytes | str | None, value_types: Sequence[str]) -> tuple:

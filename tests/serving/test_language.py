@@ -543,6 +543,48 @@ def test_min_max_ints_beyond_2_53(redis_url):
     assert [o["lo"] for o in out] == [base + 1, base + 1, -base - 1, -base - 2]
 
 
+NONFINITE = """
+event e
+k := $.k as string
+f := $.f as float
+lo3 := Min(f by k limit 3)
+hi2 := Max(f limit 2)
+s3 := Sum(f by k limit 3)
+seq := Sequence(f by k limit 2)
+latest_f := Latest(f by k)
+"""
+
+
+def test_non_finite_floats_in_write_logs(redis_url):
+    """docs/semantics.md §7.1: a float may be infinite (``"1e400" as float``; JSON renders it null).
+
+    A write log keeps the value (``ops.values_json`` writes ``"Infinity"`` as
+    Spark's ``to_json`` does) and folds it as a float. Regression: orjson
+    wrote ``null`` into the log member, and every later read of the key
+    failed with a 500 (``float(None)`` in the ``Min``/``Sum`` fold) until
+    the member left the log.
+    """
+    kf = [("a", 1.5), ("b", "1e400"), ("a", -2.0), ("b", 3.0), ("a", "-1e400"), ("b", 5.0), ("a", 6.0),
+          ("b", "1e400"), ("a", 7.0), ("a", 8.0)]
+    events = [{"_type": "e", "_time": T0 + 1000 * i, "k": k, "f": f} for i, (k, f) in enumerate(kf)]
+    with client_for(NONFINITE, redis_url) as c:
+        r = [c.post("/event", json=e) for e in events]
+    assert [x.status_code for x in r] == [200] * len(events)
+    got = [x.json()["features"] for x in r]
+
+    def js(v):  # the API's JSON: non-finite floats are null (§7.1)
+        if isinstance(v, float) and math.isinf(v):
+            return None
+        return [js(x) for x in v] if isinstance(v, list) else v
+
+    want = reference_values(compile_text(NONFINITE), events)
+    assert got == [{k: js(w[k]) for k in w} for w in want]
+    # the infinities were kept and folded, then left the logs
+    assert [g["lo3"] for g in got] == [1.5, None, -2.0, 3.0, None, 3.0, None, 3.0, None, 6.0]
+    assert [g["s3"] for g in got][-2:] == [None, 21.0]
+    assert [g["hi2"] for g in got][:6] == [1.5, None, None, 3.0, 3.0, 5.0]
+
+
 LATE = """
 event e
 k := $.k as string
