@@ -20,8 +20,9 @@ string    ``s<len>:<text>``     ``'a|b'`` -> ``s3:a|b``
 int       ``i<decimal>``        ``-5`` -> ``i-5``
 time      ``t<epoch ms>``       ``t1357034220000``
 bool      ``b1`` / ``b0``
-float     ``f<str(value)>``     ``f2.5`` (Python ``repr``; Spark's cast
-                                agrees for ordinary magnitudes only)
+float     ``f<repr(value)>``    ``f2.5``, ``f15000000.0``, ``f1e-05``
+                                (Python ``repr``, ``-0.0`` as ``0.0``;
+                                Spark's ``format_float_column``)
 duration  ``d<seconds>``        ``d90.0`` (float seconds, as float)
 ========= ===================== ==========================
 
@@ -68,10 +69,11 @@ def encode_component(value: Any, type_name: str) -> str:
         return f"t{int(value)}"
     if type_name == "bool":
         return "b1" if value else "b0"
-    if type_name == "float":
-        return f"f{float(value)!r}"
-    if type_name == "duration":
-        return f"d{float(value)!r}"
+    if type_name in ("float", "duration"):
+        x = float(value)
+        if x == 0.0:
+            x = 0.0  # -0.0 is the same key and value as 0.0 (Python's ==, Spark's grouping)
+        return f"{'f' if type_name == 'float' else 'd'}{x!r}"
     raise ValueError(f"cannot use a value of type {type_name} as a key")
 
 

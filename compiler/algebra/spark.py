@@ -42,6 +42,7 @@ from pyspark.sql.types import ArrayType, DataType, DoubleType, LongType
 
 from compiler.algebra.keys import GLOBAL_TAG, MAX_KEY_CHARS, PREFIX
 from compiler.algebra.ops import HLL_Q
+from compiler.typesystem import format_float_column
 
 __all__ = ["SPARK", "SparkAggregate", "TileForm", "encode_component_column", "encode_tuple_column",
            "exact_long_sum", "hll_coupon_columns", "values_json_column"]
@@ -85,7 +86,11 @@ def encode_component_column(col: Column, type_name: str) -> Column:
     if type_name == "bool":
         return F.when(col, F.lit("b1")).otherwise(F.lit("b0"))
     if type_name in ("float", "duration"):
-        return F.concat(F.lit("f" if type_name == "float" else "d"), col.cast("double").cast("string"))
+        # Python's repr (Spark's own cast prints 1.5E7 and 1.0E-5 where repr prints 15000000.0 and
+        # 1e-05), -0.0 as 0.0
+        x = col.cast("double")
+        return F.concat(F.lit("f" if type_name == "float" else "d"),
+                        format_float_column(F.when(x == F.lit(0.0), F.lit(0.0)).otherwise(x)))
     raise ValueError(f"cannot use a value of type {type_name} as a key")
 
 

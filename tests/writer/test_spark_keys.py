@@ -33,6 +33,27 @@ def test_spark_key_encoding_matches_python(spark):
     assert df.select(redis_key_column(encode_tuple_column([], []), 0, "ab")).first()[0] == redis_key("", "ab") == "sc:{_}:ab"
 
 
+FLOATS = [2.5, 0.1, -0.0, 0.0, 15_000_000.0, 1e7, 9_999_999.5, 1e-3, 1e-5, 1.5e-7, 123456789.125, 1e16, 1e22,
+          -3.75e-9, 2.0**62, 1e300, float("inf"), float("-inf")]
+
+
+def test_spark_float_key_encoding_matches_python(spark):
+    """Float and duration components (keys, ``CountUnique`` values, HyperLogLog items) are Python's repr in both.
+
+    Regression: the Spark twin cast the double to a string, which prints
+    ``1.5E7`` where Python prints ``15000000.0`` (every |x| >= 1e7 or < 1e-3),
+    so after a backfill an online ``CountUnique`` of such amounts counted each
+    value twice and a float-keyed state read an empty key; ``-0.0`` was a key
+    apart from ``0.0``.
+    """
+    df = spark.createDataFrame([(x, x) for x in FLOATS], "f double, d double")
+    types = ["float", "duration"]
+    got = [r[0] for r in df.select(encode_tuple_column([F.col("f"), F.col("d")], types)).collect()]
+    assert got == [encode_key((x, x), types) for x in FLOATS]
+    assert encode_key((-0.0,), ["float"]) == encode_key((0.0,), ["float"]) == "f0.0"
+    assert encode_key((15_000_000.0,), ["float"]) == "f15000000.0"
+
+
 def test_spark_values_json_matches_python_and_reads_back(spark):
     """``values_json_column`` (Spark's ``to_json``) writes what ``ops.values_json`` writes, non-finite floats included.
 
