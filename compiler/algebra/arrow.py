@@ -275,13 +275,17 @@ def _pick(p: pa.Array, pick: np.ndarray, has: np.ndarray) -> pa.Array:
 
 
 def _tree_sums(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Sums of float64 ``x[lo:hi]`` from a segment tree: each adds at most ``2 log2(m)`` nodes inside its range."""
+    """Sums of ``x[lo:hi]`` from a long-double segment tree: each adds at most ``2 log2(m)`` nodes inside its range.
+
+    Long double, as the prefix sums: int values (int ``Average``) up to 2**63
+    keep their exact sum while it stays below 2**64.
+    """
     m = len(x)
     size = 1 << max(0, (m - 1).bit_length())
-    tree = np.zeros(2 * size + 1, dtype=np.float64)  # + 1: a finished range's bound may point one past
+    tree = np.zeros(2 * size + 1, dtype=np.longdouble)  # + 1: a finished range's bound may point one past
     tree[size:size + m] = x
     k = size
-    acc = np.zeros(len(lo), dtype=np.float64)
+    acc = np.zeros(len(lo), dtype=np.longdouble)
     with np.errstate(over="ignore", invalid="ignore"):
         while k > 1:  # level by level: node i = node 2i + node 2i + 1
             tree[k // 2:k] = tree[k:2 * k:2] + tree[k + 1:2 * k:2]
@@ -299,7 +303,7 @@ def _tree_sums(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
             left >>= 1
             right >>= 1
             active = left < right
-    return acc
+    return acc.astype(np.float64)
 
 
 def range_sums(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -332,11 +336,12 @@ def range_sums(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     np.cumsum(xf.astype(np.longdouble), out=pre[1:])
     s = (pre[hi] - pre[lo]).astype(np.float64)
     if len(lo):  # the bound and the magnitudes in float64: they only need a few digits
-        cabs = np.zeros(m + 1, dtype=np.float64)
-        np.cumsum(np.abs(xf), out=cabs[1:])
-        top = np.maximum.accumulate(np.abs(pre.astype(np.float64)))
-        bound = hi * (float(np.finfo(np.longdouble).eps) * 1e11) * top[hi]
-        loose = (hi > lo) & (bound > (cabs[hi] - cabs[lo]) * (1 - 1e-9))
+        with np.errstate(over="ignore", invalid="ignore"):  # past 1.8e308: inf, then NaN -> loose
+            cabs = np.zeros(m + 1, dtype=np.float64)
+            np.cumsum(np.abs(xf), out=cabs[1:])
+            top = np.maximum.accumulate(np.abs(pre.astype(np.float64)))
+            bound = hi * (float(np.finfo(np.longdouble).eps) * 1e11) * top[hi]
+            loose = (hi > lo) & ~(bound <= (cabs[hi] - cabs[lo]) * (1 - 1e-9))
         if loose.any():
             s[loose] = _tree_sums(xf, lo[loose], hi[loose])
     if finite.all():
