@@ -40,6 +40,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from compiler.codegen.python import EvalError, compile_expr
@@ -209,9 +210,9 @@ def _apply(fn: str, counted: list[Write], names, value_types) -> Any:
         if value_types[0] == "int":  # exact; beyond int64 null (SPEC §3.5: int results are 64-bit)
             total = sum(v[0] for v in vals)
             return total if -(2**63) <= total < 2**63 else None
-        return math.fsum(float(v[0]) for v in vals) if vals else 0.0
+        return _fsum(float(v[0]) for v in vals) if vals else 0.0
     if fn == "Average":
-        return math.fsum(float(v[0]) for v in vals) / len(vals) if vals else None
+        return _fsum(float(v[0]) for v in vals) / len(vals) if vals else None
     if fn == "Min":
         return min((v[0] for v in vals), default=None)
     if fn == "Max":
@@ -231,19 +232,33 @@ def _apply(fn: str, counted: list[Write], names, value_types) -> Any:
     raise ValueError(f"reference: unknown function {fn}")
 
 
+def _fsum(xs) -> float:
+    """The correctly rounded sum of floats, IEEE at the edges: an exact sum beyond the
+    largest double is an infinity of its sign, ``inf + -inf`` and NaN are NaN."""
+    xs = list(xs)
+    if any(math.isnan(x) for x in xs) or (math.inf in xs and -math.inf in xs):
+        return math.nan
+    if math.inf in xs or -math.inf in xs:
+        return math.inf if math.inf in xs else -math.inf
+    try:
+        return math.fsum(xs)
+    except OverflowError:  # the exact sum lies beyond 1.8e308
+        return math.inf if sum(Fraction(x) for x in xs) > 0 else -math.inf
+
+
 def _decayed(fn: str, writes: list[Write], t_ms: int, window_ms: int) -> float | None:
     """``Decayed*`` over all history with ``s <= t`` (SPEC §2.4)."""
     if fn == "DecayedCount":
         return math.fsum(math.exp(-(t_ms - w.time_ms) / window_ms) for w in writes)
     if fn == "DecayedSum":
-        return math.fsum(float(w.values[0]) * math.exp(-(t_ms - w.time_ms) / window_ms) for w in writes)
+        return _fsum(float(w.values[0]) * math.exp(-(t_ms - w.time_ms) / window_ms) for w in writes)
     if fn == "DecayedAverage":
         if not writes:
             return None
         # weights relative to the latest write: the same ratio, never 0/0 by underflow
         ref = max(w.time_ms for w in writes)
         ws = [math.exp(-(ref - w.time_ms) / window_ms) for w in writes]
-        return math.fsum(float(w.values[0]) * x for w, x in zip(writes, ws)) / math.fsum(ws)
+        return _fsum(float(w.values[0]) * x for w, x in zip(writes, ws)) / math.fsum(ws)
     raise ValueError(fn)
 
 
