@@ -99,8 +99,7 @@ from compiler.algebra.ops import (
 )
 from compiler.algebra.script import common_script, shake
 from compiler.algebra.windows import ALLOWED_LATENESS_S, LEVEL_CODE, counted_range, levels_s, raw_bucket_s
-from compiler.runtime import EvalError
-from compiler.typesystem import INT64_MAX, INT64_MIN
+from compiler.runtime import EvalError, check_int
 
 
 #: Hoisted constants kept in Lua locals (the rest go to the table ``K``); the
@@ -1033,9 +1032,9 @@ class LuaGenerator:
         checks its time against the counted range.
 
         The function raises ``compiler.runtime.EvalError`` (``integer
-        overflow``) for an int ``Sum`` whose exact total lies outside int64:
-        the feature is null with that error (SPEC §3.5), as replay's kernel
-        gives null (``arrow._Sum``).
+        overflow``, from ``check_int``) for an int ``Sum`` whose exact total
+        lies outside int64: the feature is null with that error (SPEC §3.5),
+        as replay's kernel gives null (``arrow._Sum``).
         """
         op = r.op
         int_sum = isinstance(op, SumOp) and op.is_int
@@ -1046,21 +1045,14 @@ class LuaGenerator:
                 writes = [(int(float(res[j + 1])), parse_log_member(res[j], vtypes))
                           for j in range(len(res) - 2, -1, -2)]
                 v = fold(op, writes)
-                if v is None and int_sum:
+                if v is None and int_sum:  # SumOp.finalize: null only for a total outside int64
                     raise EvalError("integer overflow")
                 return v
 
             return log
         if int_sum:
             exact = self.read_decoder(r)
-
-            def total(res: Any, t_ms: int, after_ms: int | None) -> int:
-                v = exact(res)
-                if INT64_MIN <= v <= INT64_MAX:
-                    return v
-                raise EvalError("integer overflow")
-
-            return total
+            return lambda res, t_ms, after_ms: check_int(exact(res))
         if isinstance(op, DecayedOp):
             return lambda res, t_ms, after_ms: op.value_at(op.decode(res), t_ms)
         if isinstance(op, CountUniqueOp):

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
 import random
+import time
+from pathlib import Path
 
 import orjson
 from fastapi.testclient import TestClient
@@ -35,6 +38,32 @@ def post_all(plan, url, events, **settings):
             assert r.status_code == 200, r.text
             out.extend(x["features"] for x in r.json())
     return out
+
+
+def assert_values_equal(got: list[dict], want: list[dict], what: str) -> None:
+    """Every feature of ``want`` equal in ``got``, event by event (floats by :func:`close`)."""
+    assert len(got) == len(want), what
+    for i, (a, b) in enumerate(zip(got, want)):
+        diffs = {k: (a.get(k), b[k]) for k in b if not close(a.get(k), b[k])}
+        assert not diffs, f"{what}: event {i}: {diffs}"
+
+
+def stream_chunks(spark, plan, url: str, chunks: list[list[dict]], tmp_path: Path):
+    """Run ``scowl stream`` (``dir:`` source, ``available_now``) over ``chunks``, one file and micro-batch each.
+
+    Returns:
+        The ``writer.stream`` report.
+    """
+    from writer.stream import run_stream
+
+    src = tmp_path / "in"
+    src.mkdir()
+    now = time.time()
+    for i, chunk in enumerate(chunks):  # files in order of their modification times
+        p = src / f"part-{i}.jsonl"
+        p.write_bytes(b"\n".join(orjson.dumps(e) for e in chunk) + b"\n")
+        os.utime(p, (now - 100 + 10 * i, now - 100 + 10 * i))
+    return run_stream(spark, plan, url, f"dir:{src}", tmp_path / "ck", available_now=True, max_files_per_trigger=1)
 
 
 def displaced(events: list[dict], seed: int, lateness_ms: int = 3_600_000) -> list[dict]:

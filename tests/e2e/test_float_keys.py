@@ -16,20 +16,17 @@ stream then online equal :mod:`tests.reference`.
 
 from __future__ import annotations
 
-import os
 import random
-import time
 
 import orjson
 import pyarrow.parquet as pq
 import pytest
 
-from tests.e2e.helpers import close, post_all
+from tests.e2e.helpers import assert_values_equal, post_all, stream_chunks
 from tests.reference import reference_values
 from tests.serving.helpers import compile_text
 from writer.backfill import run_backfill
 from writer.replay import run_replay
-from writer.stream import run_stream
 
 pytestmark = pytest.mark.slow
 
@@ -75,13 +72,6 @@ def expected(plan, events):
     return want
 
 
-def _assert_equal(got: list[dict], want: list[dict], what: str) -> None:
-    assert len(got) == len(want), what
-    for i, (a, b) in enumerate(zip(got, want)):
-        diffs = {k: (a.get(k), b[k]) for k in b if not close(a.get(k), b[k])}
-        assert not diffs, f"{what}: event {i}: {diffs}"
-
-
 def _history(events: list[dict]) -> list[dict]:
     history = [e for e in events if e["_time"] < SPLIT_MS]
     assert 150 < len(history) < len(events) - 150
@@ -89,7 +79,7 @@ def _history(events: list[dict]) -> list[dict]:
 
 
 def test_online_equals_reference(plan, events, expected, redis_url):
-    _assert_equal(post_all(plan, redis_url, events), expected, "online")
+    assert_values_equal(post_all(plan, redis_url, events), expected, "online")
 
 
 def test_replay_equals_reference(spark, plan, events, expected, tmp_path):
@@ -97,7 +87,7 @@ def test_replay_equals_reference(spark, plan, events, expected, tmp_path):
     path.write_bytes(b"\n".join(orjson.dumps(e) for e in events) + b"\n")
     run_replay(spark, plan, [path], tmp_path / "out")
     rows = sorted(pq.read_table(tmp_path / "out" / "pay").to_pylist(), key=lambda r: r["_seq"])
-    _assert_equal(rows, expected, "replay")
+    assert_values_equal(rows, expected, "replay")
 
 
 def test_backfill_then_online_equals_reference(spark, plan, events, expected, redis_url, tmp_path):
@@ -106,17 +96,12 @@ def test_backfill_then_online_equals_reference(spark, plan, events, expected, re
     path.write_bytes(b"\n".join(orjson.dumps(e) for e in history) + b"\n")
     run_backfill(spark, plan, [path], redis_url, start_ms=START_MS, end_ms=SPLIT_MS)
     live = post_all(plan, redis_url, events[len(history):])
-    _assert_equal(live, expected[len(history):], "backfill then online")
+    assert_values_equal(live, expected[len(history):], "backfill then online")
 
 
 def test_stream_then_online_equals_reference(spark, plan, events, expected, redis_url, tmp_path):
     history = _history(events)
-    src = tmp_path / "in"
-    src.mkdir()
-    path = src / "part-0.jsonl"
-    path.write_bytes(b"\n".join(orjson.dumps(e) for e in history) + b"\n")
-    os.utime(path, (time.time() - 100, time.time() - 100))
-    report = run_stream(spark, plan, redis_url, f"dir:{src}", tmp_path / "ck", available_now=True)
+    report = stream_chunks(spark, plan, redis_url, [history], tmp_path)
     assert report.totals["events"] == len(history)
     live = post_all(plan, redis_url, events[len(history):])
-    _assert_equal(live, expected[len(history):], "stream then online")
+    assert_values_equal(live, expected[len(history):], "stream then online")

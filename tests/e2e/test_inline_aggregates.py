@@ -25,21 +25,17 @@ Floats are compared within 1e-9 relative (SPEC §3.3).
 
 from __future__ import annotations
 
-import os
-import time
-
 import orjson
 import pyarrow.parquet as pq
 import pytest
 import redis
 
-from tests.e2e.helpers import close, login_purchase_events, post_all
+from tests.e2e.helpers import close, login_purchase_events, post_all, stream_chunks
 from tests.reference import reference_values
 from tests.serving.helpers import compile_text
 from writer.backfill import run_backfill
 from writer.replay import run_replay
 from writer.status import state_features, store_status
-from writer.stream import run_stream
 
 pytestmark = pytest.mark.slow
 
@@ -217,16 +213,8 @@ def test_stream_then_online_equals_reference(spark, events, redis_url, tmp_path)
     plan = compile_text(INPUTS + INLINE + PURCHASE)
     expected = reference_values(plan, events)
     history = [e for e in events if e["_time"] < SPLIT_MS]
-    src = tmp_path / "in"
-    src.mkdir()
     half = len(history) // 2
-    now = time.time()
-    for i, chunk in enumerate([history[:half], history[half:]]):
-        p = src / f"part-{i}.jsonl"
-        p.write_bytes(b"\n".join(orjson.dumps(e) for e in chunk) + b"\n")
-        os.utime(p, (now - 100 + 10 * i, now - 100 + 10 * i))
-    report = run_stream(spark, plan, redis_url, f"dir:{src}", tmp_path / "ck", available_now=True,
-                        max_files_per_trigger=1)
+    report = stream_chunks(spark, plan, redis_url, [history[:half], history[half:]], tmp_path)
     assert report.totals["events"] == len(history) and report.late == 0
     assert redis.Redis.from_url(redis_url).dbsize() > 0
     live = post_all(plan, redis_url, events[len(history):])

@@ -22,9 +22,7 @@ For a seeded timeline whose values are often near ``±2**62``:
 
 from __future__ import annotations
 
-import os
 import random
-import time
 
 import orjson
 import pyarrow.parquet as pq
@@ -33,12 +31,11 @@ from fastapi.testclient import TestClient
 
 from serving.app import create_app
 from serving.settings import Settings
-from tests.e2e.helpers import post_all
+from tests.e2e.helpers import assert_values_equal, post_all, stream_chunks
 from tests.reference import reference_values
 from tests.serving.helpers import compile_text
 from writer.backfill import run_backfill
 from writer.replay import run_replay
-from writer.stream import run_stream
 
 pytestmark = pytest.mark.slow
 
@@ -93,13 +90,6 @@ def expected(plan, events):
     return reference_values(plan, events)
 
 
-def _assert_equal(got: list[dict], want: list[dict], what: str) -> None:
-    assert len(got) == len(want), what
-    for i, (a, b) in enumerate(zip(got, want)):
-        diffs = {k: (a.get(k), b[k]) for k in b if a.get(k) != b[k]}
-        assert not diffs, f"{what}: event {i}: {diffs}"
-
-
 def test_timeline_leaves_int64_and_comes_back(expected):
     for name in SUMS:
         values = [w[name] for w in expected]
@@ -120,7 +110,7 @@ def test_online_answers_every_event_with_the_reference(plan, events, expected, r
             body = r.json()
             got.append(body["features"])
             errors.append(body.get("errors", {}))
-    _assert_equal(got, expected, "online")
+    assert_values_equal(got, expected, "online")
     counts: dict[str, int] = {}
     for e, g, err in zip(events, got, errors):
         counts[e["k"]] = counts.get(e["k"], 0) + 1
@@ -134,7 +124,7 @@ def test_replay_equals_reference(spark, plan, events, expected, tmp_path):
     run_replay(spark, plan, [path], tmp_path / "out")
     rows = sorted(pq.read_table(tmp_path / "out" / "e").to_pylist(), key=lambda r: r["_seq"])
     assert [r["_seq"] for r in rows] == list(range(len(events)))
-    _assert_equal(rows, expected, "replay")
+    assert_values_equal(rows, expected, "replay")
 
 
 def test_backfill_then_online_equals_reference(spark, plan, events, expected, redis_url, tmp_path):
@@ -144,21 +134,13 @@ def test_backfill_then_online_equals_reference(spark, plan, events, expected, re
     path.write_bytes(b"\n".join(orjson.dumps(e) for e in history) + b"\n")
     run_backfill(spark, plan, [path], redis_url, start_ms=START_MS, end_ms=SPLIT_MS)
     live = post_all(plan, redis_url, events[len(history):])
-    _assert_equal(live, expected[len(history):], "backfill then online")
+    assert_values_equal(live, expected[len(history):], "backfill then online")
 
 
 def test_stream_then_online_equals_reference(spark, plan, events, expected, redis_url, tmp_path):
     history = [e for e in events if e["_time"] < SPLIT_MS]
-    src = tmp_path / "in"
-    src.mkdir()
     half = len(history) // 2
-    now = time.time()
-    for i, chunk in enumerate([history[:half], history[half:]]):
-        p = src / f"part-{i}.jsonl"
-        p.write_bytes(b"\n".join(orjson.dumps(e) for e in chunk) + b"\n")
-        os.utime(p, (now - 100 + 10 * i, now - 100 + 10 * i))
-    report = run_stream(spark, plan, redis_url, f"dir:{src}", tmp_path / "ck", available_now=True,
-                        max_files_per_trigger=1)
+    report = stream_chunks(spark, plan, redis_url, [history[:half], history[half:]], tmp_path)
     assert report.totals["events"] == len(history) and report.late == 0
     live = post_all(plan, redis_url, events[len(history):])
-    _assert_equal(live, expected[len(history):], "stream then online")
+    assert_values_equal(live, expected[len(history):], "stream then online")
