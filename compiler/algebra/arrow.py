@@ -597,7 +597,9 @@ class _Decayed(Kernel):
             with np.errstate(invalid="ignore", divide="ignore"):
                 a = dv[last_w] / dw[last_w]
             return _masked(a, has & (dw[last_w] > 0), pa.float64())
-        f = np.exp(-(b.r_t - w_t[last_w]).astype(np.float64) / W)
+        # a read without writes (``has`` false) points at write 0, which may lie after it (another key's): its
+        # exponent could overflow, so it decays by nothing and is masked below
+        f = np.exp(-np.where(has, b.r_t - w_t[last_w], 0).astype(np.float64) / W)
         a = (dw[last_w] if self.counts else dv[last_w]) * f
         return _masked(a, has, pa.float64())
 

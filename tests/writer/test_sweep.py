@@ -402,9 +402,6 @@ SWEPT = [("Count", False), ("Sum", True), ("Sum", False), ("Average", True), ("A
          ("DecayedCount", False), ("DecayedSum", False), ("DecayedAverage", False)]
 
 
-# the kernel's Decayed* take exp(-(t - s) / W) of another key's write for a read with no write
-# (then masked out): a harmless overflow warning
-@pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
 @pytest.mark.parametrize("fn,int_values", SWEPT, ids=[f"{f}-{'int' if i else 'float'}" if f in ("Sum", "Average")
                                                      else f for f, i in SWEPT])
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -488,6 +485,23 @@ def test_decayed_weighs_by_age():
     assert math.isclose(got[0], (2.0 * math.exp(-1) + 4.0) / (math.exp(-1) + 1), rel_tol=1e-12)
     for fn in ("DecayedCount", "DecayedSum", "DecayedAverage"):
         check(SweepSpec(fn, W, 1000, None, False), events)
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize("fn", ["DecayedCount", "DecayedSum", "DecayedAverage"])
+def test_decayed_read_without_writes_overflows_nothing(fn):
+    """A read of a key without writes, beside another key's write 10^6 windows later: null, and no warning.
+
+    The kernel once weighed such a read by ``exp`` of the other key's write age (10^6 here) before masking it:
+    ``RuntimeWarning: overflow encountered in exp`` in a replay's log.
+    """
+    W = 1000
+    events = [_ev("a", 0, 1, 1), _ev("b", 10**9, 2, 0, x=2.0), _ev("b", 10**9, 3, 1)]
+    spec = SweepSpec(fn, W, 1000, None, False)
+    got = _kernel(spec, events)
+    assert got[1] == (None, 0)
+    assert got[3] == (1.0 if fn == "DecayedCount" else 2.0, 1)
+    check(spec, events)
 
 
 def _lone_key(fn: str, payloads: list, p_type: pa.DataType = pa.string(), int_values: bool = False):
