@@ -49,7 +49,7 @@ def create_app(plan: Plan, settings: Settings | None = None, redis_url: str | No
     # Built eagerly so an unsupported plan fails before serving; the
     # lifespan attaches the store's script call.
     evaluator = Evaluator(plan, run=None, id_ttl_ms=settings.id_ttl_s * 1000, event_stream=settings.event_stream,
-                          lateness_ms=settings.allowed_lateness * 1000)
+                          lateness_ms=settings.allowed_lateness * 1000, pipeline=settings.batch_pipeline)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -61,6 +61,7 @@ def create_app(plan: Plan, settings: Settings | None = None, redis_url: str | No
             pass  # down at start-up: /ready says so, and the next call asks again
         app.state.store = store
         evaluator.run = store.run
+        evaluator.run_many = store.run_many
         evaluator.online = OnlineStarts(store.record_online)
         app.state.evaluator = evaluator
         try:

@@ -25,10 +25,11 @@ Source: SPEC §2.4 (write rules), §3.2 (window rule), §3.3, §4, §5.2.
 
 from __future__ import annotations
 
+import asyncio
 import time as _time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
 
 import orjson
 
@@ -41,6 +42,7 @@ from compiler.codegen.python import EvalError, compile_expr
 from compiler.plan import AggregateSpec, EventPlan, Feature, Plan, StateSpec, WriteSpec
 from compiler.typesystem import MAX_TIME_MS, MIN_TIME_MS, format_time, parse_time, read_input, to_json_value
 from serving.metrics import LATE_EVENTS, OUT_OF_ORDER_EVENTS
+from serving.store import PipelineBroken, StoreUnavailable
 
 
 class BadEvent(ValueError):
@@ -74,6 +76,37 @@ LATE, BEYOND = 2, 4
 #: Signature of the online-start record: ``{definition hash: event time ms}`` -> None
 #: (``serving.store.Store.record_online``: keeps the minimum per state).
 RecordOnline = Callable[[dict[str, int]], Awaitable[None]]
+
+
+class BatchInterrupted(StoreUnavailable):
+    """The store failed during :meth:`Evaluator.process_batch` (the API's 503, SPEC §4).
+
+    Each event's call is atomic; what the batch left is said by index:
+    events before ``done_before`` were processed, those from ``done_before``
+    to ``unsure_to`` may have been (their calls were sent, their replies
+    lost; none when ``unsure_to < done_before``), later ones were not.
+
+    Attributes:
+        message: the store's error.
+        failed: index of the event whose call (or online-start record) failed.
+        done_before: events before this index were processed.
+        unsure_to: last index that may have been processed.
+    """
+
+    def __init__(self, message: str, failed: int, done_before: int, unsure_to: int):
+        super().__init__(message)
+        self.message, self.failed, self.done_before, self.unsure_to = message, failed, done_before, unsure_to
+
+    def describe(self) -> str:
+        """The 503 message: ``event <i>: <error> (...)`` saying which events were processed."""
+        if self.unsure_to < self.done_before:
+            what = (f"events before index {self.done_before} were processed; "
+                    f"{'it and ' if self.failed == self.done_before else ''}later ones were not")
+        else:
+            span = (f"event {self.done_before} may have been" if self.unsure_to == self.done_before
+                    else f"events {self.done_before} to {self.unsure_to} may have been")
+            what = f"events before index {self.done_before} were processed, {span}; later ones were not"
+        return f"event {self.failed}: {self.message} ({what})"
 
 
 class OnlineStarts:
@@ -168,6 +201,31 @@ class _Round:
             dry=dry,
         ))
         return self
+
+
+@dataclass
+class _Call:
+    """One round's script call of one event: its KEYS and ARGV, and the reads waiting on its reply."""
+
+    rd: _Round
+    keys: list
+    argv: list
+    #: (read, after ms) per live read, in reply order
+    pending: list
+    #: the call carries the event's ``_id`` (its flag says whether the writes were skipped)
+    use_id: bool
+
+
+@dataclass
+class _Begun:
+    """An event evaluated up to its one script call (:meth:`EventProgram.begin`)."""
+
+    payload: dict
+    t_ms: int
+    env: dict
+    errors: dict
+    #: the call to send, ``None`` when the event needs none
+    call: _Call | None
 
 
 class EventProgram:
@@ -418,44 +476,138 @@ class EventProgram:
         if dry_run:
             rounds, event_id, online, append = self.dry_rounds(), None, None, None
         for k, rd in enumerate(rounds, start=1):
-            first = k == self.first_write_round and not skip_writes
-            use_id = event_id is not None and (first or (cluster and bool(rd.writes)))
-            use_stream = first and append is not None
-            keys: list[str] = [id_key(event_id) if use_id else "", append[0] if use_stream else ""]  # type: ignore[index, arg-type]
-            argv: list[Any] = [event_time_ms, id_ttl_ms if use_id else "", append[1] if use_stream else ""]  # type: ignore[index]
-            pending: list[tuple[_Read, int | None]] = []
-            # encoded entity keys of this round by (feature names, key types): states keyed
-            # alike share one encoding (env does not change within a round)
-            encoded: dict[tuple, str | None] = {}
-            for r in rd.reads_before:
-                self._read_args(r, env, keys, argv, pending, encoded)
-            written: list[str] = []
-            for w in rd.writes:
-                if not skip_writes and self._write_args(w, env, event_time_ms, keys, argv, encoded):
-                    written.append(w.state.definition_hash)
-                else:
-                    keys.append("")
-            for r in rd.reads_after:
-                self._read_args(r, env, keys, argv, pending, encoded)
-            if written and online is not None:
-                await online.note(written, event_time_ms)
-            if pending or ((written or use_id or use_stream) and not dry_run):
-                results = await run(rd.script, keys, argv, rd.layout)
-                flag = int(results[0])
+            call = await self._prepare(k, rd, env, event_time_ms, event_id, id_ttl_ms, online, append, cluster,
+                                       dry_run, skip_writes)
+            if call is not None:
+                results = await run(rd.script, call.keys, call.argv, rd.layout)
+                flag = self._finish(call, results, env, errors, event_time_ms, counted)
                 late |= flag & (LATE | BEYOND)
-                if use_id and not flag & 1 and not cluster:  # (a cluster's calls decide per slot)
+                if call.use_id and not flag & 1 and not cluster:  # (a cluster's calls decide per slot)
                     skip_writes = True
-                for (r, after_ms), res in zip(pending, results[1:]):
-                    try:
-                        env[r.feature] = r.finish(res, event_time_ms, after_ms)
-                    except EvalError as e:  # an int Sum beyond int64: null with its error (SPEC §3.5)
-                        env[r.feature] = None
-                        errors[r.feature] = str(e)
-                    if counted is not None:
-                        counted[r.feature] = None if r.count_writes is None else r.count_writes(res)
             self._eval_scalars(self.by_stage[k], env, errors, event_time_ms, payload)
         values = {f.name: env.get(f.name) for f in self.features}
         return values, errors, late
+
+    @property
+    def single_round(self) -> bool:
+        """Whether an event of this type makes at most one script call (no dependency stages, SPEC §5.2).
+
+        Such events can be sent pipelined (:meth:`begin`, :meth:`end`):
+        nothing an event sends depends on a reply to an earlier call.
+        """
+        return len(self.rounds) <= 1
+
+    async def begin(
+        self,
+        payload: dict,
+        event_time_ms: int,
+        event_id: str | None = None,
+        id_ttl_ms: int = 86_400_000,
+        online: OnlineStarts | None = None,
+        append: tuple[str, str] | None = None,
+        dry_run: bool = False,
+    ) -> "_Begun":
+        """The first half of :meth:`evaluate` for a :attr:`single_round` type: everything before its call.
+
+        Evaluates the stage-0 features, records the online-writer starts
+        (``online``, before the call is sent) and returns the round's call
+        (``None`` when the event makes none) for the caller to send, in
+        order with others (``Evaluator.process_batch``). Standalone store
+        only (a cluster splits a round by slot, ``serving.store.Store.run``).
+
+        Args:
+            payload, event_time_ms, event_id, id_ttl_ms, online, append,
+                dry_run: as :meth:`evaluate`.
+
+        Returns:
+            A :class:`_Begun` to pass to :meth:`end` with the call's reply.
+
+        Raises:
+            ValueError: the type is not :attr:`single_round`.
+            Whatever ``online.note`` raises (``serving.store.StoreUnavailable``).
+        """
+        if not self.single_round:
+            raise ValueError(f"event {self.name} makes more than one script call: use evaluate()")
+        env: dict[str, Any] = {}
+        errors: dict[str, str] = {}
+        self._eval_scalars(self.by_stage[0], env, errors, event_time_ms, payload)
+        call = None
+        if self.rounds:
+            rd = self.dry_rounds()[0] if dry_run else self.rounds[0]
+            if dry_run:
+                event_id, online, append = None, None, None
+            call = await self._prepare(1, rd, env, event_time_ms, event_id, id_ttl_ms, online, append, False,
+                                       dry_run, False)
+        return _Begun(payload, event_time_ms, env, errors, call)
+
+    def end(self, begun: "_Begun", results: list | None,
+            counted: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, str], int]:
+        """The second half of :meth:`evaluate`: finish a :meth:`begin` with its call's reply.
+
+        Args:
+            begun: what :meth:`begin` returned.
+            results: the reply of ``begun.call`` (``None`` when it is ``None``).
+            counted: as :meth:`evaluate`.
+
+        Returns:
+            ``(values, errors, late)`` as :meth:`evaluate`.
+        """
+        env, errors, t_ms, late = begun.env, begun.errors, begun.t_ms, 0
+        if begun.call is not None:
+            late = self._finish(begun.call, results, env, errors, t_ms, counted) & (LATE | BEYOND)
+        if self.rounds:
+            self._eval_scalars(self.by_stage[1], env, errors, t_ms, begun.payload)
+        values = {f.name: env.get(f.name) for f in self.features}
+        return values, errors, late
+
+    async def _prepare(self, k: int, rd: _Round, env: dict, t_ms: int, event_id: str | None, id_ttl_ms: int,
+                       online: OnlineStarts | None, append: tuple[str, str] | None, cluster: bool, dry_run: bool,
+                       skip_writes: bool) -> "_Call | None":
+        """Build round ``k``'s script call (keys, ARGV) and record its online-writer starts.
+
+        Returns:
+            The call, or ``None`` when the round needs none (no live read,
+            nothing written, no ``_id`` or stream entry to record).
+        """
+        first = k == self.first_write_round and not skip_writes
+        use_id = event_id is not None and (first or (cluster and bool(rd.writes)))
+        use_stream = first and append is not None
+        keys: list[str] = [id_key(event_id) if use_id else "", append[0] if use_stream else ""]  # type: ignore[index, arg-type]
+        argv: list[Any] = [t_ms, id_ttl_ms if use_id else "", append[1] if use_stream else ""]  # type: ignore[index]
+        pending: list[tuple[_Read, int | None]] = []
+        # encoded entity keys of this round by (feature names, key types): states keyed
+        # alike share one encoding (env does not change within a round)
+        encoded: dict[tuple, str | None] = {}
+        for r in rd.reads_before:
+            self._read_args(r, env, keys, argv, pending, encoded)
+        written: list[str] = []
+        for w in rd.writes:
+            if not skip_writes and self._write_args(w, env, t_ms, keys, argv, encoded):
+                written.append(w.state.definition_hash)
+            else:
+                keys.append("")
+        for r in rd.reads_after:
+            self._read_args(r, env, keys, argv, pending, encoded)
+        if written and online is not None:
+            await online.note(written, t_ms)
+        if pending or ((written or use_id or use_stream) and not dry_run):
+            return _Call(rd, keys, argv, pending, use_id)
+        return None
+
+    @staticmethod
+    def _finish(call: "_Call", results: list, env: dict, errors: dict, t_ms: int,
+                counted: dict[str, Any] | None) -> int:
+        """Set the values of a call's reads from its reply; return the reply's flag (module ``LATE``, ``BEYOND``)."""
+        flag = int(results[0])
+        for (r, after_ms), res in zip(call.pending, results[1:]):
+            try:
+                env[r.feature] = r.finish(res, t_ms, after_ms)
+            except EvalError as e:  # an int Sum beyond int64: null with its error (SPEC §3.5)
+                env[r.feature] = None
+                errors[r.feature] = str(e)
+            if counted is not None:
+                counted[r.feature] = None if r.count_writes is None else r.count_writes(res)
+        return flag
 
     def _read_args(self, r: _Read, env: dict, keys: list, argv: list, pending: list, encoded: dict) -> None:
         """Append one read's slot key (``""``: null key, the value is null) and ``after`` argument."""
@@ -517,6 +669,8 @@ class Evaluator:
             ``SCOWL_ALLOWED_LATENESS``); late events are counted in
             ``scowl_out_of_order_events_total`` and, beyond it, in
             ``scowl_late_events_total`` (``serving.metrics``).
+        pipeline: events per pipelined chunk of :meth:`process_batch`
+            (0: one at a time); pipelined only once :attr:`run_many` is set.
 
     Raises:
         NotImplementedError: see :class:`EventProgram`.
@@ -524,7 +678,7 @@ class Evaluator:
 
     def __init__(self, plan: Plan, run: RunScript | None, id_ttl_ms: int = 86_400_000,
                  record_online: RecordOnline | None = None, event_stream: str | None = None,
-                 lateness_ms: int = ALLOWED_LATENESS_S * 1000):
+                 lateness_ms: int = ALLOWED_LATENESS_S * 1000, pipeline: int = 64):
         self.plan = plan
         self.event_stream = event_stream
         self.run = run
@@ -533,6 +687,11 @@ class Evaluator:
         #: the store is a Redis Cluster (set by the app once the store says so; SPEC §5.1)
         self.cluster = False
         self.programs = {e: EventProgram(plan, e, lateness_ms) for e in plan.events}
+        #: the store's pipelined call (``serving.store.Store.run_many``; ``None``: :meth:`process_batch`
+        #: sends one event at a time)
+        self.run_many: Callable[[Sequence[tuple[str, Sequence[str], Sequence[Any]]]], Awaitable[list]] | None = None
+        #: events per pipelined chunk of :meth:`process_batch` (``SCOWL_BATCH_PIPELINE``; 0: none)
+        self.pipeline = pipeline
 
     def parse(self, body: Any) -> tuple[EventProgram, int, str | None]:
         """Validate an event object; return its program, event time (ms) and ``_id``.
@@ -593,13 +752,135 @@ class Evaluator:
             serving.store.StoreUnavailable: the store failed.
         """
         prog, t_ms, event_id = parsed or self.parse(body)
+        response_id, append = self._ids(prog, body, t_ms, event_id, dry_run)
+        counted: dict[str, Any] | None = {} if explain else None
+        values, errors, late = await prog.evaluate(body, t_ms, self.run, event_id, self.id_ttl_ms, self.online,
+                                                   append, self.cluster, dry_run, counted)
+        return self._response(prog, t_ms, response_id, values, errors, late, dry_run, counted)
+
+    async def process_batch(self, items: Sequence[tuple[Any, tuple[EventProgram, int, str | None]]],
+                            dry_run: bool = False, explain: bool = False) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+        """Evaluate events in order, as :meth:`process` one after the other would; yield ``(index, response)``.
+
+        Runs of consecutive events whose type makes one script call
+        (:attr:`EventProgram.single_round`) are sent pipelined, in chunks of
+        :attr:`pipeline` events on one connection (``run_many``,
+        ``serving.store.Store.run_many``): the store runs each call in
+        order, so every event sees exactly the writes of the events before
+        it, as when posted one by one; the next chunk's calls are built
+        while the store runs this chunk's, and sent once its replies are
+        in. Any other event (dependency stages), a Redis Cluster (calls
+        split by slot) or ``pipeline`` 0 goes through :meth:`process`.
+
+        Args:
+            items: ``(body, self.parse(body))`` per event, in order.
+            dry_run, explain: as :meth:`process`.
+
+        Yields:
+            ``(index into items, response)``, in order, as each event is done.
+
+        Raises:
+            BatchInterrupted: the store failed (its attributes say which
+                events were processed; those were yielded, except events
+                of a chunk whose replies were lost).
+            BadEvent: as :meth:`process`.
+        """
+        i, n = 0, len(items)
+        chunk = self.pipeline if self.run_many is not None and not self.cluster else 0
+        while i < n:
+            if chunk <= 0 or not items[i][1][0].single_round:
+                try:
+                    yield i, await self.process(items[i][0], items[i][1], dry_run, explain)
+                except StoreUnavailable as e:
+                    raise BatchInterrupted(str(e), i, i, i - 1) from e
+                i += 1
+                continue
+            j = i
+            while j < n and items[j][1][0].single_round:
+                j += 1
+            async for out in self._pipelined(items, i, j, chunk, dry_run, explain):
+                yield out
+            i = j
+
+    async def _pipelined(self, items, lo: int, hi: int, chunk: int, dry_run: bool,
+                         explain: bool) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+        """:meth:`process_batch` for ``items[lo:hi]``, all :attr:`EventProgram.single_round` (see there)."""
+        assert self.run_many is not None
+
+        async def begin(k: int):
+            body, (prog, t_ms, event_id) = items[k]
+            response_id, append = self._ids(prog, body, t_ms, event_id, dry_run)
+            begun = await prog.begin(body, t_ms, event_id, self.id_ttl_ms, self.online, append, dry_run)
+            return k, prog, response_id, begun
+
+        def end(k, prog, response_id, begun, reply) -> dict[str, Any]:
+            counted: dict[str, Any] | None = {} if explain else None
+            values, errors, late = prog.end(begun, reply, counted)
+            return self._response(prog, begun.t_ms, response_id, values, errors, late, dry_run, counted)
+
+        async def build(a: int, b: int) -> tuple[list, list]:
+            evs = []
+            for k in range(a, b):
+                try:
+                    evs.append(await begin(k))
+                except StoreUnavailable as e:  # online.note: nothing of events a..k was sent
+                    raise BatchInterrupted(str(e), k, a, a - 1) from e
+            return evs, [(e[3].call.rd.script, e[3].call.keys, e[3].call.argv) for e in evs if e[3].call is not None]
+
+        starts = list(range(lo, hi, chunk))
+        evs, calls = await build(starts[0], min(starts[0] + chunk, hi))
+        sent = asyncio.ensure_future(self.run_many(calls)) if calls else None
+        for c, a in enumerate(starts):
+            await asyncio.sleep(0)  # let the chunk's calls go out before building the next
+            nxt = None
+            if c + 1 < len(starts):
+                b = starts[c + 1]
+                try:
+                    nxt = await build(b, min(b + chunk, hi))
+                except BatchInterrupted:
+                    # nothing of the next chunk was sent: this one's events are done once its replies are in
+                    replies = await self._replies(sent, evs)
+                    for (k, prog, rid, begun), reply in zip(evs, replies):
+                        yield k, end(k, prog, rid, begun, reply)
+                    raise
+            replies = await self._replies(sent, evs)
+            if nxt is not None:
+                evs_next, calls_next = nxt
+                sent = asyncio.ensure_future(self.run_many(calls_next)) if calls_next else None
+            for (k, prog, rid, begun), reply in zip(evs, replies):
+                yield k, end(k, prog, rid, begun, reply)
+            if nxt is not None:
+                evs = evs_next
+
+    @staticmethod
+    async def _replies(sent, evs: list) -> list:
+        """Each event's reply (``None`` for an event without a call) of one sent chunk.
+
+        Raises:
+            BatchInterrupted: the chunk failed after ``done`` calls (``serving.store.PipelineBroken``).
+        """
+        try:
+            got = await sent if sent is not None else []
+        except PipelineBroken as e:
+            called = [ev[0] for ev in evs if ev[3].call is not None]
+            raise BatchInterrupted(str(e.cause), called[e.done], called[e.done], called[-1]) from e.cause
+        out, it = [], iter(got)
+        for e in evs:
+            out.append(next(it) if e[3].call is not None else None)
+        return out
+
+    def _ids(self, prog: EventProgram, body: Any, t_ms: int, event_id: str | None,
+             dry_run: bool) -> tuple[str, tuple[str, str] | None]:
+        """The response's ``event_id`` and the event-stream entry (``(key, JSON)`` or ``None``) of one event."""
         response_id = event_id if event_id is not None else uuid.uuid4().hex
         append = None
         if self.event_stream and prog.first_write_round and not dry_run:
             append = (self.event_stream, orjson.dumps({**body, "_time": t_ms, "_id": response_id}).decode())
-        counted: dict[str, Any] | None = {} if explain else None
-        values, errors, late = await prog.evaluate(body, t_ms, self.run, event_id, self.id_ttl_ms, self.online,
-                                                   append, self.cluster, dry_run, counted)
+        return response_id, append
+
+    def _response(self, prog: EventProgram, t_ms: int, response_id: str, values: dict, errors: dict, late: int,
+                  dry_run: bool, counted: dict | None) -> dict[str, Any]:
+        """The response object of one evaluated event (:meth:`process`); counts a late event."""
         if late and not dry_run:
             OUT_OF_ORDER_EVENTS.labels(prog.name).inc()
             if late & BEYOND:
@@ -617,7 +898,6 @@ class Evaluator:
         if counted is not None:
             out["explain"] = prog.explain(values, counted, t_ms)
         return out
-
 
 
 def _errors_of_outputs(errors: dict[str, Any], inline_parent: dict[str, str]) -> dict[str, Any]:

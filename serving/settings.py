@@ -27,6 +27,11 @@ class Settings(BaseSettings):
             body in bytes (413 ``body-too-large`` above; default 10 MiB).
         max_batch: ``SCOWL_MAX_BATCH``: largest accepted ``/batch`` array
             (413 ``batch-too-large`` above; default 100,000 events).
+        batch_pipeline: ``SCOWL_BATCH_PIPELINE``: events per pipelined
+            chunk of ``POST /batch`` (default 64; 0: one script call at a
+            time). Values are the same either way; a pipelined batch has
+            one round trip per chunk, and builds the next chunk's calls
+            while the store runs this one's (standalone store only).
         id_ttl_s: how long an ``_id`` is remembered for idempotency (seconds).
         store_timeout_s: Redis socket timeout (seconds).
         allowed_lateness: ``SCOWL_ALLOWED_LATENESS``, seconds (SPEC §3.3,
@@ -56,6 +61,7 @@ class Settings(BaseSettings):
     home: str = ".scowl"
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     max_batch: int = Field(default=100_000, ge=1)
+    batch_pipeline: int = Field(default=64, ge=0)
     id_ttl_s: int = Field(default=DEFAULT_ID_TTL_S, ge=1)
     store_timeout_s: float = Field(default=2.0, gt=0)
     event_stream: str | None = None

@@ -75,6 +75,19 @@ class StoreUnavailable(RuntimeError):
     """The store could not be reached or failed a command (the API answers 503)."""
 
 
+class PipelineBroken(Exception):
+    """A :meth:`Store.run_many` pipeline failed part way.
+
+    Attributes:
+        done: how many calls, the first ones, were run and answered.
+        cause: the :class:`StoreUnavailable` the failure maps to (its message is the API's).
+    """
+
+    def __init__(self, done: int, cause: StoreUnavailable):
+        super().__init__(f"{cause} (after {done} calls)")
+        self.done, self.cause = done, cause
+
+
 @contextmanager
 def _store_errors():
     """Turn what a store command raises into :class:`StoreUnavailable` (the API's 503).
@@ -296,28 +309,92 @@ class Store:
             redis.exceptions.ConnectionError, OSError, asyncio.CancelledError:
                 the connection is dropped.
         """
-        conn = None
+        conn = await self._take()
+        try:
+            await conn.send_packed_command(conn.pack_command(*args), check_health=False)
+            reply = await conn.read_response()
+        except ResponseError:
+            self._idle.append(conn)
+            raise
+        except BaseException:
+            await conn.disconnect(nowait=True)
+            raise
+        self._idle.append(conn)
+        return reply
+
+    async def _take(self):
+        """An idle connection of the standalone hot path (:attr:`_idle`), or a new one; dropped ones skipped."""
         idle = self._idle
         while idle:
             c = idle.pop()
             reader = getattr(c, "_reader", None)  # redis-py's stream reader (private): at EOF once the server closed
             if c.is_connected and not (reader is not None and reader.at_eof()):
-                conn = c
-                break
+                return c
             await c.disconnect(nowait=True)
-        if conn is None:
-            conn = self.client.connection_pool.make_connection()
+        return self.client.connection_pool.make_connection()
+
+    async def run_many(self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any]]]) -> list:
+        """Run round scripts in order, pipelined on one connection (standalone store only).
+
+        The store runs the calls one after the other, in list order, each
+        atomic, as :meth:`run` called once per call would, but with one
+        round trip for them all (``POST /batch``,
+        ``serving.evaluate.Evaluator.process_batch``). Each distinct script
+        of the calls goes first, ``SCRIPT LOAD`` in the same pipeline, so no
+        call meets ``NOSCRIPT`` (a call retried with ``EVAL`` would run out
+        of order), even after a ``SCRIPT FLUSH`` (loading a script the
+        store holds costs it a SHA1 of the text, ~1% of a demo chunk's
+        time). The deadline (``timeout_s``) covers the whole pipeline.
+
+        Args:
+            calls: ``(script, keys, argv)`` per call, as :meth:`run` takes them.
+
+        Returns:
+            The replies, one per call, in order.
+
+        Raises:
+            PipelineBroken: the store failed; ``done`` calls (the first ones)
+                were run and answered, the others may or may not have run
+                (the connection is dropped).
+            ValueError: the store is a Redis Cluster.
+        """
         try:
-            await conn.send_packed_command(conn.pack_command(*args), check_health=False)
-            reply = await conn.read_response()
-        except ResponseError:
-            idle.append(conn)
-            raise
+            if self.client is None:
+                await self.connect()
+        except StoreUnavailable as e:
+            raise PipelineBroken(0, e) from e
+        if self.cluster:
+            raise ValueError("run_many needs a standalone store (a cluster splits calls by slot: use run)")
+        conn = None
+        replies: list = []
+        try:
+            with _store_errors():
+                conn = await self._take()
+                cmds: list[tuple] = []
+                scripts: dict[str, None] = {}
+                for script, keys, argv in calls:
+                    sha = self.shas.get(script)
+                    if sha is None:
+                        sha = self.shas[script] = hashlib.sha1(script.encode()).hexdigest()
+                    scripts[script] = None
+                    cmds.append(("EVALSHA", sha, len(keys), *keys, *argv))
+                cmds[:0] = [("SCRIPT", "LOAD", script) for script in scripts]
+                async with self._deadline():
+                    await conn.send_packed_command(conn.pack_commands(cmds), check_health=False)
+                    for _ in scripts:
+                        await conn.read_response()
+                    for _ in calls:
+                        replies.append(await conn.read_response())
+        except StoreUnavailable as e:
+            if conn is not None:
+                await conn.disconnect(nowait=True)
+            raise PipelineBroken(len(replies), e) from e
         except BaseException:
-            await conn.disconnect(nowait=True)
+            if conn is not None:
+                await conn.disconnect(nowait=True)
             raise
-        idle.append(conn)
-        return reply
+        self._idle.append(conn)
+        return replies
 
     async def _run_split(self, script: str, sha: str, keys: Sequence[str], argv: Sequence[Any],
                          layout: Sequence[tuple[int, bool]]) -> list:

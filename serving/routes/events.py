@@ -19,7 +19,7 @@ from serving.responses import json_response
 
 from serving.deps import ApiKey, DryRunFlag, EvaluatorDep, ExplainFlag, ExportsFlag, FeaturesFlag
 from serving.errors import ApiError
-from serving.evaluate import BadEvent
+from serving.evaluate import BadEvent, BatchInterrupted
 from serving.metrics import DRY_RUNS, EVENT_LATENCY, EVENTS, STORE_ERRORS
 from serving.schemas import ErrorBody, EventResponse
 from serving.store import StoreUnavailable
@@ -72,15 +72,13 @@ def _select(resp: dict, features: bool | None, exports: bool | None) -> dict:
     return resp
 
 
-async def _process(evaluator, body, parsed, index: int | None = None, dry_run: bool = False,
-                   explain: bool = False) -> dict:
+async def _process(evaluator, body, parsed, dry_run: bool = False, explain: bool = False) -> dict:
     """Evaluate one validated event, counting it in the metrics.
 
     Args:
         evaluator: the app's evaluator.
         body: the event's JSON object.
         parsed: ``evaluator.parse(body)``.
-        index: the event's position in a batch (``None`` for ``/event``).
         dry_run: the read-only mode (``?dry_run``): nothing stored, counted
             in ``scowl_dry_runs_total`` instead of the event metrics.
         explain: add the ``explain`` object (``?explain``,
@@ -90,20 +88,14 @@ async def _process(evaluator, body, parsed, index: int | None = None, dry_run: b
         The event's response dict.
 
     Raises:
-        ApiError: 503 ``store-unavailable``; in a batch the message says which
-            event failed (events before it were processed and written).
+        ApiError: 503 ``store-unavailable``.
     """
     start = time.perf_counter()
     try:
         resp = await evaluator.process(body, parsed, dry_run, explain)
     except StoreUnavailable as e:
         STORE_ERRORS.inc()
-        if index is None:
-            raise ApiError(503, "store-unavailable", str(e)) from None
-        raise ApiError(
-            503, "store-unavailable",
-            f"event {index}: {e} (events before index {index} were processed; it and later ones were not)",
-        ) from None
+        raise ApiError(503, "store-unavailable", str(e)) from None
     if dry_run:
         DRY_RUNS.labels(parsed[0].name).inc()
     else:
@@ -146,6 +138,10 @@ async def post_batch(request: Request, evaluator: EvaluatorDep, features: Featur
                      dry_run: DryRunFlag, explain: ExplainFlag):
     """Evaluate a JSON array of events in order; all are validated before any is written (docs/semantics.md §8).
 
+    Each event sees exactly the writes of the events before it, as if they
+    were posted one by one to ``/event``; runs of events of one script call
+    each are sent to the store pipelined (``Evaluator.process_batch``).
+
     With ``?dry_run`` each event is evaluated alone against the store as it
     is (nothing is stored, so an event does not see the batch's earlier
     events); ``?explain`` as in :func:`post_event`.
@@ -156,7 +152,9 @@ async def post_batch(request: Request, evaluator: EvaluatorDep, features: Featur
     Raises:
         ApiError: as :func:`post_event` (an invalid event's message starts
             ``event <index>:``), plus 400 ``not-an-array`` and 413
-            ``batch-too-large``.
+            ``batch-too-large``; a 503's message says which events were
+            processed, which may have been, and that later ones were not
+            (``serving.evaluate.BatchInterrupted``).
     """
     body = await read_json(request)
     if not isinstance(body, list):
@@ -170,7 +168,19 @@ async def post_batch(request: Request, evaluator: EvaluatorDep, features: Featur
         except BadEvent as e:
             raise ApiError(400, e.code, f"event {i}: {e.message}") from None
     out = []
-    for i, (ev, p) in enumerate(zip(body, parsed)):
-        resp = await _process(evaluator, ev, p, index=i, dry_run=bool(dry_run), explain=bool(explain))
-        out.append(_select(resp, features, exports))
+    last = time.perf_counter()
+    try:
+        async for i, resp in evaluator.process_batch(list(zip(body, parsed)), bool(dry_run), bool(explain)):
+            name = parsed[i][0].name
+            if dry_run:
+                DRY_RUNS.labels(name).inc()
+            else:
+                now = time.perf_counter()
+                EVENTS.labels(name).inc()
+                EVENT_LATENCY.labels(name).observe(now - last)  # the event's share of the batch's time
+                last = now
+            out.append(_select(resp, features, exports))
+    except BatchInterrupted as e:
+        STORE_ERRORS.inc()
+        raise ApiError(503, "store-unavailable", e.describe()) from None
     return json_response(out)

@@ -96,7 +96,8 @@ def server(store):
     from serving.app import create_app
     from serving.settings import Settings
 
-    app = create_app(compile_text(TOPOLOGY), Settings(store_timeout_s=0.5),
+    # pipelined chunks of 8 (SCOWL_BATCH_PIPELINE): a kill lands between a batch's chunks as well as inside one
+    app = create_app(compile_text(TOPOLOGY), Settings(store_timeout_s=0.5, batch_pipeline=8),
                      redis_url=f"redis://127.0.0.1:{store.port}/0")
     with served(app, log_level="critical") as url:
         yield url
