@@ -19,7 +19,8 @@ DRY_RUNS = Counter("scowl_dry_runs_total", "Read-only evaluations (POST /event?d
 STORE_ERRORS = Counter("scowl_store_errors_total", "Requests answered 503 because the store failed.", registry=REGISTRY)
 EVENT_LATENCY = Histogram(
     "scowl_event_seconds",
-    "Time to evaluate one event (store round trips included), seconds, by event type.",
+    "Time to evaluate one event (store round trips included), seconds, by event type; in a POST /batch, the "
+    "event's share of the batch's time (pipelined events share their round trips).",
     ["event_type"],
     buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5),
     registry=REGISTRY,
