@@ -827,11 +827,14 @@ class Evaluator:
                     raise BatchInterrupted(str(e), k, a, a - 1) from e
             return evs, [(e[3].call.rd.script, e[3].call.keys, e[3].call.argv) for e in evs if e[3].call is not None]
 
+        def send(calls: list):
+            return asyncio.ensure_future(self.run_many(calls)) if calls else None
+
         starts = list(range(lo, hi, chunk))
         evs, calls = await build(starts[0], min(starts[0] + chunk, hi))
-        sent = asyncio.ensure_future(self.run_many(calls)) if calls else None
+        sent = send(calls)
+        await asyncio.sleep(0)  # let the chunk's calls go out before the next chunk is built
         for c, a in enumerate(starts):
-            await asyncio.sleep(0)  # let the chunk's calls go out before building the next
             nxt = None
             if c + 1 < len(starts):
                 b = starts[c + 1]
@@ -846,7 +849,8 @@ class Evaluator:
             replies = await self._replies(sent, evs)
             if nxt is not None:
                 evs_next, calls_next = nxt
-                sent = asyncio.ensure_future(self.run_many(calls_next)) if calls_next else None
+                sent = send(calls_next)
+                await asyncio.sleep(0)  # the next chunk goes out while this one's events are finished
             for (k, prog, rid, begun), reply in zip(evs, replies):
                 yield k, end(k, prog, rid, begun, reply)
             if nxt is not None:
