@@ -33,7 +33,9 @@ from writer.redisio import connect, used_memory
 
 HISTORY_START = datetime(2013, 1, 1, tzinfo=timezone.utc)
 LIVE_START = datetime(2013, 12, 1, tzinfo=timezone.utc)
-BATCH = 250
+#: events per ``POST /batch`` request: the API pipelines each array to the store in chunks
+#: (``SCOWL_BATCH_PIPELINE``); longer arrays overlap more of the chunks (``bench/batch.py --batch``)
+BATCH = 1000
 
 #: Features shown in the sample table (event ``departure``).
 SAMPLE_FEATURES = (
