@@ -69,7 +69,7 @@ from pyspark.sql import functions as F
 from compiler.algebra.storekeys import DEFAULT_ID_TTL_S
 from compiler.plan import Plan, StateSpec
 from compiler.typesystem import time_column
-from writer.session import restart_lambda_names, without_adaptive, without_codegen
+from writer.session import memo_column, restart_lambda_names, without_adaptive, without_codegen
 from writer.sink import claim_ids, merge_keys, merge_params
 from writer.sources import event_id, mark_repeated_ids, valid
 from writer.features import batch_features
@@ -220,6 +220,16 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _time_ms() -> Column:
+    """``_time_ms`` of a frame with ``_raw`` (``writer.sources``' rule), built once per JVM.
+
+    Its tree (``compiler.typesystem.time_column``) takes ~0.1 s of py4j
+    round trips to build, once per micro-batch otherwise
+    (``writer.session.memo_column``).
+    """
+    return memo_column(("stream-time-ms",), lambda: time_column(F.get_json_object("_raw", "$._time")))
+
+
 def raw_events(df: DataFrame, seq: Column) -> DataFrame:
     """Return the raw event columns of ``writer.sources`` from a frame with ``_raw``.
 
@@ -233,7 +243,7 @@ def raw_events(df: DataFrame, seq: Column) -> DataFrame:
     """
     return df.select(
         F.get_json_object("_raw", "$._type").alias("_type"),
-        time_column(F.get_json_object("_raw", "$._time")).alias("_time_ms"),
+        _time_ms().alias("_time_ms"),
         seq.alias("_seq"),
         "_raw",
     )
@@ -262,7 +272,7 @@ def dir_raw(batch: DataFrame) -> tuple[DataFrame, list[DataFrame]]:
     df = batch.where(F.length(F.trim(F.col("_raw"))) > 0)
     return df.select(
         F.get_json_object("_raw", "$._type").alias("_type"),
-        time_column(F.get_json_object("_raw", "$._time")).alias("_time_ms"),
+        _time_ms().alias("_time_ms"),
         "_raw", "_file", "_block", F.monotonically_increasing_id().alias("_mid"),
     ), []
 
@@ -402,7 +412,7 @@ class BatchProcessor:
         """
         t0 = time.perf_counter()
         spark = raw.sparkSession
-        ok = valid(list(self.plan.events))
+        ok = memo_column(("stream-valid", tuple(sorted(self.plan.events))), lambda: valid(list(self.plan.events)))
         rec = self.record(batch_id)
         if rec is not None:
             wm = rec["watermark_ms"]
@@ -430,7 +440,7 @@ class BatchProcessor:
                 F.count(F.when(ok, 1)).alias("valid"),
                 F.count(F.when(late, 1)).alias("late"),
                 F.max(F.when(ok, F.col("_time_ms"))).alias("max_t"),
-                F.count(F.when(ok, event_id())).alias("ids"),
+                F.count(F.when(ok, memo_column(("stream-event-id",), event_id))).alias("ids"),
                 *[F.min(F.when(ok & ~late & (F.col("_type") == F.lit(ev)), F.col("_time_ms"))).alias(f"min_{i}")
                   for i, ev in enumerate(writers)],
                 *([] if numbered else [F.collect_set(F.struct("_file", "_block")).alias("splits")]),
