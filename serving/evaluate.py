@@ -29,7 +29,7 @@ import asyncio
 import time as _time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, NamedTuple, Sequence
 
 import orjson
 
@@ -226,6 +226,15 @@ class _Begun:
     errors: dict
     #: the call to send, ``None`` when the event needs none
     call: _Call | None
+
+
+class _Pending(NamedTuple):
+    """An event of a pipelined chunk (``Evaluator.process_batch``): its batch index, program, response id, first half."""
+
+    index: int
+    prog: "EventProgram"
+    response_id: str
+    begun: _Begun
 
 
 class EventProgram:
@@ -807,57 +816,53 @@ class Evaluator:
         """:meth:`process_batch` for ``items[lo:hi]``, all :attr:`EventProgram.single_round` (see there)."""
         assert self.run_many is not None
 
-        async def begin(k: int):
-            body, (prog, t_ms, event_id) = items[k]
-            response_id, append = self._ids(prog, body, t_ms, event_id, dry_run)
-            begun = await prog.begin(body, t_ms, event_id, self.id_ttl_ms, self.online, append, dry_run)
-            return k, prog, response_id, begun
-
-        def end(k, prog, response_id, begun, reply) -> dict[str, Any]:
-            counted: dict[str, Any] | None = {} if explain else None
-            values, errors, late = prog.end(begun, reply, counted)
-            return self._response(prog, begun.t_ms, response_id, values, errors, late, dry_run, counted)
-
-        async def build(a: int, b: int) -> tuple[list, list]:
-            evs = []
+        async def build(a: int, b: int) -> list[_Pending]:
+            out = []
             for k in range(a, b):
+                body, (prog, t_ms, event_id) = items[k]
+                response_id, append = self._ids(prog, body, t_ms, event_id, dry_run)
                 try:
-                    evs.append(await begin(k))
+                    begun = await prog.begin(body, t_ms, event_id, self.id_ttl_ms, self.online, append, dry_run)
                 except StoreUnavailable as e:  # online.note: nothing of events a..k was sent
                     raise BatchInterrupted(str(e), k, a, a - 1) from e
-            return evs, [(e[3].call.rd.script, e[3].call.keys, e[3].call.argv) for e in evs if e[3].call is not None]
+                out.append(_Pending(k, prog, response_id, begun))
+            return out
 
-        def send(calls: list):
+        def send(evs: list[_Pending]):
+            calls = [(c.rd.script, c.keys, c.argv) for c in (e.begun.call for e in evs) if c is not None]
             return asyncio.ensure_future(self.run_many(calls)) if calls else None
 
-        starts = list(range(lo, hi, chunk))
-        evs, calls = await build(starts[0], min(starts[0] + chunk, hi))
-        sent = send(calls)
+        def finished(evs: list[_Pending], replies: list):
+            for e, reply in zip(evs, replies):
+                counted: dict[str, Any] | None = {} if explain else None
+                values, errors, late = e.prog.end(e.begun, reply, counted)
+                yield e.index, self._response(e.prog, e.begun.t_ms, e.response_id, values, errors, late, dry_run,
+                                              counted)
+
+        starts = list(range(lo, hi, chunk)) + [hi]
+        evs = await build(starts[0], starts[1])
+        sent = send(evs)
         await asyncio.sleep(0)  # let the chunk's calls go out before the next chunk is built
-        for c, a in enumerate(starts):
+        for a, b in zip(starts[1:], starts[2:] + [None]):
             nxt = None
-            if c + 1 < len(starts):
-                b = starts[c + 1]
+            if b is not None:
                 try:
-                    nxt = await build(b, min(b + chunk, hi))
+                    nxt = await build(a, b)  # while the store runs this chunk
                 except BatchInterrupted:
                     # nothing of the next chunk was sent: this one's events are done once its replies are in
-                    replies = await self._replies(sent, evs)
-                    for (k, prog, rid, begun), reply in zip(evs, replies):
-                        yield k, end(k, prog, rid, begun, reply)
+                    for out in finished(evs, await self._replies(sent, evs)):
+                        yield out
                     raise
             replies = await self._replies(sent, evs)
             if nxt is not None:
-                evs_next, calls_next = nxt
-                sent = send(calls_next)
+                sent = send(nxt)
                 await asyncio.sleep(0)  # the next chunk goes out while this one's events are finished
-            for (k, prog, rid, begun), reply in zip(evs, replies):
-                yield k, end(k, prog, rid, begun, reply)
-            if nxt is not None:
-                evs = evs_next
+            for out in finished(evs, replies):
+                yield out
+            evs = nxt
 
     @staticmethod
-    async def _replies(sent, evs: list) -> list:
+    async def _replies(sent, evs: list[_Pending]) -> list:
         """Each event's reply (``None`` for an event without a call) of one sent chunk.
 
         Raises:
@@ -866,12 +871,10 @@ class Evaluator:
         try:
             got = await sent if sent is not None else []
         except PipelineBroken as e:
-            called = [ev[0] for ev in evs if ev[3].call is not None]
+            called = [ev.index for ev in evs if ev.begun.call is not None]
             raise BatchInterrupted(str(e.cause), called[e.done], called[e.done], called[-1]) from e.cause
-        out, it = [], iter(got)
-        for e in evs:
-            out.append(next(it) if e[3].call is not None else None)
-        return out
+        it = iter(got)
+        return [next(it) if ev.begun.call is not None else None for ev in evs]
 
     def _ids(self, prog: EventProgram, body: Any, t_ms: int, event_id: str | None,
              dry_run: bool) -> tuple[str, tuple[str, str] | None]:

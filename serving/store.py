@@ -245,9 +245,7 @@ class Store:
                 call is atomic, so either all of its writes happened or none
                 (in a cluster, per slot).
         """
-        sha = self.shas.get(script)
-        if sha is None:
-            sha = self.shas[script] = hashlib.sha1(script.encode()).hexdigest()
+        sha = self._sha(script)
         if self.client is None:
             await self.connect()
         if self.cluster and layout is None:
@@ -257,6 +255,13 @@ class Store:
                 return await self._run_split(script, sha, keys, argv, layout)
             async with self._deadline():
                 return await self._call(script, sha, keys, argv)
+
+    def _sha(self, script: str) -> str:
+        """The SHA1 (hex) ``EVALSHA`` names ``script`` by, computed once per script (:attr:`shas`)."""
+        sha = self.shas.get(script)
+        if sha is None:
+            sha = self.shas[script] = hashlib.sha1(script.encode()).hexdigest()
+        return sha
 
     async def _call(self, script: str, sha: str, keys: Sequence[str], argv: Sequence[Any],
                     slot: int | None = None) -> list:
@@ -373,11 +378,8 @@ class Store:
                 cmds: list[tuple] = []
                 scripts: dict[str, None] = {}
                 for script, keys, argv in calls:
-                    sha = self.shas.get(script)
-                    if sha is None:
-                        sha = self.shas[script] = hashlib.sha1(script.encode()).hexdigest()
                     scripts[script] = None
-                    cmds.append(("EVALSHA", sha, len(keys), *keys, *argv))
+                    cmds.append(("EVALSHA", self._sha(script), len(keys), *keys, *argv))
                 cmds[:0] = [("SCRIPT", "LOAD", script) for script in scripts]
                 async with self._deadline():
                     await conn.send_packed_command(conn.pack_commands(cmds), check_health=False)

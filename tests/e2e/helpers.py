@@ -85,6 +85,29 @@ def displaced(events: list[dict], seed: int, lateness_ms: int = 3_600_000) -> li
     return [events[i] for i in order]
 
 
+#: ``login`` aggregate lines for :func:`login_purchase_topology`: every kind of state (tiles, write
+#: logs, CountUnique, HyperLogLog, Decayed*), ``exclusive``, ``after`` and a global key, in one script call
+LOGIN_EVERY_FUNCTION = """
+n_user := Count(by user last 1 hour)
+sum_ip := Sum(amount by ip last 1 day)
+avg_user := Average(amount by user last 10 minutes)
+max_ip := Max(amount by ip where amount > 1 last 1 day)
+recent := Sequence(ip by user last 1 hour limit 3)
+uniq := CountUnique(ip by user last 1 day)
+hll := HyperLogLog(user by ip last 1 day)
+prev := LatestTime(by user exclusive)
+first_ip := First(ip by user last 1 day)
+decayed := DecayedSum(amount by user last 1 hour)
+since_prev := Count(by user after prev last 1 day)
+n_all := Count(last 1 hour)
+"""
+#: ``purchase`` aggregate lines for :func:`login_purchase_topology`: its own Sum and a cross-event Count<login>
+PURCHASE_AGGREGATES = """
+spent := Sum(total by user last 1 day)
+logins := Count<login>(by user last 1 hour)
+"""
+
+
 def login_purchase_topology(login: str, purchase: str = "") -> str:
     """The ``.scowl`` text of :func:`login_purchase_events`' two event types, their inputs declared here,
     with the aggregate (and scalar) lines ``login`` and ``purchase`` added to each."""

@@ -21,31 +21,17 @@ import pytest
 import redis
 
 from serving.evaluate import BatchInterrupted
-from tests.e2e.helpers import displaced, login_purchase_events, login_purchase_topology
+from tests.e2e.helpers import (LOGIN_EVERY_FUNCTION, PURCHASE_AGGREGATES, displaced, login_purchase_events,
+                               login_purchase_topology)
 from tests.e2e.store_dump import assert_same_store, db_url, dump_store
 from tests.serving.helpers import client_for, compile_text
 
-ONE_CALL = """
-n_user := Count(by user last 1 hour)
-sum_ip := Sum(amount by ip last 1 day)
-avg_user := Average(amount by user last 10 minutes)
-max_ip := Max(amount by ip where amount > 1 last 1 day)
-recent := Sequence(ip by user last 1 hour limit 3)
-uniq := CountUnique(ip by user last 1 day)
-hll := HyperLogLog(user by ip last 1 day)
-prev := LatestTime(by user exclusive)
-decayed := DecayedSum(amount by user last 1 hour)
-since_prev := Count(by user after prev last 1 day)
-"""
-PURCHASE = """
-spent := Sum(total by user last 1 day)
-logins := Count<login>(by user last 1 hour)
-"""
 TOPOLOGIES = {
-    "one-call": login_purchase_topology(ONE_CALL, PURCHASE),
+    "one-call": login_purchase_topology(LOGIN_EVERY_FUNCTION, PURCHASE_AGGREGATES),
     # `again` is keyed by an aggregate of the same event: login makes two script calls
-    "mixed": login_purchase_topology(ONE_CALL + "mirror := Latest(user by user last 1 hour)\n"
-                                                "again := Count(by mirror as user last 1 hour)\n", PURCHASE),
+    "mixed": login_purchase_topology(LOGIN_EVERY_FUNCTION + "mirror := Latest(user by user last 1 hour)\n"
+                                                            "again := Count(by mirror as user last 1 hour)\n",
+                                     PURCHASE_AGGREGATES),
 }
 T0 = 1_700_000_000_000
 

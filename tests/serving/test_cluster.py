@@ -32,28 +32,14 @@ from fastapi.testclient import TestClient
 from serving.app import create_app
 from serving.settings import Settings
 from serving.store import Store, slot_tag, split_by_slot
-from tests.e2e.helpers import login_purchase_events, login_purchase_topology, post_all
+from tests.e2e.helpers import (LOGIN_EVERY_FUNCTION, PURCHASE_AGGREGATES, login_purchase_events,
+                               login_purchase_topology, post_all)
 from tests.e2e.store_dump import assert_same_store, dump_store, live_part
 from tests.serving.helpers import compile_text
 
-TOPOLOGY = login_purchase_topology("""
-n_user := Count(by user last 1 hour)
-sum_ip := Sum(amount by ip last 1 day)
-avg_user := Average(amount by user last 10 minutes)
-max_ip := Max(amount by ip where amount > 1 last 1 day)
-recent := Sequence(ip by user last 1 hour limit 3)
-uniq := CountUnique(ip by user last 1 day)
-hll := HyperLogLog(user by ip last 1 day)
-prev := LatestTime(by user exclusive)
-first_ip := First(ip by user last 1 day)
-decayed := DecayedSum(amount by user last 1 hour)
-since_prev := Count(by user after prev last 1 day)
-n_all := Count(last 1 hour)
+TOPOLOGY = login_purchase_topology(LOGIN_EVERY_FUNCTION + """
 uniq_all := CountUnique(user last 1 day)
-""", """
-spent := Sum(total by user last 1 day)
-logins := Count<login>(by user last 1 hour)
-""")
+""", PURCHASE_AGGREGATES)
 T0 = 1_700_000_000_000
 
 

@@ -26,31 +26,17 @@ from fastapi.testclient import TestClient
 from serving.app import create_app
 from serving.metrics import REGISTRY
 from serving.settings import Settings
-from tests.e2e.helpers import displaced, login_purchase_events, login_purchase_topology
+from tests.e2e.helpers import (LOGIN_EVERY_FUNCTION, PURCHASE_AGGREGATES, displaced, login_purchase_events,
+                               login_purchase_topology)
 from tests.e2e.store_dump import dump_store
 from writer.redisio import is_cluster
 from tests.serving.helpers import client_for, compile_text
 
-TOPOLOGY = login_purchase_topology("""
-n_user := Count(by user last 1 hour)
-sum_ip := Sum(amount by ip last 1 day)
-avg_user := Average(amount by user last 10 minutes)
-max_ip := Max(amount by ip where amount > 1 last 1 day)
-recent := Sequence(ip by user last 1 hour limit 3)
-uniq := CountUnique(ip by user last 1 day)
-hll := HyperLogLog(user by ip last 1 day)
-prev := LatestTime(by user exclusive)
-first_ip := First(ip by user last 1 day)
-decayed := DecayedSum(amount by user last 1 hour)
-since_prev := Count(by user after prev last 1 day)
-n_all := Count(last 1 hour)
+TOPOLOGY = login_purchase_topology(LOGIN_EVERY_FUNCTION + """
 mirror := Latest(user by user last 1 hour)
 again := Count(by mirror as user last 1 hour)
 staged := Sum(amount by n_user last 1 day)
-""", """
-spent := Sum(total by user last 1 day)
-logins := Count<login>(by user last 1 hour)
-""")
+""", PURCHASE_AGGREGATES)
 T0 = 1_700_000_000_000
 
 
