@@ -900,7 +900,8 @@ def input_column_with_error(
         raise ValueError(f"not an input type: {type_name!r}")
     path = json_path(spec.path)
     variant = raw_json if parsed else F.try_parse_json(raw_json)
-    kind = F.schema_of_variant(F.try_variant_get(variant, path, "variant"))
+    # an empty path reads the variant itself (a field the writer took out of the payload first)
+    kind = F.schema_of_variant(variant if not spec.path else F.try_variant_get(variant, path, "variant"))
     text = F.try_variant_get(variant, path, "string")
     # kind and text are small expressions over one try_parse_json, which Spark's
     # subexpression elimination evaluates once per row; inlining beat let() here.

@@ -15,7 +15,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from compiler.codegen.spark import compile_column
-from compiler.plan import EventPlan, Plan
+from compiler.plan import EventPlan, Feature, InputSpec, Plan
 from compiler.typesystem import input_column
 from writer.session import configure, memo_column
 from writer.sources import seq_join_keys
@@ -34,25 +34,67 @@ class StagedFeatureError(NotImplementedError):
     """
 
 
-def parse_payload(df: DataFrame, keep: list[str]) -> DataFrame:
-    """``keep`` and ``_v``, the event's JSON text ``_raw`` parsed once (``try_parse_json``, a VARIANT).
+def _by_field(f: Feature) -> bool:
+    """Whether input ``f`` reads a top-level field of the payload first (its path starts with a key)."""
+    return bool(f.input.path) and isinstance(f.input.path[0], str)
 
-    A key repeated in an object reads as its last value, as the API's JSON
-    parser (orjson) reads it: :func:`writer.session.configure` sets that on
-    the session first, for good. Malformed JSON is a null ``_v`` (every
-    input missing).
+
+def _ddl_name(name: str) -> str:
+    """``name`` as a field name of a Spark DDL type string (backquoted, backquotes doubled)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def input_columns(df: DataFrame, keep: list[str], inputs: Mapping[str, Feature]) -> DataFrame:
+    """``df`` reduced to ``keep`` plus one column per input feature, each event's JSON ``_raw`` parsed once.
+
+    The payload is parsed once (``try_parse_json``, a VARIANT; a key
+    repeated in an object reads as its last value, as the API's orjson reads
+    it: :func:`writer.session.configure` sets that on the session first, for
+    good; malformed JSON is a null payload, every input missing) and, in the
+    same projection, its top-level fields that some input
+    starts its path with are taken out in one pass over the object:
+    ``try_variant_get(payload, '$', 'struct<k1 variant, ..>')`` finds
+    each field once (by exact, case-sensitive key), where a path lookup per
+    input decodes the object's keys one by one, twice per input (kind and
+    text). Each input then reads the rest of its path from its field
+    (``compiler.typesystem.input_column`` over the field, ``parsed``): a
+    missing field, a payload that is not an object and malformed JSON are
+    all a null field, read as missing, as a lookup by the whole path
+    reads them. An input whose path starts with an array index reads the
+    parsed payload by its whole path.
 
     Args:
-        df: a frame with ``_raw``.
-        keep: the columns of ``df`` to keep, in order.
+        df: a frame with ``_raw`` (the event's JSON text).
+        keep: the columns of ``df`` to keep, in order (``_raw`` may be one).
+        inputs: output column name -> input feature (``kind == "input"``).
 
     Returns:
-        ``df.select(*keep, _v)``.
+        ``df.select(*keep, *inputs)``: values typed as ``input_column`` types them.
 
     Source: SPEC §2.2 (inputs read from the event's JSON as the API reads it).
     """
     configure(df.sparkSession)
-    return df.select(*keep, F.try_parse_json(F.col("_raw")).alias("_v"))
+    firsts = sorted({f.input.path[0] for f in inputs.values() if _by_field(f)})
+    whole = [n for n, f in inputs.items() if not _by_field(f)]
+    parsed = F.try_parse_json(F.col("_raw"))
+    staged = [parsed.alias("_v")] if whole else []
+    if firsts:
+        struct = "struct<" + ", ".join(f"{_ddl_name(k)} variant" for k in firsts) + ">"
+        staged.append(F.try_variant_get(parsed if not whole else F.col("_v"), "$", struct).alias("_s"))
+    if whole and len(staged) > 1:  # _s reads _v: parse in one projection, take the fields in the next
+        df = df.select(*keep, *staged[:1]).select(*keep, "_v", staged[1])
+    else:
+        df = df.select(*keep, *staged)
+
+    def column(f: Feature) -> Column:
+        if _by_field(f):
+            rest = InputSpec(f.input.path[1:], f.input.optional, f.input.default, f.input.has_default)
+            return memo_column(("input-field", repr(f.input), f.type),
+                               lambda: input_column(F.col("_s").getField(f.input.path[0]), rest, f.type, parsed=True))
+        return memo_column(("input", repr(f.input), f.type),
+                           lambda: input_column(F.col("_v"), f.input, f.type, parsed=True))
+
+    return df.select(*keep, *[column(f).alias(name) for name, f in inputs.items()])
 
 
 def needed_features(event: EventPlan, names: Iterable[str], known: Iterable[str] = ()) -> list[str]:
@@ -140,14 +182,10 @@ def with_features(
     # projection; the column trees are built once per process, memo_column)
     inputs = [n for n in needed if feats[n].kind == "input"]
     if inputs:
-        df = parse_payload(df, [*df.columns])
-        df = df.withColumns({
-            f"f_{n}": memo_column(("input", repr(feats[n].input), feats[n].type),
-                                  lambda f=feats[n]: input_column(F.col("_v"), f.input, f.type, parsed=True))
-            for n in inputs})
+        keep = [*df.columns]
+        df = input_columns(df, keep, {f"f_{n}": feats[n] for n in inputs})
         for n in inputs:
             cols[n] = F.col(f"f_{n}")
-        df = df.drop("_v")
     if aggregates:
         # all of them in one frame (one join per dependency stage, PointInTime.values_many)
         values = staged.values_many(event.name, aggregates)
@@ -233,10 +271,7 @@ def batch_features(df: DataFrame, plan: Plan, needs: Mapping[str, Iterable[str]]
     carried = [c for c in df.columns if c != "_raw"]
     if inputs:
         # the JSON parsed once per event, for every input of every type, in one projection
-        df = parse_payload(df, carried)
-        df = df.select(*carried, *[
-            memo_column(key, lambda f=f: input_column(F.col("_v"), f.input, f.type, parsed=True)).alias(name)
-            for key, (name, f) in inputs.items()])
+        df = input_columns(df, carried, {name: f for name, f in inputs.values()})
     else:
         df = df.select(*carried)
     # scalars in waves, all event types together: each wave the scalars whose features are all there

@@ -231,3 +231,61 @@ def test_input_column_keeps_lossy_value(spark):
     df = spark.createDataFrame([('{"v": 5.6}',), ('{"v": "bar"}',), ('{"v": "7"}',)], "raw string")
     got = [r.v for r in df.select(input_column(F.col("raw"), InputSpec(("v",)), "int").alias("v")).collect()]
     assert got == [5, None, 7]
+
+
+#: Payloads whose top-level shape decides what every input reads: the writer takes top-level fields
+#: out of the payload in one pass (``writer.features.input_columns``), so these check that pass against
+#: the API's reading (case-sensitive keys, the last of a repeated key, non-object payloads, odd names).
+SHAPES: list[tuple[str, InputSpec, str]] = [
+    ('{"Carrier": "BB"}', InputSpec(("carrier",), optional=True), "string"),
+    ('{"carrier": "AA", "Carrier": "BB"}', InputSpec(("carrier",)), "string"),
+    ('{"carrier": "x", "carrier": "y"}', InputSpec(("carrier",)), "string"),
+    ('[1, 2]', InputSpec(("v",), optional=True), "int"),
+    ('[1, 2]', InputSpec((1,)), "int"),
+    ('[{"v": 3}]', InputSpec((0, "v")), "int"),
+    ('5', InputSpec(("v",), default=7, has_default=True), "int"),
+    ('"text"', InputSpec(("v",)), "string"),
+    ('{"a`b": 4, "a": 1}', InputSpec(("a`b",)), "int"),
+    ('{"a": {"b": {"c": "deep"}}}', InputSpec(("a", "b", "c")), "string"),
+    ('{"a": {"b": {"c": "deep"}}}', InputSpec(("a", "b")), "string"),
+    ('{"v": {"w": 1}}', InputSpec(("v",)), "int"),
+    ('{"v": 1e400}', InputSpec(("v",)), "float"),
+    ('{"v": 12.50}', InputSpec(("v",)), "string"),
+    ('{"v": 123456789012345678901234}', InputSpec(("v",)), "string"),
+]
+
+
+def test_writer_inputs_match_path_lookups(spark):
+    """``writer.features.input_columns`` (top-level fields taken out in one pass) reads every input as a
+    lookup of its whole path in the parsed payload does, and as the API does on the shapes above."""
+    from pyspark.sql import functions as F
+
+    from compiler.plan import Feature
+    from compiler.typesystem import input_column
+    from writer.features import input_columns
+    from writer.session import without_codegen
+
+    cases = [(f'{{"v": {raw}}}', InputSpec(("v",), optional=True), t) for raw, t, _v, _e in COERCIONS]
+    cases += [(p, spec, t) for p, spec, t, _v, _e in INPUTS] + SHAPES
+    # one feature per distinct (spec, type); every row reads every feature (payloads of other cases too)
+    feats: dict[tuple, Feature] = {}
+    for _p, spec, t in cases:
+        feats.setdefault((spec, t), Feature(name=f"i{len(feats)}", type=t, kind="input", input=spec))
+    names = {f.name: f for f in feats.values()}
+    payloads = sorted({p for p, _s, _t in cases})
+    df = spark.createDataFrame([(k, p) for k, p in enumerate(payloads)], "_row bigint, _raw string")
+    lookups = [input_column(F.col("_raw"), f.input, f.type).alias(f"w_{n}") for n, f in names.items()]
+    with without_codegen(spark):
+        got = {r["_row"]: r for r in input_columns(df, ["_row"], names).collect()}
+        want = {r["_row"]: r for r in df.select("_row", *lookups).collect()}
+    assert sorted(got) == sorted(want) == list(range(len(payloads)))
+    failures = [f"{f.type} {payloads[k]} {f.input}: fields={got[k][n]!r} path={want[k][f'w_{n}']!r}"
+                for k in got for n, f in names.items() if not same(got[k][n], want[k][f"w_{n}"])]
+    shapes = {p for p, _s, _t in SHAPES if "1e400" not in p}  # Python's json reads 1e400 as inf, orjson refuses it
+    for k in got:
+        if payloads[k] in shapes:
+            for n, f in names.items():
+                py, _err = _python_row(payloads[k], f.input, f.type)
+                if f.input in {s for p, s, _t in SHAPES if p == payloads[k]} and not same(got[k][n], py):
+                    failures.append(f"{f.type} {payloads[k]} {f.input}: spark={got[k][n]!r} python={py!r}")
+    assert not failures, "\n".join(failures[:20])
