@@ -882,8 +882,11 @@ def input_column_with_error(
     Args:
         raw_json: ``StringType`` column with the event's raw JSON text, or,
             with ``parsed``, a ``VARIANT`` column from ``try_parse_json`` of it
-            (the writer parses each event once for all of its inputs).
-        spec: the input (path, optional, default).
+            (the writer parses each event once for all of its inputs), or a
+            part of such a parse (``writer.features.input_columns`` passes a
+            top-level field with the rest of the path).
+        spec: the input (path, optional, default); an empty path reads
+            ``raw_json`` itself.
         type_name: one of :data:`INPUT_TYPES`.
         parsed: ``raw_json`` is already parsed.
 
