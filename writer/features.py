@@ -75,16 +75,15 @@ def input_columns(df: DataFrame, keep: list[str], inputs: Mapping[str, Feature])
     """
     configure(df.sparkSession)
     firsts = sorted({f.input.path[0] for f in inputs.values() if _by_field(f)})
-    whole = [n for n, f in inputs.items() if not _by_field(f)]
+    out = list(keep)
     parsed = F.try_parse_json(F.col("_raw"))
-    staged = [parsed.alias("_v")] if whole else []
+    if not all(_by_field(f) for f in inputs.values()):
+        # an input by array index reads the whole parse: parse in one projection, take the fields in the next
+        df = df.select(*keep, parsed.alias("_v"))
+        keep, parsed = [*keep, "_v"], F.col("_v")
     if firsts:
         struct = "struct<" + ", ".join(f"{_ddl_name(k)} variant" for k in firsts) + ">"
-        staged.append(F.try_variant_get(parsed if not whole else F.col("_v"), "$", struct).alias("_s"))
-    if whole and len(staged) > 1:  # _s reads _v: parse in one projection, take the fields in the next
-        df = df.select(*keep, *staged[:1]).select(*keep, "_v", staged[1])
-    else:
-        df = df.select(*keep, *staged)
+        df = df.select(*keep, F.try_variant_get(parsed, "$", struct).alias("_s"))
 
     def column(f: Feature) -> Column:
         if _by_field(f):
@@ -94,7 +93,7 @@ def input_columns(df: DataFrame, keep: list[str], inputs: Mapping[str, Feature])
         return memo_column(("input", repr(f.input), f.type),
                            lambda: input_column(F.col("_v"), f.input, f.type, parsed=True))
 
-    return df.select(*keep, *[column(f).alias(name) for name, f in inputs.items()])
+    return df.select(*out, *[column(f).alias(name) for name, f in inputs.items()])
 
 
 def needed_features(event: EventPlan, names: Iterable[str], known: Iterable[str] = ()) -> list[str]:
@@ -182,8 +181,7 @@ def with_features(
     # projection; the column trees are built once per process, memo_column)
     inputs = [n for n in needed if feats[n].kind == "input"]
     if inputs:
-        keep = [*df.columns]
-        df = input_columns(df, keep, {f"f_{n}": feats[n] for n in inputs})
+        df = input_columns(df, df.columns, {f"f_{n}": feats[n] for n in inputs})
         for n in inputs:
             cols[n] = F.col(f"f_{n}")
     if aggregates:
