@@ -15,7 +15,9 @@ on the same port from its files. Checked:
   the same events on a fresh store (same keys, fields and values, but for
   what pruning may or may not have removed yet): retried events (some of
   whose writes had happened before the 503: at least one request is cut
-  mid-batch) are never counted twice;
+  mid-batch: the first kill is made from inside the server, right after a
+  batch's first event is answered, so a cut batch does not hang on timing)
+  are never counted twice;
 * the events answered at their first attempt get the clean run's answers
   (a retried one is answered from the store as it is then, SPEC §4).
 """
@@ -100,10 +102,33 @@ def server(store):
     app = create_app(compile_text(TOPOLOGY), Settings(store_timeout_s=0.5, batch_pipeline=8),
                      redis_url=f"redis://127.0.0.1:{store.port}/0")
     with served(app, log_level="critical") as url:
-        yield url
+        yield url, app
+
+
+def _cut_after_first_answer(app, store: _Valkey, armed: threading.Event, killed: threading.Event) -> None:
+    """Wrap the served evaluator's ``process_batch``: while ``armed``, kill the store once a batch's first event is answered.
+
+    The kill then lands inside a batch whatever the host's speed: the
+    batch's 503 must say that events before some index > 0 were processed.
+    """
+    evaluator = app.state.evaluator
+    process_batch = evaluator.process_batch
+
+    async def cutting(items, dry_run, explain):
+        answered = 0
+        async for out in process_batch(items, dry_run, explain):
+            yield out
+            answered += 1
+            if answered == 1 and len(items) > 1 and armed.is_set():
+                armed.clear()
+                store.kill()
+                killed.set()
+
+    evaluator.process_batch = cutting
 
 
 def test_store_killed_and_restarted_under_load(server, store, redis_url):
+    server, app = server
     events = login_purchase_events(1500, seed=3, start_ms=1_704_067_200_000, n_users=5, n_ips=3)
     for i, e in enumerate(events):
         e["_id"] = f"e-{i}"
@@ -111,17 +136,25 @@ def test_store_killed_and_restarted_under_load(server, store, redis_url):
     unavailable = ready_down = partial = 0
     retried: set[int] = set()
     in_flight = threading.Event()
+    armed, killed = threading.Event(), threading.Event()
+    _cut_after_first_answer(app, store, armed, killed)
     cycles = 3
 
     def killer() -> None:
-        # three times: kill the store while a request is being answered, restart it a moment later
+        # three times: kill the store while a request is being answered, restart it a moment later; the
+        # first kill is made by the server itself after a batch's first answer (a sure mid-batch cut),
+        # the others from here a few ms into a request (wherever that lands)
         for k in range(cycles):
             while len(answers) < (k + 1) * len(events) // (cycles + 1):
                 time.sleep(0.01)
-            in_flight.clear()
-            in_flight.wait(timeout=10)
-            time.sleep(0.004)
-            store.kill()
+            if k == 0:
+                armed.set()
+                assert killed.wait(timeout=30), "the armed kill never happened"
+            else:
+                in_flight.clear()
+                in_flight.wait(timeout=10)
+                time.sleep(0.004)
+                store.kill()
             time.sleep(0.8)
             store.start()  # same port, same files: the append-only file is replayed
 
