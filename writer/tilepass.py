@@ -94,7 +94,7 @@ _ALL_SCHEMA = {name: {"int32": "int", "int64": "long", "double": "double", "stri
 
 
 def _write_struct(st: StateSpec, g: int, ev: str, group: str, counted: Column,
-                  names: dict[str, str] | None = None) -> Column:
+                  names: dict[str, str] | None = None, encoded: Column | None = None) -> Column:
     """One state's write of an ``ev`` event as a struct of ``_SCHEMAS[group]`` (``group`` ``"all"``:
     :data:`_ALL_SCHEMA`, every kind of state), null when not counted.
 
@@ -103,6 +103,8 @@ def _write_struct(st: StateSpec, g: int, ev: str, group: str, counted: Column,
     ``names``: feature -> column name (``writer.features.batch_features``: a
     frame of several event types; the write then also requires ``_type`` to
     be ``ev``); default ``f_<feature>`` of a frame of ``ev`` events only.
+    ``encoded``: the write's key already encoded (``encode_tuple_column`` of
+    its key columns); default computed here.
     """
     from compiler.codegen.spark import compile_column
 
@@ -116,7 +118,7 @@ def _write_struct(st: StateSpec, g: int, ev: str, group: str, counted: Column,
                                          F.col("_time_ms")), F.lit(False))
     for n in list(w.values) + list(w.keys):
         cond = cond & col(n).isNotNull()
-    key = encode_tuple_column([col(k) for k in w.keys], st.key_types)
+    key = encode_tuple_column([col(k) for k in w.keys], st.key_types) if encoded is None else encoded
     vals = [col(n) for n in w.values]
     cols = {"g": F.lit(g), "rk": redis_key_column(key, len(st.key_types), st.definition_hash),
             "t": F.col("_time_ms"), "seq": F.col("_seq")}
@@ -384,7 +386,11 @@ def batch_write_rows(frame: DataFrame, names: dict[str, dict[str, str]], states:
     and key components, SPEC §2.4), each state's write of an event type also
     requiring the row's ``_type`` to be it, computed without whole-stage
     codegen (``writer.session.without_codegen``: a generated method over
-    this many structs would exceed the JVM's 64 KB limit); all
+    this many structs would exceed the JVM's 64 KB limit), so each distinct
+    entity key's encoding (``encode_tuple_column``, SPEC §5.5) is computed
+    once per event in a projection before them (columns ``_k<i>``, generated
+    code) rather than inside every state's struct (interpreted, the escaping
+    run once per state keyed alike); all
     writes of every event type come from one exploding projection (no union
     of a projection per type: fewer DataFrame steps to analyse, and the
     batch's events are read once), then one shuffle by ``rk``.
@@ -417,7 +423,21 @@ def batch_write_rows(frame: DataFrame, names: dict[str, dict[str, str]], states:
     cols = {ev: names[ev] for _g, _st, ev in mine}
     key = ("tilepass-batch", repeats, tuple((g, ev, repr(st)) for g, st, ev in mine),
            tuple(sorted((ev, tuple(sorted(c.items()))) for ev, c in cols.items())))
-    arr = memo_column(key, lambda: F.array(*[_write_struct(st, g, ev, "all", counted(frame), cols[ev])
+    # each distinct entity key's encoding once per event, in a generated projection (the writes' structs are
+    # evaluated interpreted: several states keyed alike re-ran the escaping per state)
+    encoded: dict[tuple, str] = {}
+    for _g, st, ev in mine:
+        if st.writes[ev].keys:
+            encoded.setdefault((tuple(cols[ev][k] for k in st.writes[ev].keys), tuple(st.key_types)),
+                               f"_k{len(encoded)}")
+    frame = frame.select("*", *[memo_column(("tilepass-key", sig), lambda sig=sig: encode_tuple_column(
+        [F.col(c) for c in sig[0]], sig[1])).alias(name) for sig, name in encoded.items()])
+
+    def enc(st: StateSpec, ev: str) -> Column | None:
+        keys = st.writes[ev].keys
+        return F.col(encoded[(tuple(cols[ev][k] for k in keys), tuple(st.key_types))]) if keys else None
+
+    arr = memo_column(key, lambda: F.array(*[_write_struct(st, g, ev, "all", counted(frame), cols[ev], enc(st, ev))
                                              for g, st, ev in mine]))
     writes = frame.select(F.inline(F.filter(arr, lambda w: w.isNotNull())))
     return writes.repartition(partitions, "rk")

@@ -71,7 +71,8 @@ def _multi_events(n: int, seed: int = 7) -> list[dict]:
         if rng.random() < 0.2:
             e["_id"] = f"id{rng.randrange(n // 3)}"
         if kind == "dep":
-            e.update(carrier=rng.choice(["AA", "B6", "", "ÄÖ"]), origin=rng.choice(["EWR", "JFK"]),
+            # keys to escape and keys over the 120-character bound (hashed), SPEC §5.5
+            e.update(carrier=rng.choice(["AA", "B6", "", "ÄÖ", "a{b}%c|", "L" * 130]), origin=rng.choice(["EWR", "JFK"]),
                      delay=rng.choice([None, -3.5, 16.25, 40.0, "x"]))
         elif kind == "arr":
             e.update(c=rng.choice([1, 2, 3, None, "no", 2.5]), dest=rng.choice(["BOS", "SFO", None]),
