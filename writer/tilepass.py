@@ -41,6 +41,7 @@ partial aggregates ``compiler.algebra.arrowtiles`` computes per partition).
 
 from __future__ import annotations
 
+import hashlib
 from functools import reduce
 from typing import Callable, Sequence
 
@@ -132,6 +133,40 @@ def _write_struct(st: StateSpec, g: int, ev: str, group: str, counted: Column,
     schema = _ALL_SCHEMA if group == "all" else _SCHEMAS[group]
     return F.when(cond, F.struct(*[
         (cols[c] if c in cols else F.lit(None)).cast(tp).alias(c) for c, tp in schema.items()]))
+
+
+def _with_encoded_keys(frame: DataFrame, writes: Sequence[tuple[StateSpec, str]],
+                       column: Callable[[str, str], str]) -> tuple[DataFrame, Callable[[StateSpec, str], Column | None]]:
+    """``frame`` plus each distinct entity key's encoding (``encode_tuple_column``, SPEC §5.5) as a column.
+
+    The write structs are evaluated interpreted (they sit under ``filter``,
+    which has no generated form); states keyed alike there re-ran the
+    escaping once per state. Here each distinct (key columns, key types) is
+    encoded once per event, in a projection with generated code (columns
+    ``_k<hash of the key columns and types>``; the expressions built once
+    per process).
+
+    Args:
+        frame: a feature frame.
+        writes: the ``(state, event type)`` writes to come.
+        column: ``(event type, feature) -> column name`` in ``frame``.
+
+    Returns:
+        ``(frame with the _k columns, enc)``: ``enc(state, event type)`` is
+        the write's encoded-key column, ``None`` for a global state (no key).
+    """
+    from writer.session import memo_column
+
+    def sig(st: StateSpec, ev: str) -> tuple:
+        return tuple(column(ev, k) for k in st.writes[ev].keys), tuple(st.key_types)
+
+    names: dict[tuple, str] = {}  # named by content: a memoised struct naming one is right in any frame
+    for st, ev in writes:
+        if st.writes[ev].keys:
+            names.setdefault(sig(st, ev), "_k" + hashlib.sha1(repr(sig(st, ev)).encode()).hexdigest()[:16])
+    frame = frame.select("*", *[memo_column(("tilepass-key", s), lambda s=s: encode_tuple_column(
+        [F.col(c) for c in s[0]], s[1])).alias(name) for s, name in names.items()])
+    return frame, lambda st, ev: F.col(names[sig(st, ev)]) if st.writes[ev].keys else None
 
 
 def _write_structs(frames: dict[str, DataFrame], states: Sequence[StateSpec], group: str,
@@ -386,11 +421,8 @@ def batch_write_rows(frame: DataFrame, names: dict[str, dict[str, str]], states:
     and key components, SPEC §2.4), each state's write of an event type also
     requiring the row's ``_type`` to be it, computed without whole-stage
     codegen (``writer.session.without_codegen``: a generated method over
-    this many structs would exceed the JVM's 64 KB limit), so each distinct
-    entity key's encoding (``encode_tuple_column``, SPEC §5.5) is computed
-    once per event in a projection before them (columns ``_k<i>``, generated
-    code) rather than inside every state's struct (interpreted, the escaping
-    run once per state keyed alike); all
+    this many structs would exceed the JVM's 64 KB limit), each distinct
+    entity key encoded once per event before them (:func:`_with_encoded_keys`); all
     writes of every event type come from one exploding projection (no union
     of a projection per type: fewer DataFrame steps to analyse, and the
     batch's events are read once), then one shuffle by ``rk``.
@@ -423,20 +455,7 @@ def batch_write_rows(frame: DataFrame, names: dict[str, dict[str, str]], states:
     cols = {ev: names[ev] for _g, _st, ev in mine}
     key = ("tilepass-batch", repeats, tuple((g, ev, repr(st)) for g, st, ev in mine),
            tuple(sorted((ev, tuple(sorted(c.items()))) for ev, c in cols.items())))
-    # each distinct entity key's encoding once per event, in a generated projection (the writes' structs are
-    # evaluated interpreted: several states keyed alike re-ran the escaping per state)
-    encoded: dict[tuple, str] = {}
-    for _g, st, ev in mine:
-        if st.writes[ev].keys:
-            encoded.setdefault((tuple(cols[ev][k] for k in st.writes[ev].keys), tuple(st.key_types)),
-                               f"_k{len(encoded)}")
-    frame = frame.select("*", *[memo_column(("tilepass-key", sig), lambda sig=sig: encode_tuple_column(
-        [F.col(c) for c in sig[0]], sig[1])).alias(name) for sig, name in encoded.items()])
-
-    def enc(st: StateSpec, ev: str) -> Column | None:
-        keys = st.writes[ev].keys
-        return F.col(encoded[(tuple(cols[ev][k] for k in keys), tuple(st.key_types))]) if keys else None
-
+    frame, enc = _with_encoded_keys(frame, [(st, ev) for _g, st, ev in mine], lambda ev, n: cols[ev][n])
     arr = memo_column(key, lambda: F.array(*[_write_struct(st, g, ev, "all", counted(frame), cols[ev], enc(st, ev))
                                              for g, st, ev in mine]))
     writes = frame.select(F.inline(F.filter(arr, lambda w: w.isNotNull())))
