@@ -221,13 +221,29 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def _time_ms() -> Column:
-    """``_time_ms`` of a frame with ``_raw`` (``writer.sources``' rule), built once per JVM.
+    """``_time_ms`` from the ``_time`` text of :func:`_envelope` (``writer.sources``' rule), built once per JVM.
 
     Its tree (``compiler.typesystem.time_column``) takes ~0.1 s of py4j
     round trips to build, once per micro-batch otherwise
     (``writer.session.memo_column``).
     """
-    return memo_column(("stream-time-ms",), lambda: time_column(F.get_json_object("_raw", "$._time")))
+    return memo_column(("stream-time-ms",), lambda: time_column(F.col("_time")))
+
+
+def _envelope(df: DataFrame, *rest: Column | str) -> DataFrame:
+    """``_type``, ``_time_ms`` and ``rest`` of a frame with ``_raw``: both envelope fields from one parse.
+
+    ``json_tuple``, as ``writer.sources`` reads replay and backfill inputs:
+    a repeated key reads as its last value, as the API's parser reads it
+    (docs/semantics.md §5; ``get_json_object`` read the first), and the text
+    is parsed once, not once per field.
+
+    Args:
+        df: a frame with ``_raw`` (string: one JSON record).
+        rest: further columns to keep (names, or aliased columns).
+    """
+    fields = df.select(F.json_tuple("_raw", "_type", "_time").alias("_type", "_time"), *rest)
+    return fields.select("_type", _time_ms().alias("_time_ms"), *[c for c in fields.columns[2:]])
 
 
 def raw_events(df: DataFrame, seq: Column) -> DataFrame:
@@ -241,12 +257,7 @@ def raw_events(df: DataFrame, seq: Column) -> DataFrame:
         Columns ``_type``, ``_time_ms`` (null unless a parseable ``_time``),
         ``_seq``, ``_raw``.
     """
-    return df.select(
-        F.get_json_object("_raw", "$._type").alias("_type"),
-        _time_ms().alias("_time_ms"),
-        seq.alias("_seq"),
-        "_raw",
-    )
+    return _envelope(df, seq.alias("_seq"), "_raw")
 
 
 def dir_raw(batch: DataFrame) -> tuple[DataFrame, list[DataFrame]]:
@@ -270,11 +281,7 @@ def dir_raw(batch: DataFrame) -> tuple[DataFrame, list[DataFrame]]:
         ``_seq`` yet); nothing persisted (the caller persists ``raw``).
     """
     df = batch.where(F.length(F.trim(F.col("_raw"))) > 0)
-    return df.select(
-        F.get_json_object("_raw", "$._type").alias("_type"),
-        _time_ms().alias("_time_ms"),
-        "_raw", "_file", "_block", F.monotonically_increasing_id().alias("_mid"),
-    ), []
+    return _envelope(df, "_raw", "_file", "_block", F.monotonically_increasing_id().alias("_mid")), []
 
 
 #: the low bits of ``monotonically_increasing_id``: the row's position in its partition

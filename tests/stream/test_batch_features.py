@@ -172,3 +172,26 @@ def test_a_repeated_envelope_key_reads_as_its_last_value(spark):
     raw = events_from_json(spark, texts)
     assert [(r["_type"], r["_time_ms"]) for r in raw.orderBy("_seq").collect()] == [("e", 7), ("e", 1)]
     assert [(b["_type"], b["_time"]) for b in map(orjson.loads, texts)] == [("e", 7), ("e", 1)]
+
+
+def test_stream_envelope_reads_like_replay_and_the_api(spark):
+    """The stream's ``_type``/``_time`` (``raw_events``, ``dir_raw``) equal replay's (``events_from_json``) and orjson's.
+
+    A repeated key reads as its last value; a nested ``_type`` is not the
+    envelope's; a missing or unparseable ``_time`` is null.
+    """
+    from writer.sources import events_from_json
+    from writer.stream import dir_raw, raw_events
+
+    texts = ['{"_type": "x", "_type": "e", "_time": 5, "_time": 7, "k": "a"}', '{"_type": "e", "_time": 1}',
+             '{"o": {"_type": "q", "_time": 3}, "_type": "e"}', '{"_time": "2024-01-01T00:00:00Z", "_type": "e"}',
+             '{"_type": "e", "_time": "soon"}', '{"_type": 5, "_time": 2.5}']
+    want = [(r["_type"], r["_time_ms"]) for r in events_from_json(spark, texts).orderBy("_seq").collect()]
+    assert want[:3] == [("e", 7), ("e", 1), ("e", None)]
+    assert [b.get("_type") for b in map(orjson.loads, texts)][:3] == ["e", "e", "e"]
+    df = spark.createDataFrame([(i, t) for i, t in enumerate(texts)], "i long, _raw string").coalesce(1)
+    got = [(r["_type"], r["_time_ms"]) for r in raw_events(df, F.col("i")).orderBy("_seq").collect()]
+    assert got == want
+    files = df.withColumn("_file", F.lit("f")).withColumn("_block", F.lit(0).cast("long")).orderBy("i")
+    raw, _ = dir_raw(files.drop("i"))
+    assert [(r["_type"], r["_time_ms"]) for r in raw.orderBy("_mid").collect()] == want
