@@ -68,10 +68,9 @@ from pyspark.sql import functions as F
 
 from compiler.algebra.storekeys import DEFAULT_ID_TTL_S
 from compiler.plan import Plan, StateSpec
-from compiler.typesystem import time_column
 from writer.session import memo_column, restart_lambda_names, without_adaptive, without_codegen
 from writer.sink import claim_ids, merge_keys, merge_params
-from writer.sources import event_id, mark_repeated_ids, valid
+from writer.sources import envelope_columns, event_id, mark_repeated_ids, valid
 from writer.features import batch_features
 from writer.tilepass import batch_write_rows, tile_specs
 
@@ -220,32 +219,6 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _time_ms() -> Column:
-    """``_time_ms`` from the ``_time`` text of :func:`_envelope` (``writer.sources``' rule), built once per JVM.
-
-    Its tree (``compiler.typesystem.time_column``) takes ~0.1 s of py4j
-    round trips to build, once per micro-batch otherwise
-    (``writer.session.memo_column``).
-    """
-    return memo_column(("stream-time-ms",), lambda: time_column(F.col("_time")))
-
-
-def _envelope(df: DataFrame, *rest: Column | str) -> DataFrame:
-    """``_type``, ``_time_ms`` and ``rest`` of a frame with ``_raw``: both envelope fields from one parse.
-
-    ``json_tuple``, as ``writer.sources`` reads replay and backfill inputs:
-    a repeated key reads as its last value, as the API's parser reads it
-    (docs/semantics.md §5; ``get_json_object`` read the first), and the text
-    is parsed once, not once per field.
-
-    Args:
-        df: a frame with ``_raw`` (string: one JSON record).
-        rest: further columns to keep (names, or aliased columns).
-    """
-    fields = df.select(F.json_tuple("_raw", "_type", "_time").alias("_type", "_time"), *rest)
-    return fields.select("_type", _time_ms().alias("_time_ms"), *[c for c in fields.columns[2:]])
-
-
 def raw_events(df: DataFrame, seq: Column) -> DataFrame:
     """Return the raw event columns of ``writer.sources`` from a frame with ``_raw``.
 
@@ -257,7 +230,7 @@ def raw_events(df: DataFrame, seq: Column) -> DataFrame:
         Columns ``_type``, ``_time_ms`` (null unless a parseable ``_time``),
         ``_seq``, ``_raw``.
     """
-    return _envelope(df, seq.alias("_seq"), "_raw")
+    return envelope_columns(df, seq.alias("_seq"), "_raw")
 
 
 def dir_raw(batch: DataFrame) -> tuple[DataFrame, list[DataFrame]]:
@@ -281,7 +254,7 @@ def dir_raw(batch: DataFrame) -> tuple[DataFrame, list[DataFrame]]:
         ``_seq`` yet); nothing persisted (the caller persists ``raw``).
     """
     df = batch.where(F.length(F.trim(F.col("_raw"))) > 0)
-    return _envelope(df, "_raw", "_file", "_block", F.monotonically_increasing_id().alias("_mid")), []
+    return envelope_columns(df, "_raw", "_file", "_block", F.monotonically_increasing_id().alias("_mid")), []
 
 
 #: the low bits of ``monotonically_increasing_id``: the row's position in its partition
