@@ -736,11 +736,17 @@ def _format_float_body(x: Column) -> Column:
     n = F.when(big, a).otherwise(F.lit(1e16)).cast("long").cast("decimal(20,0)")
     # Shortest digits: a value with <= 12 digits is exactly representable here, so
     # rounding at 10^10 or finer finds it; take the coarsest rounding that converts back.
-    pick = n
-    for p in range(11):
-        cand = F.round(n, -p)
-        pick = F.when(cand.cast("double") == a, cand).otherwise(pick)
-    t = pick.cast("decimal(20,0)").cast("string")
+    # One fold over the powers of ten (round(n / 10^p) * 10^p, half up as round(n, -p)):
+    # the expression holds one rounding step, not eleven nested ones (which made this
+    # formatter most of the input coercion's analysis and optimisation time).
+    pows = F.array(*[F.lit(10 ** p).cast("decimal(11,0)") for p in range(11)])
+
+    def coarser(acc: Column, pw: Column) -> Column:
+        cand = (F.round(n / pw, 0) * pw).cast("decimal(20,0)")
+        return F.when(cand.cast("double") == a, cand).otherwise(acc)
+
+    pick = F.aggregate(pows, n, coarser)
+    t = pick.cast("string")
     for digits in (16, 17, 18):
         t = F.regexp_replace(t, f"^([0-9])([0-9]{{{digits}}})$", f"$1.$2e+{digits}")
     t = F.regexp_replace(F.regexp_replace(t, "0+e", "e"), r"\.e", "e")

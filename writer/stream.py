@@ -29,7 +29,11 @@ Each micro-batch (``foreachBatch``, :class:`BatchProcessor`):
    into Redis from the executors (``writer.sink.merge_keys``): one
    atomic ``event.lua`` call per key that applies the key's merges only if
    the key has not yet recorded this batch id for this stream
-   (field ``_b:<stream id>``), and records it. Before that, each written
+   (field ``_b:<stream id>``), and records it. That job is built and
+   planned on the driver while the counting job of step 3 runs on the
+   executors (for a batch without ``_id``s and, from ``dir:``, of one file
+   split; other batches are planned after the count); it runs after the
+   record is written. Before that, each written
    state's earliest event time of the batch lowers its online-writer start
    (``sc:online``, as the API's writes do), so ``scowl backfill`` does not
    overwrite streamed time.

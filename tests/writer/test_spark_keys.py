@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 from compiler.algebra.keys import encode_key, redis_key
 from compiler.algebra.ops import _values_of_json, values_json
 from compiler.algebra.spark import encode_tuple_column, redis_key_column, values_json_column
+from compiler.typesystem import format_float, format_float_column
 
 ROWS = [
     ("JFK", 1545, True),
@@ -74,3 +77,25 @@ def test_spark_values_json_matches_python_and_reads_back(spark):
         want = rows[got.index(text)]
         assert repr(back) == repr(want)
     assert values_json([inf, -inf]) == '{"v0":"Infinity","v1":"-Infinity"}'
+
+
+#: integral doubles of [1e16, 2^63) whose shortest digits end in zeros Java 17 prints as digits
+#: (``2.82879384806159008E17``), and the range's edges
+BIG = [1e16, 2.82879384806159e17, 1.0000000000000002e16, 123456789012345678.0, 9.2233720368547748e18,
+       2.0**62, 1e18, 4.5e18, 1.2345e17, 9.007199254740993e16]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(st.integers(10**16, 2**63 - 1).map(float),
+                          st.floats(1e16, 9.2e18),
+                          st.integers(1, 10**12).map(lambda m: float(m * 10**7))), min_size=50, max_size=200))
+def test_spark_float_text_of_large_integral_doubles_is_pythons(spark, xs):
+    """``format_float_column`` gives Python's shortest ``repr`` digits for integral doubles in
+    [1e16, 2^63), where Java 17's ``Double.toString`` prints every digit of the integer: the coarsest
+    rounding to a power of ten up to 10^10 that converts back to the same double (the fold over
+    powers of ten in ``compiler.typesystem._format_float_body``), signs and the ``FLOATS`` of the
+    other branches included."""
+    values = [v for x in xs + BIG for v in (x, -x) if abs(v) < 2.0**63] + FLOATS
+    df = spark.createDataFrame([(x,) for x in values], "x double")
+    got = [r[0] for r in df.select(format_float_column(F.col("x"))).collect()]
+    assert got == [format_float(x) for x in values]
