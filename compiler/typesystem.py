@@ -798,7 +798,42 @@ def _number_to_long(text: Column, via_double: Column) -> tuple[Column, Column, C
     return value, lossy, _flag(ok)
 
 
-def _input_body(kind: Column, text: Column, spec: InputSpec, type_name: str) -> tuple[Column, Column]:
+def _raw_token_text(raw_text: Column, path: tuple[str | int, ...]) -> Column:
+    """The JSON text of the token at ``path`` of the raw event text (``from_json`` to a string leaf).
+
+    A repeated key reads as its last value, as the API's orjson reads it; a
+    number's text keeps its sign where ``parse_json`` does not (it stores
+    ``-0.0`` as the DECIMAL 0). Null when the path is empty or not found.
+    """
+    F = _functions()
+    if not path:
+        return F.lit(None).cast("string")
+    ddl = "string"
+    for step in reversed(path):
+        ddl = f"array<{ddl}>" if isinstance(step, int) else f"struct<`{step.replace('`', '``')}`: {ddl}>"
+    col = F.from_json(raw_text, ddl)
+    for step in path:
+        col = col.getItem(step) if isinstance(step, int) else col.getField(step)
+    return col
+
+
+def _signed_zero(kind: Column, text: Column, value: Column, type_name: str, raw_token: Column | None) -> Column:
+    """``value``, or the negative zero of a JSON ``-0.0`` token read as ``float`` or ``string`` (Python's).
+
+    ``parse_json`` stores ``-0.0`` as the DECIMAL 0 (its sign lost); orjson
+    reads it as the float ``-0.0``, whose text is ``'-0.0'``. The raw token's
+    text (``raw_token``, looked up only for a DECIMAL zero) gives the sign back.
+    """
+    F = _functions()
+    if raw_token is None or type_name not in ("float", "string"):
+        return value
+    zero = _flag(kind.startswith("DECIMAL")) & _flag(text.try_cast("double") == F.lit(0.0))
+    negative = F.lit(-0.0) if type_name == "float" else F.lit("-0.0")
+    return F.when(zero & _flag(raw_token.startswith("-")), negative).otherwise(value)
+
+
+def _input_body(kind: Column, text: Column, spec: InputSpec, type_name: str,
+                raw_token: Column | None = None) -> tuple[Column, Column]:
     F = _functions()
     is_null = _flag(kind.isNull() | (kind == "VOID") | (text == "null"))
     composite = _flag(kind.startswith("OBJECT") | kind.startswith("ARRAY"))
@@ -836,12 +871,13 @@ def _input_body(kind: Column, text: Column, spec: InputSpec, type_name: str) -> 
         error = error | is_null
     fast = _common_token(kind, text, type_name)
     if fast is None:
-        return value, error
+        return _signed_zero(kind, text, value, type_name, raw_token), error
     # the token kind an input usually has first: one comparison and (at most) one cast, and the
     # general rules above only for the other rows (a CASE branch's own subexpressions run only
     # for its rows)
     ok, typed = fast
-    return F.when(ok, typed).otherwise(value), F.when(ok, F.lit(False)).otherwise(error)
+    value = F.when(ok, typed).otherwise(value)
+    return _signed_zero(kind, text, value, type_name, raw_token), F.when(ok, F.lit(False)).otherwise(error)
 
 
 #: ``schema_of_variant`` names of JSON integer tokens that fit 64 bits
@@ -876,7 +912,8 @@ def _common_token(kind: Column, text: Column, type_name: str) -> tuple[Column, C
 
 
 def input_column_with_error(
-    raw_json: Column, spec: InputSpec, type_name: str, parsed: bool = False
+    raw_json: Column, spec: InputSpec, type_name: str, parsed: bool = False,
+    raw_text: Column | None = None, raw_path: tuple[str | int, ...] | None = None,
 ) -> tuple[Column, Column]:
     """Spark twin of :func:`read_input`: the typed value and an error flag.
 
@@ -895,6 +932,10 @@ def input_column_with_error(
             ``raw_json`` itself.
         type_name: one of :data:`INPUT_TYPES`.
         parsed: ``raw_json`` is already parsed.
+        raw_text: with ``parsed``, the event's raw JSON text, and ``raw_path``
+            the input's whole path in it: a JSON ``-0.0`` then reads as
+            ``-0.0`` (``'-0.0'`` as a string), as in Python, where the parse
+            alone reads 0. Without ``parsed``, ``raw_json`` is the text.
 
     Returns:
         ``(value, error)``: value typed per :data:`SPARK_TYPES` (null on
@@ -914,10 +955,15 @@ def input_column_with_error(
     text = F.try_variant_get(variant, path, "string")
     # kind and text are small expressions over one try_parse_json, which Spark's
     # subexpression elimination evaluates once per row; inlining beat let() here.
-    return _input_body(kind, text, spec, type_name)
+    if parsed:
+        token = None if raw_text is None else _raw_token_text(raw_text, spec.path if raw_path is None else raw_path)
+    else:
+        token = _raw_token_text(raw_json, spec.path)
+    return _input_body(kind, text, spec, type_name, token)
 
 
-def input_column(raw_json: Column, spec: InputSpec, type_name: str, parsed: bool = False) -> Column:
+def input_column(raw_json: Column, spec: InputSpec, type_name: str, parsed: bool = False,
+                 raw_text: Column | None = None, raw_path: tuple[str | int, ...] | None = None) -> Column:
     """The typed value of one input feature read from the raw event JSON (Spark).
 
     Same results as :func:`read_input` with errors as null, except the lossy
@@ -929,9 +975,10 @@ def input_column(raw_json: Column, spec: InputSpec, type_name: str, parsed: bool
         spec: the input (path, optional, default).
         type_name: one of :data:`INPUT_TYPES`.
         parsed: ``raw_json`` is already parsed (see :func:`input_column_with_error`).
+        raw_text, raw_path: see :func:`input_column_with_error`.
 
     Returns:
         Column typed per :data:`SPARK_TYPES`.
     """
-    value, _ = input_column_with_error(raw_json, spec, type_name, parsed)
+    value, _ = input_column_with_error(raw_json, spec, type_name, parsed, raw_text, raw_path)
     return value

@@ -77,6 +77,8 @@ def input_columns(df: DataFrame, keep: list[str], inputs: Mapping[str, Feature])
     firsts = sorted({f.input.path[0] for f in inputs.values() if _by_field(f)})
     out = list(keep)
     parsed = F.try_parse_json(F.col("_raw"))
+    # the raw text stays to the last projection: a JSON -0.0 reads its sign from it (the parse stores 0)
+    keep = keep if "_raw" in keep else [*keep, "_raw"]
     if not all(_by_field(f) for f in inputs.values()):
         # an input by array index reads the whole parse: parse in one projection, take the fields in the next
         df = df.select(*keep, parsed.alias("_v"))
@@ -84,14 +86,16 @@ def input_columns(df: DataFrame, keep: list[str], inputs: Mapping[str, Feature])
     if firsts:
         struct = "struct<" + ", ".join(f"{_ddl_name(k)} variant" for k in firsts) + ">"
         df = df.select(*keep, F.try_variant_get(parsed, "$", struct).alias("_s"))
+    raw = F.col("_raw")
 
     def column(f: Feature) -> Column:
         if _by_field(f):
             rest = InputSpec(f.input.path[1:], f.input.optional, f.input.default, f.input.has_default)
             return memo_column(("input-field", repr(f.input), f.type),
-                               lambda: input_column(F.col("_s").getField(f.input.path[0]), rest, f.type, parsed=True))
+                               lambda: input_column(F.col("_s").getField(f.input.path[0]), rest, f.type, parsed=True,
+                                                    raw_text=raw, raw_path=f.input.path))
         return memo_column(("input", repr(f.input), f.type),
-                           lambda: input_column(F.col("_v"), f.input, f.type, parsed=True))
+                           lambda: input_column(F.col("_v"), f.input, f.type, parsed=True, raw_text=raw))
 
     return df.select(*out, *[column(f).alias(name) for name, f in inputs.items()])
 

@@ -73,6 +73,12 @@ COERCIONS: list[tuple[str, str, object, bool]] = [
     ("1e20", "string", "1e+20", False),
     ("1.5e-7", "string", "1.5e-07", False),
     ("12345678901234567890", "string", "12345678901234567890", False),
+    # a JSON negative zero is the float -0.0 to Python; Spark's parse_json keeps it as the DECIMAL 0
+    ("-0.0", "string", "-0.0", False),
+    ("-0.000", "string", "-0.0", False),
+    ("-0e0", "string", "-0.0", False),
+    ("0.0", "string", "0.0", False),
+    ("-0", "string", "0", False),
     ("true", "string", "true", False),
     ("false", "string", "false", False),
     ('"null"', "string", None, False),
@@ -116,6 +122,9 @@ INPUTS: list[tuple[str, InputSpec, str, object, bool]] = [
     ('{"v": "null"}', InputSpec(("v",), default=7, has_default=True), "int", 7, False),
     ('{"v": "bar"}', InputSpec(("v",), default=7, has_default=True), "int", None, True),
     ('{"v": 0}', InputSpec(("v",), default=7, has_default=True), "int", 0, False),
+    ('{"a": {"b": [1, -0.0]}}', InputSpec(("a", "b", 1)), "string", "-0.0", False),
+    ('{"v": 0.0, "v": -0.0}', InputSpec(("v",)), "string", "-0.0", False),
+    ('{"v": -0.0, "v": 0.0}', InputSpec(("v",)), "string", "0.0", False),
     ("{}", InputSpec(("v",), default=False, has_default=True), "bool", False, False),
     ("{}", InputSpec(("v",), default=T0, has_default=True), "time", T0, False),
     ("{}", InputSpec(("v",), default="", has_default=True), "string", "", False),
@@ -231,6 +240,38 @@ def test_input_column_keeps_lossy_value(spark):
     df = spark.createDataFrame([('{"v": 5.6}',), ('{"v": "bar"}',), ('{"v": "7"}',)], "raw string")
     got = [r.v for r in df.select(input_column(F.col("raw"), InputSpec(("v",)), "int").alias("v")).collect()]
     assert got == [5, None, 7]
+
+
+def test_negative_zero_keeps_its_sign(spark):
+    """A JSON ``-0.0`` is Python's float ``-0.0`` (``'-0.0'`` as a string). Spark's ``parse_json`` stores
+    it as the DECIMAL 0, sign lost: the Spark inputs take the sign from the raw token, by the whole path
+    (``input_column``) and by the writer's top-level field pass (``writer.features.input_columns``)."""
+    import math
+
+    from pyspark.sql import functions as F
+
+    from compiler.plan import Feature
+    from compiler.typesystem import input_column
+    from writer.features import input_columns
+    from writer.session import without_codegen
+
+    payloads = ['{"v": -0.0, "a": [-0.00]}', '{"v": 0.0, "a": [0.0]}', '{"v": -0, "a": [-0]}']
+    feats = {"f": Feature(name="f", type="float", kind="input", input=InputSpec(("v",))),
+             "s": Feature(name="s", type="string", kind="input", input=InputSpec(("v",))),
+             "fa": Feature(name="fa", type="float", kind="input", input=InputSpec(("a", 0))),
+             "sa": Feature(name="sa", type="string", kind="input", input=InputSpec(("a", 0)))}
+    df = spark.createDataFrame([(k, p) for k, p in enumerate(payloads)], "_row bigint, _raw string")
+    with without_codegen(spark):
+        by_field = sorted(input_columns(df, ["_row"], feats).collect())
+        by_path = sorted(df.select("_row", *[input_column(F.col("_raw"), f.input, f.type).alias(n)
+                                             for n, f in feats.items()]).collect())
+    for rows in (by_field, by_path):
+        got = [(math.copysign(1.0, r["f"]), r["s"], math.copysign(1.0, r["fa"]), r["sa"]) for r in rows]
+        want = []
+        for p in payloads:
+            py = {n: _python_row(p, f.input, f.type)[0] for n, f in feats.items()}
+            want.append((math.copysign(1.0, py["f"]), py["s"], math.copysign(1.0, py["fa"]), py["sa"]))
+        assert got == want == [(-1.0, "-0.0", -1.0, "-0.0"), (1.0, "0.0", 1.0, "0.0"), (1.0, "0", 1.0, "0")]
 
 
 #: Payloads whose top-level shape decides what every input reads: the writer takes top-level fields
