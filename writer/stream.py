@@ -61,12 +61,13 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import orjson
-from pyspark import StorageLevel
+from pyspark import StorageLevel, inheritable_thread_target
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -435,17 +436,19 @@ class BatchProcessor:
         # batch, with no _id (ids are claimed in the store first, after the record) and, from a dir:
         # source, one file split (_seq needs no split ranks); another batch is planned after the count.
         # Only planning overlaps: nothing touches the store before the batch's record is written.
-        counted = _Background(counting.collect)
-        try:
-            guess = cached if numbered else cached.select(
-                "_type", "_time_ms", split_seq([]).alias("_seq"), "_raw", *(["_wm"] if wm is not None else []))
-            planned = self._merge_frame(spark, guess.where(ok & ~late).drop("_wm"), batch_id) if self.states else None
-        finally:
+        def numbered_by(splits: list) -> DataFrame:  # a dir: batch's _seq from its file splits (split_seq)
+            return cached if numbered else cached.select(
+                "_type", "_time_ms", split_seq(splits).alias("_seq"), "_raw", *(["_wm"] if wm is not None else []))
+
+        # (leaving the block waits for the count, also when planning fails)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            counted = pool.submit(inheritable_thread_target(spark)(counting.collect))
+            planned = self._merge_frame(spark, numbered_by([]).where(ok & ~late).drop("_wm"), batch_id) \
+                if self.states else None
             row = counted.result()[0]
         if not numbered and len(row["splits"]) > 1:
             planned = None  # numbered by split ranks: not the frame planned above
-        raw = cached if numbered else cached.select(
-            "_type", "_time_ms", split_seq(row["splits"]).alias("_seq"), "_raw", *(["_wm"] if wm is not None else []))
+        raw = numbered_by(row["splits"] if not numbered else [])
         earliest = {ev: row[f"min_{i}"] for i, ev in enumerate(writers) if row[f"min_{i}"] is not None}
         res = BatchResult(batch_id, events=row["valid"] - row["late"], late=row["late"],
                           invalid=row["n"] - row["valid"], watermark_ms=wm, rerun=rec is not None)
@@ -573,35 +576,6 @@ class BatchProcessor:
         with without_codegen(spark), without_adaptive(spark):
             out = merged.collect()
         return sum(r["applied"] for r in out), sum(r["skipped"] for r in out)
-
-
-class _Background:
-    """Run ``fn()`` in a thread that inherits the caller's Spark local properties (job group, streaming ids).
-
-    :meth:`result` waits for it and returns its value or raises its error.
-    """
-
-    def __init__(self, fn: Callable[[], object]):
-        from pyspark import InheritableThread
-
-        self._value: object = None
-        self._error: BaseException | None = None
-
-        def run() -> None:
-            try:
-                self._value = fn()
-            except BaseException as e:  # re-raised by result()
-                self._error = e
-
-        self._thread = InheritableThread(target=run, daemon=True)
-        self._thread.start()
-
-    def result(self):
-        """Wait for ``fn`` and return what it returned (raises what it raised)."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value
 
 
 def run_stream(
