@@ -86,6 +86,10 @@ def configure(spark: SparkSession) -> SparkSession:
 #:   53.0 against 62.7 s, stream micro-batch medians 3.06, 3.36 against 3.54, 3.28 s (2026-11-29,
 #:   alternated runs). Escape analysis off alone: 47.9, 48.5 s; the inlining sizes alone 42.4 s;
 #:   inlining at 50/500 or 70/1000 and ``MaxInlineLevel=6``: 44-46 s; ``MaxNodeLimit=20000``: 60 s.
+#:   The price is steady-state speed: a 10M-event Zipf replay (minutes of warm work) took 314.3 s
+#:   with these options and 320.8 s with the inlining sizes alone, against 290.5 s with HotSpot's
+#:   defaults (one run each, a loaded host). For long jobs set ``SCOWL_JAVA_OPTIONS`` to
+#:   ``-XX:-DontCompileHugeMethods``.
 JAVA_OPTIONS = "-XX:-DontCompileHugeMethods -XX:-DoEscapeAnalysis -XX:FreqInlineSize=100 -XX:InlineSmallCode=1000"
 
 
