@@ -75,22 +75,13 @@ def configure(spark: SparkSession) -> SparkSession:
 #:
 #: * ``-XX:-DontCompileHugeMethods``: HotSpot leaves methods over 8,000 bytes of bytecode interpreted
 #:   by default; input coercion's generated projections (run without whole-stage code generation,
-#:   ``without_codegen``) have such methods, evaluated once per event. Compiling them took a cold
-#:   nycflights13 replay to 0.949x of its wall time (farm-bench, three interleaved pairs, 2026-11-27).
-#: * ``-XX:-DoEscapeAnalysis -XX:FreqInlineSize=100 -XX:InlineSmallCode=1000`` (HotSpot 17's defaults:
-#:   on, 325, 2500 bytes): a job of a few million rows is mostly JIT warm-up -- JFR of a cold
-#:   nycflights13 replay put 75 s of compilation (63 s of it C2, whose one thread on 2 cores is busy
-#:   the whole run) in a 61 s run. Smaller C2 compilations (less inlining, no escape analysis) finish
-#:   sooner and leave the cores to the tasks: that replay 40.0, 41.5 s against 52.2, 49.6, 49.2 s
-#:   (process CPU 76-79 against 96-102 s), 1M Zipf replay 45.3 against 48.3 s, nycflights13 backfill
-#:   53.0 against 62.7 s, stream micro-batch medians 3.06, 3.36 against 3.54, 3.28 s (2026-11-29,
-#:   alternated runs). Escape analysis off alone: 47.9, 48.5 s; the inlining sizes alone 42.4 s;
-#:   inlining at 50/500 or 70/1000 and ``MaxInlineLevel=6``: 44-46 s; ``MaxNodeLimit=20000``: 60 s.
-#:   The price is steady-state speed: a 10M-event Zipf replay (minutes of warm work) took 314.3 s
-#:   with these options and 320.8 s with the inlining sizes alone, against 290.5 s with HotSpot's
-#:   defaults (one run each, a loaded host), and a 10M-event Zipf backfill 363.4 s against 325.3 s
-#:   (0.51x against 0.65x of Spark's own groupBy, which gains from the options). For long jobs set
-#:   ``SCOWL_JAVA_OPTIONS`` to ``-XX:-DontCompileHugeMethods``.
+#:   ``without_codegen``) have such methods, evaluated once per event.
+#: * ``-XX:-DoEscapeAnalysis -XX:FreqInlineSize=100 -XX:InlineSmallCode=1000`` (HotSpot 17: on, 325,
+#:   2500 bytes): a job of up to a few million events is mostly JIT warm-up, and on 2 cores C2's one
+#:   thread takes a core from the tasks for the whole run; smaller C2 compilations finish sooner
+#:   (a cold nycflights13 replay 40-42 s against 49-52 s). The price is steady-state speed: jobs of
+#:   minutes run ~8-12% slower (10M-event Zipf replay and backfill), where ``SCOWL_JAVA_OPTIONS=
+#:   -XX:-DontCompileHugeMethods`` is better. Measurements: README, "Benchmarks" (2026-11-27, 2026-11-29).
 JAVA_OPTIONS = "-XX:-DontCompileHugeMethods -XX:-DoEscapeAnalysis -XX:FreqInlineSize=100 -XX:InlineSmallCode=1000"
 
 

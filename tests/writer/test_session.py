@@ -32,8 +32,8 @@ def _jvm_args(env: dict[str, str]) -> tuple[list[str], str]:
 
 
 def test_java_options_memory_and_partitions_reach_the_session():
-    # the default JVM options (HotSpot may compile huge generated methods, with smaller C2 compilations); one JVM start (~10 s), so
-    # SCOWL_JAVA_OPTIONS's override, read by the same os.environ.get, is not started again
+    # every default JVM option (huge generated methods compiled, smaller C2 compilations); one JVM
+    # start (~10 s), so SCOWL_JAVA_OPTIONS's override, read by the same os.environ.get, is not started again
     args, partitions = _jvm_args({"SCOWL_DRIVER_MEMORY": "1g", "SCOWL_SHUFFLE_PARTITIONS": "3"})
     assert JAVA_OPTIONS.split() and all(option in args for option in JAVA_OPTIONS.split())
     assert "-Xmx1g" in args
