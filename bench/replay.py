@@ -12,7 +12,8 @@ timeline of ``--events`` events with Zipf-distributed keys with
    ``exclusive`` ``Latest*``), and writes one Parquet file per event type,
    rows in input order;
 2. ``scowl``: ``writer.replay.run_replay`` in one Spark session
-   (``writer.session.get_spark``, ``local[*]``): the point-in-time value of
+   (``writer.session.get_spark``, ``local[*]``, with the JVM options the CLI
+   picks for the largest timeline: ``writer.session.java_options``): the point-in-time value of
    every feature of every event, one Parquet dataset per event type.
 
 Both include reading and parsing the file and writing Parquet. The SQL is a
@@ -233,7 +234,8 @@ def main(argv: list[str] | None = None) -> None:
     rows, phases = [], []
     with tempfile.TemporaryDirectory() as home:
         with console.status("starting Spark"):
-            spark = get_spark(args.master, app_name="scowl-bench-replay")
+            # the JVM options the CLI would pick for the largest timeline (writer.session.java_options)
+            spark = get_spark(args.master, app_name="scowl-bench-replay", events=max(tl.events for tl in timelines))
             spark.range(100_000).selectExpr("sum(id)").collect()  # warm-up
         for i, tl in enumerate(timelines):
             plan = compile_dir(tl.topology).plan

@@ -189,21 +189,33 @@ def format_duration_s(seconds: int) -> str:
     return "".join(parts)
 
 
-def start_spark(master: str | None = None, app_name: str = "scowl"):
+def start_spark(master: str | None = None, app_name: str = "scowl", events=None):
     """Start (or get) the Spark session with stop signals held back until it is up.
 
     Args:
         master: Spark master URL (default ``SCOWL_SPARK_MASTER`` or ``local[*]``).
         app_name: the application name Spark shows.
+        events: the job's input paths (files, globs, directories), or
+            ``None`` (a stream): their estimated event count picks the JVM
+            options (``writer.sources.estimate_events``,
+            ``writer.session.java_options``).
 
     Returns:
         The ``pyspark.sql.SparkSession`` of ``writer.session.get_spark``.
+
+    Raises:
+        UserError: an ``events`` path matches nothing.
 
     A stop signal during start-up is delivered once the session exists
     (``scowl.signals.stop_deferred``), so it never orphans Spark's JVM.
     """
     from scowl.signals import stop_deferred
     from writer.session import get_spark
+    from writer.sources import SourceError, estimate_events
 
+    try:
+        n = estimate_events(events) if events is not None else None
+    except SourceError as e:
+        raise UserError(str(e)) from None
     with stop_deferred():
-        return get_spark(master, app_name=app_name)
+        return get_spark(master, app_name=app_name, events=n)

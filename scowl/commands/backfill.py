@@ -89,7 +89,7 @@ def run_backfill_with_progress(plan, events, url, start_ms, end_ms, master, auto
     with job_progress(console) as prog:
         cb = backfill_progress(prog)
         spark_task = prog.add_task("starting Spark", total=1)
-        spark = start_spark(master)
+        spark = start_spark(master, events=events)
         prog.update(spark_task, completed=1)
         try:
             if auto:

@@ -51,7 +51,7 @@ def replay(
     with job_progress(console) as prog:
         cb = phase_progress(prog, REPLAY_PHASES)
         spark_task = prog.add_task("starting Spark", total=1)
-        spark = start_spark(master)
+        spark = start_spark(master, events=events)
         prog.update(spark_task, completed=1)
         try:
             report = run_replay(spark, plan, events, out, wanted, rejected_dir=scowl_home() / "rejected",

@@ -60,3 +60,12 @@ def test_not_a_directory_is_user_error(tmp_path):
     assert r.returncode == 1
     assert r.stderr == f"error: {missing}: not a directory\n"
     assert r.stdout == ""
+
+
+def test_backfill_of_missing_input_is_a_user_error_before_spark(tmp_path):
+    """The input paths are expanded (to pick the JVM options, ``writer.sources.estimate_events``) before
+    Spark starts: a path that matches nothing is exit 1 with its message, no traceback."""
+    env = {k: v for k, v in os.environ.items() if k != "SCOWL_REDIS_URL"}
+    env["SCOWL_HOME"] = str(tmp_path / "home")
+    r = scowl("backfill", str(FLIGHTS), "--events", str(tmp_path / "missing*.jsonl"), cwd=tmp_path, env=env)
+    assert r.returncode == 1 and "no input files match" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -108,3 +108,19 @@ def test_arrow_batches_are_bounded_by_rows_not_sized_per_row(spark):
     df = spark.range(0, 2 * limit + 7, numPartitions=1).select("id", F.struct(F.col("id").alias("a")).alias("s"))
     got = sorted(r["n"] for r in df.mapInArrow(sizes, "n long").collect())
     assert got == [7, limit, limit]
+
+
+def test_java_options_by_job_size_and_override(monkeypatch):
+    """``java_options``: warm-up options up to ``LONG_JOB_EVENTS`` events or when unknown (a stream),
+    HotSpot's steady-state C2 settings above it; ``SCOWL_JAVA_OPTIONS`` replaces either; ``process_confs``
+    gives the driver and the executors the same choice."""
+    from writer.session import LONG_JOB_EVENTS, LONG_JOB_JAVA_OPTIONS, java_options, process_confs
+
+    monkeypatch.delenv("SCOWL_JAVA_OPTIONS", raising=False)
+    assert java_options() == JAVA_OPTIONS and java_options(LONG_JOB_EVENTS) == JAVA_OPTIONS
+    assert java_options(LONG_JOB_EVENTS + 1) == LONG_JOB_JAVA_OPTIONS != JAVA_OPTIONS
+    assert "-XX:-DontCompileHugeMethods" in LONG_JOB_JAVA_OPTIONS.split()
+    confs = process_confs(10 * LONG_JOB_EVENTS)
+    assert confs["spark.driver.extraJavaOptions"] == confs["spark.executor.extraJavaOptions"] == LONG_JOB_JAVA_OPTIONS
+    monkeypatch.setenv("SCOWL_JAVA_OPTIONS", "-Xss2m")
+    assert java_options() == java_options(10 * LONG_JOB_EVENTS) == "-Xss2m"

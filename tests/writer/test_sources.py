@@ -137,3 +137,30 @@ def test_in_seq_order_puts_ranges_in_partition_order(spark, parts):
         rows = out.select("_seq", "v", F.spark_partition_id().alias("p")).collect()
     assert [r["_seq"] for r in rows] == sorted(seqs) and all(r["v"] == f"v{r['_seq']}" for r in rows)
     assert all(r["p"] == min(r["_seq"] * parts // 3000, parts - 1) for r in rows)
+
+
+def test_estimate_events_counts_small_files_footers_and_samples_large_ones(tmp_path):
+    """``estimate_events`` (picks a job's JVM options before Spark starts): a JSONL file within the
+    sample is counted exactly (a last line without its newline included), Parquet by its footers, a
+    larger JSONL file from its first MiB's mean line length."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from writer.sources import SAMPLE_BYTES, estimate_events
+
+    _jsonl(tmp_path / "a.jsonl", [{"_type": "a", "_time": i} for i in range(7)])
+    with open(tmp_path / "b.jsonl", "w") as f:
+        f.write('{"_type": "a", "_time": 1}\n{"_type": "a", "_time": 2}')  # no final newline
+    pq.write_table(pa.table({"_type": ["b"] * 11, "_time": list(range(11))}), tmp_path / "c.parquet")
+    assert estimate_events([str(tmp_path / "a.jsonl")]) == 7
+    assert estimate_events([str(tmp_path / "b.jsonl")]) == 2
+    assert estimate_events([str(tmp_path / "c.parquet")]) == 11
+    assert estimate_events([str(tmp_path)]) == 7 + 2 + 11  # a directory: every file in it
+
+    big = tmp_path / "big" / "e.jsonl"
+    big.parent.mkdir()
+    n = 3 * SAMPLE_BYTES // 40
+    _jsonl(big, [{"_type": "a", "_time": 10**12 + i, "k": "x" * (i % 13)} for i in range(n)])
+    assert abs(estimate_events([str(big)]) - n) < 0.02 * n
+    with pytest.raises(SourceError, match="no input files match"):
+        estimate_events([str(tmp_path / "nope*.jsonl")])
