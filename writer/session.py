@@ -45,8 +45,16 @@ def _loopback(master: str) -> bool:
 #:   check is skipped (``BatchedPythonArrowInput``) and ``spark.sql.execution.arrow.maxRecordsPerBatch``
 #:   (10,000 rows) alone bounds a batch. A 1M-row identity ``mapInArrow`` with two struct columns took
 #:   0.9-1.5 s against 1.8-2.9 s (four alternated runs each, one session, 2026-11-27).
+#: * ``spark.sql.inMemoryColumnarStorage.compressed`` = ``false`` (speed): the cached raw events
+#:   (``persist`` of the read, ``writer.replay.prepare_events``, the stream's batches) are mostly the
+#:   ``_raw`` JSON texts, distinct per event, which no scheme of Spark's columnar cache compresses; with
+#:   compression on, each batch of rows still gathers every scheme's statistics per value first. Warm
+#:   1M-event Zipf replays alternated in one JVM (three pairs, 2026-11-29): read phase 5.1-6.1 s against
+#:   7.0-7.1 s, whole replay 36.9 s against 38.4 s (medians); the cache ~12% larger by Spark's estimate
+#:   (39.4 against 35.3 MB).
 SESSION_CONFS = {"spark.sql.variant.allowDuplicateKeys": "true",
-                 "spark.sql.execution.arrow.maxBytesPerBatch": "2147483647"}
+                 "spark.sql.execution.arrow.maxBytesPerBatch": "2147483647",
+                 "spark.sql.inMemoryColumnarStorage.compressed": "false"}
 
 
 def configure(spark: SparkSession) -> SparkSession:

@@ -124,3 +124,24 @@ def test_java_options_by_job_size_and_override(monkeypatch):
     assert confs["spark.driver.extraJavaOptions"] == confs["spark.executor.extraJavaOptions"] == LONG_JOB_JAVA_OPTIONS
     monkeypatch.setenv("SCOWL_JAVA_OPTIONS", "-Xss2m")
     assert java_options() == java_options(10 * LONG_JOB_EVENTS) == "-Xss2m"
+
+
+def test_cached_frames_are_stored_uncompressed_and_read_back_whole(spark):
+    """``configure`` turns the columnar cache's compression off (the cached ``_raw`` texts are distinct:
+    no scheme compresses them, and gathering the schemes' statistics cost a sixth of the read phase);
+    what is cached reads back value for value."""
+    from pyspark.sql import functions as F
+
+    from writer.session import configure
+
+    configure(spark)
+    assert spark._jsparkSession.sessionState().conf().useCompression() is False
+    df = spark.range(0, 5_000, numPartitions=2).select(
+        F.concat(F.lit('{"_type": "e", "n": '), F.col("id").cast("string"), F.lit("}")).alias("_raw"),
+        (F.col("id") % 3).alias("k")).persist()
+    try:
+        assert df.count() == 5_000
+        rows = sorted((r["_raw"], r["k"]) for r in df.collect())
+        assert rows == sorted((f'{{"_type": "e", "n": {i}}}', i % 3) for i in range(5_000))
+    finally:
+        df.unpersist()
