@@ -406,8 +406,12 @@ class BatchProcessor:
             wm = None if prev is None or prev["max_time_ms"] is None else prev["max_time_ms"] - self.lateness_ms
         # the watermark as a column of the cached batch (added after the exchange below, in a stage of its
         # own), not a literal in the stages that parse and count: a literal is a constant of the generated
-        # code, so each batch's code would differ and be compiled (and warmed up by HotSpot) anew
-        late = (ok & (F.col("_time_ms") < F.col("_wm"))) if wm is not None else F.lit(False)
+        # code, so each batch's code would differ and be compiled (and warmed up by HotSpot) anew. The
+        # column is the watermark's decimal text, cast where it is compared: Spark's generated code reads
+        # a string literal from its references array, where a long literal is written into the code (the
+        # projection that adds it was two Janino compilations per batch, ~25-40 ms, and a new class for
+        # HotSpot to compile)
+        late = (ok & (F.col("_time_ms") < F.col("_wm").cast("long"))) if wm is not None else F.lit(False)
         numbered = "_seq" in raw.columns  # else a dir_raw frame: numbered from the splits counted here
         writers = sorted({ev for st in self.states for ev in st.writes})
         # one job: parses and caches the batch, counts it and, for a dir: batch, collects its file splits
@@ -418,7 +422,7 @@ class BatchProcessor:
             # every event's features and writes in one task), by the arrival number computed before
             cached = raw.repartition(spark.sparkContext.defaultParallelism, "_seq" if numbered else "_mid")
             if wm is not None:
-                cached = cached.withColumn("_wm", F.lit(wm).cast("long"))
+                cached = cached.withColumn("_wm", F.lit(str(int(wm))))
             cached = cached.persist(StorageLevel.MEMORY_AND_DISK)
             counting = cached.agg(
                 F.count(F.lit(1)).alias("n"),
