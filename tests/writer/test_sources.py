@@ -162,5 +162,14 @@ def test_estimate_events_counts_small_files_footers_and_samples_large_ones(tmp_p
     n = 3 * SAMPLE_BYTES // 40
     _jsonl(big, [{"_type": "a", "_time": 10**12 + i, "k": "x" * (i % 13)} for i in range(n)])
     assert abs(estimate_events([str(big)]) - n) < 0.02 * n
+    import gzip
+
+    (tmp_path / "gz").mkdir()
+    with gzip.open(tmp_path / "gz" / "e.jsonl.gz", "wb") as f:  # read by Spark's text source as is
+        f.write(big.read_bytes())
+    # within the decoder's read-ahead (it reads the compressed file in blocks): a factor, not a count
+    assert abs(estimate_events([str(tmp_path / "gz" / "e.jsonl.gz")]) - n) < 0.25 * n
+    (tmp_path / "gz" / "bad.parquet").write_bytes(b"not parquet")  # unreadable: counts 0, the job reports it
+    assert estimate_events([str(tmp_path / "gz" / "bad.parquet")]) == 0
     with pytest.raises(SourceError, match="no input files match"):
         estimate_events([str(tmp_path / "nope*.jsonl")])
