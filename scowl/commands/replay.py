@@ -37,17 +37,13 @@ def replay(
     """
     from writer.features import StagedFeatureError
     from writer.replay import ReplayError, run_replay
-    from writer.sources import SourceError, expand_paths
+    from writer.sources import SourceError
 
     plan = compile_topology(directory)
     wanted = [t.strip() for t in types.split(",") if t.strip()] if types else None
     unknown = [t for t in wanted or [] if t not in plan.events]
     if unknown:  # before Spark starts
         raise UserError(f"unknown event type(s) {', '.join(unknown)}; the topology has {', '.join(sorted(plan.events))}")
-    try:
-        expand_paths(events)
-    except SourceError as e:
-        raise UserError(str(e)) from None
     with job_progress(console) as prog:
         cb = phase_progress(prog, REPLAY_PHASES)
         spark_task = prog.add_task("starting Spark", total=1)
