@@ -13,7 +13,9 @@ phase of ``ReplayReport`` (``read``: reading and caching the events;
   ``--poll-ms`` from ``SparkContext.statusTracker``: driver time);
 * ``py4j calls`` and ``py4j s``: the py4j commands the driver sent and the
   time it waited on them (``py4j.clientserver.ClientServerConnection.send_command``,
-  counted; the time includes the jobs an action waits for).
+  counted; the time includes the jobs an action waits for). Releases of
+  Java objects are left out: py4j sends one per garbage-collected proxy,
+  the sampler's included.
 
 The first round is the cold one ``scowl replay`` pays in a fresh JVM; the
 later rounds, in the same session, are its warm floor (their medians are
@@ -45,7 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.timeline import add_selection_args, selected  # noqa: E402
+from bench.timeline import add_rounds_args, rounds_setup  # noqa: E402
 
 
 class DriverProbe:
@@ -83,7 +85,9 @@ class DriverProbe:
         probe = self
 
         def counted(conn, command, *args, **kwargs):
-            if getattr(probe._local, "inside", False):  # the sampler's own commands
+            # the sampler's own commands, and every release of a Java object ("m\nd\n": py4j sends one when
+            # a proxy is garbage-collected, from whichever thread collects, so the sampler's would mix in)
+            if getattr(probe._local, "inside", False) or command.startswith("m\nd\n"):
                 return send(conn, command, *args, **kwargs)
             t0 = time.perf_counter()
             try:
@@ -122,43 +126,46 @@ class DriverProbe:
 
 
 def one_round(spark, plan, path: Path, probe: DriverProbe) -> dict[str, float]:
-    """Replay ``path`` once with ``probe`` attributing to its phases; return ``ReplayReport.seconds``."""
+    """Replay ``path`` once with ``probe`` attributing to its phases.
+
+    Returns:
+        Wall seconds per phase, in order: ``read``, ``features + aggregates``,
+        then each event type written (``ReplayReport.seconds``); the probe's
+        counters use the same names.
+    """
     from writer.replay import run_replay
 
     def progress(phase: str, done: int, total: int) -> None:
-        # "read" 0..1, then "replay" i of n: the phases of ReplayReport.seconds in order
+        # "read" 0..1, then "replay" i of n: the event types in the order they are written (named below)
         if phase == "read":
             probe.phase = "read" if done == 0 else "features + aggregates"
         else:
-            probe.phase = f"output {done + 1}" if done < total else "end"
+            probe.phase = f"output {done}" if done < total else "end"
 
     with tempfile.TemporaryDirectory() as out:
         report = run_replay(spark, plan, [str(path)], out, progress=progress)
-    return dict(report.seconds)
+    s = report.seconds
+    types = [k for k in s if k not in ("read", "features", "aggregates")]
+    for i, t in enumerate(types):  # the output phases by their event type
+        for counter in (probe.calls, probe.call_s, probe.idle_s):
+            counter[t] = counter.pop(f"output {i}", 0)
+    return {"read": s["read"], "features + aggregates": s["features"] + s["aggregates"], **{t: s[t] for t in types}}
 
 
 def main(argv: list[str] | None = None) -> None:
     """Print, per timeline and phase, the cold round beside the warm rounds' medians."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_selection_args(ap)
-    ap.set_defaults(only="flights", events=1_000_000)
-    ap.add_argument("--rounds", type=int, default=2, help="rounds in the session (the first is cold; default 2)")
+    add_rounds_args(ap, rounds=2)
     ap.add_argument("--poll-ms", type=float, default=10.0, help="sampling period of the active jobs (ms)")
     ap.add_argument("--callers", type=int, default=0, metavar="N",
                     help="also list the N PySpark functions that sent the most py4j commands in the cold round")
-    args = ap.parse_args(argv)
-    if args.rounds < 2:
-        ap.error("--rounds must be at least 2 (one cold, one warm)")
+    args, console, timelines = rounds_setup(ap, argv)
 
-    from rich.console import Console
     from rich.table import Table
 
     from compiler import compile_dir
     from writer.session import get_spark
 
-    console = Console(width=max(120, Console().width))
-    with console.status("writing the timelines (cached)"):
-        timelines = selected(args)
     spark = get_spark(events=max(tl.events for tl in timelines))
     spark.range(100_000).selectExpr("sum(id)").collect()  # the session's own start-up, outside the rounds
     table = Table(title="replay's driver time: seconds with no Spark job running and py4j commands, per phase "
@@ -180,17 +187,10 @@ def main(argv: list[str] | None = None) -> None:
                 for c in p.by_caller.values():
                     total.update(c)
                 callers.append((tl.name, total))
-        # phase names of the probe, in order, matched to ReplayReport.seconds' keys
-        cold_s, cold = rounds[0]
-        names = list(cold_s)  # read, features, aggregates, <event types...>
-        probe_phases = ["read", "features + aggregates"] + [f"output {i + 1}" for i in range(len(names) - 3)]
-        labels = ["read", "features + aggregates"] + names[3:]
-        for label, ph in zip(labels, probe_phases):
-            def wall(s: dict[str, float], label=label) -> float:
-                return s["features"] + s["aggregates"] if label == "features + aggregates" else s[label]
-            warm = rounds[1:]
-            table.add_row(tl.name, label, f"{wall(cold_s):.1f}", f"{cold.idle_s[ph]:.1f}", f"{cold.calls[ph]:,}",
-                          f"{cold.call_s[ph]:.1f}", f"{statistics.median(wall(s) for s, _ in warm):.1f}",
+        (cold_s, cold), warm = rounds[0], rounds[1:]
+        for ph in cold_s:
+            table.add_row(tl.name, ph, f"{cold_s[ph]:.1f}", f"{cold.idle_s[ph]:.1f}", f"{cold.calls[ph]:,}",
+                          f"{cold.call_s[ph]:.1f}", f"{statistics.median(s[ph] for s, _ in warm):.1f}",
                           f"{statistics.median(p.idle_s[ph] for _, p in warm):.1f}",
                           f"{statistics.median(p.calls[ph] for _, p in warm):,.0f}")
     console.print(table)

