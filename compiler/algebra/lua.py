@@ -52,8 +52,10 @@ its exact total and a read whose total leaves int64 is null, SPEC §3.5).
 Late events (SPEC §3.3; ``RoundSpec.lateness_ms``, the allowed lateness
 ``L``): every state keeps what a read up to ``L`` late needs, in its own key
 (``ops``' module docstring has the fields): tiles of ``W + r + L``; tiled
-writes append a raw entry to their resolution tile's raw field (in the same
-``HMGET``/``HSET``) and ``_t``, the latest write time; a read at ``t < _t``
+writes append a raw entry to their raw bucket's field (in the same
+``HMGET``/``HSET``; a bucket past ~2 KB goes on in further fields, so a
+write on a hot key copies at most two such chunks, not its bucket:
+``bench/hotkey.py``) and ``_t``, the latest write time; a read at ``t < _t``
 merges the exact cover of the tiles before ``T(t)`` with the raw entries of
 tile ``T(t)`` up to ``t``. ``CountUnique`` keeps raw and older-write members
 in its sorted set, ``Decayed*`` a base and raw tiles, write logs every
@@ -241,6 +243,84 @@ local function raw_add(cur, ts, payload)
   local e = ts .. ' ' .. #payload .. ' ' .. payload
   if cur then return cur .. e end
   return e
+end
+
+-- A tiled state's raw bucket (book) in chunks of about RAW_CHUNK bytes, so that
+-- a write copies at most two chunks, not its bucket: a key written 200 times a
+-- second would otherwise copy ~60 KB of a 1-minute state's 60 s bucket and up to
+-- ~12 MB of a 1-hour state's 1-hour bucket in each write (bench/hotkey.py). Field
+-- f (the bucket's name) holds the first chunk; once it is full the writes go to
+-- f.1, then f.2, ..., and the first chunk starts with '#<J> ', J the last chunk.
+-- Entries stay in arrival order (chunk 0, 1, .., J). The pruning pass deletes
+-- chunks like any field of the bucket's index (dead_tiles: '.<j>' is a suffix);
+-- raw_chunks reads a bucket back, raw_hdel deletes buckets by name.
+local RAW_CHUNK = 2048
+
+-- the raw bucket text of chunk 0 (without its header) and the last chunk j (0: none)
+local function raw_head(text)
+  if string.byte(text, 1) ~= 35 then return text, 0 end  -- '#'
+  local sp = string.find(text, ' ', 2, true)
+  return string.sub(text, sp + 1), tonumber(string.sub(text, 2, sp - 1))
+end
+
+-- Appends to args (n entries used) the writes that add one raw entry to bucket
+-- field f of key, given cur, f's text (false: none); returns the new n.
+local function raw_append(key, args, n, cur, f, ts, payload)
+  local e = ts .. ' ' .. #payload .. ' ' .. payload
+  if not cur then
+    args[n + 1], args[n + 2] = f, e
+    return n + 2
+  end
+  local head, j = raw_head(cur)
+  if j == 0 and #cur < RAW_CHUNK then
+    args[n + 1], args[n + 2] = f, cur .. e
+    return n + 2
+  end
+  if j > 0 then
+    local last = f .. '.' .. string.format('%d', j)
+    local text = redis.call('HGET', key, last)
+    if not text or #text < RAW_CHUNK then
+      args[n + 1], args[n + 2] = last, (text or '') .. e
+      return n + 2
+    end
+  end
+  j = j + 1
+  local js = string.format('%d', j)
+  args[n + 1], args[n + 2] = f, '#' .. js .. ' ' .. head
+  args[n + 3], args[n + 4] = f .. '.' .. js, e
+  return n + 4
+end
+
+-- The raw entry texts of bucket field f of key whose first chunk reads text, in order.
+local function raw_chunks(key, f, text)
+  local head, j = raw_head(text)
+  local out = { head }
+  if j > 0 then
+    local names = {}
+    for k = 1, j do names[k] = f .. '.' .. string.format('%d', k) end
+    local rest = redis.call('HMGET', key, unpack(names))
+    for k = 1, j do
+      if rest[k] then out[#out + 1] = rest[k] end
+    end
+  end
+  return out
+end
+
+-- HDEL raw buckets of key by name (names: their first chunks), with their further chunks.
+local function raw_hdel(key, names)
+  local firsts = redis.call('HMGET', key, unpack(names))
+  local n = #names
+  for i = 1, #firsts do
+    local text = firsts[i]
+    if text and string.byte(text, 1) == 35 then
+      local _, j = raw_head(text)
+      for k = 1, j do
+        n = n + 1
+        names[n] = names[i] .. '.' .. string.format('%d', k)
+      end
+    end
+  end
+  hdel_all(key, names)
 end
 
 -- Appends to out the tile texts of the raw entries in text with lo_ms <= ms <=
@@ -479,7 +559,11 @@ local function tiles(key, lo, hi, r, sizes, codes, comps, slot, t, rawcode, rsiz
         local rr = redis.call('HMGET', key, '_r', rawcode .. string.format('%d', bh))
         if rr[1] and bh >= tonumber(rr[1]) then
           local out = hmget(key, cover(lo, hi - 1, r, sizes, codes, comps, false))
-          if rr[2] then raw_tiles(out, rr[2], hi * r, t, kind) end
+          if rr[2] then
+            for _, text in ipairs(raw_chunks(key, rawcode .. string.format('%d', bh), rr[2])) do
+              raw_tiles(out, text, hi * r, t, kind)
+            end
+          end
           return out
         end
       end
@@ -621,11 +705,11 @@ end
 -- res, the raw bucket size (ms), and cur, the current texts of '_p', '_m', '_c', '_t', '_r' and of
 -- raw tile field rawf (false: absent): appends to args (n entries used)
 -- * the raised '_m' and '_t' (the latest written resolution tile and ms);
--- * the write's raw entry (raw_add) to rawf, its raw bucket (compiler.
+-- * the write's raw entry (raw_append: in chunks) to rawf, its raw bucket (compiler.
 --   algebra.windows.raw_bucket_s: the resolution, at least 15 s; its level code in
 --   upper case, then floor(t / res)), kept while a read within the allowed
 --   lateness LATE can need it: floor(t / res) >= floor((_t - LATE) / res);
---   '_r' is the lowest raw bucket that may remain; older ones are deleted by name once
+--   '_r' is the lowest raw bucket that may remain; older ones are deleted by name (raw_hdel) once
 --   RAW_BATCH of them are due (one HDEL for many writes) if the key's previous
 --   write lies less than a bucket before this one, else (a key written more
 --   rarely than once a bucket: most of the named buckets would not exist, and
@@ -662,15 +746,13 @@ local function book(key, args, n, cur, q, t, ts, every, cutoff, rcode, res, rawc
     if qh - low <= 8 * RAW_BATCH and tt and t - tonumber(tt) < res then
       local dead = {}
       for i = low, qh - 1 do dead[#dead + 1] = rawcode .. fmt('%d', i) end
-      redis.call('HDEL', key, unpack(dead))
+      raw_hdel(key, dead)
     end
     low = qh
   end
   local rq = math.floor(t / res)
   if rq >= qh then
-    args[n + 1] = rawf
-    args[n + 2] = raw_add(cur[6], ts, entry)
-    n = n + 2
+    n = raw_append(key, args, n, cur[6], rawf, ts, entry)
     if not low or rq < low then low = rq end
   end
   if low and low ~= (r0 and tonumber(r0)) then

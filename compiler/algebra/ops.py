@@ -54,7 +54,10 @@ field              holds
                    case: ``B``, ``M``, ``H``, ``D``), ``<ms> <length>
                    <payload>`` each, in arrival order; the payload is the
                    write's one-write tile text. Kept while a read up to the
-                   allowed lateness ``L`` can need them.
+                   allowed lateness ``L`` can need them. Tiled states keep
+                   a bucket past ~2 KB in chunks (``lua.py``
+                   ``raw_append``): the field then starts ``#<J> `` and
+                   the later entries lie in ``<R><b>.1`` .. ``<R><b>.<J>``.
 ``_r``             the lowest raw bucket that may remain.
 ``bt``/``bv``/``bw`` ``Decayed*``: the decayed sums of the writes before
                    raw bucket ``_r`` (the base of late reads).

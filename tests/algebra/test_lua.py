@@ -286,6 +286,48 @@ def test_raw_buckets_of_a_key_written_rarely_wait_for_the_pass_and_late_reads_st
         assert res[1] == len(counted(writes, r_t, window_s)), back_ms
 
 
+@pytest.mark.parametrize("fn,window_s", [(("Count", ()), 86400), (("First", ("string",)), 86400),
+                                         (("Average", ("float",)), 90 * 86400)])
+def test_a_hot_keys_raw_buckets_go_in_chunks_and_late_reads_stay_exact(client, fn, window_s):
+    """A key written 5 times a second fills its raw buckets (60 s at a 1-minute resolution, 1 hour at 1 hour)
+    with far more than one chunk (lua.py raw_append): each field stays near RAW_CHUNK (2 KB), so a write
+    copies at most two chunks, not its bucket (bench/hotkey.py); every read up to the allowed lateness
+    late still counts exactly the writes SPEC §3.2 and §3.3 count, from all the chunks of its bucket; and
+    buckets deleted by name (a key written more than once a bucket) leave none of their chunks behind."""
+    function, vtypes = fn
+    late_ms = 120_000
+    op = make_op(function, vtypes, ("v",) if vtypes else (), window_s)
+    r = resolution_s(window_s)
+    w = WriteSlot(op, window_s, r)
+    write = client.register_script(GEN.script(RoundSpec("w", writes=(w,), lateness_ms=late_ms)))
+    read = client.register_script(GEN.script(RoundSpec("r", reads_after=(ReadSlot(op, window_s, r),),
+                                                       lateness_ms=late_ms)))
+    key = f"t:{{{uuid.uuid4().hex}}}"
+    writes = []
+    for i in range(3000):  # ten minutes, 5 writes a second
+        t = T0 + 200 * i + 7
+        vals = (f"v{i}",) if vtypes == ("string",) else (i / 4,) if vtypes else ()
+        write(keys=["", "", key], args=[t, "", "", *GEN.write_values(w, vals)])
+        writes.append((t, vals))
+    raw = {f.decode(): v for f, v in client.hgetall(key).items() if f[:1].isupper()}
+    chunks = [f for f in raw if "." in f]
+    assert len(chunks) > 3 and max(len(v) for v in raw.values()) < 2048 + 200
+    # no chunk outlives its bucket's first field (deleted together, by name or by the pass)
+    assert {f.split(".")[0] for f in chunks} <= set(raw)
+    if r == 60:  # 60 s buckets of the last L, and at most 4 more (lua.py RAW_BATCH)
+        assert len(set(raw)) - len(chunks) <= late_ms // 60_000 + 1 + 4
+    for back_ms in (0, 1, 199, 1_000, 30_001, 59_999, 61_000, late_ms - 1):
+        r_t = t - back_ms
+        res = read(keys=["", "", key], args=[r_t, "", ""])
+        assert res[0] & 2 == (2 if back_ms else 0)  # a late read: the state holds a later write
+        got = op.finalize(GEN.decode_read(ReadSlot(op, window_s, r), res[1]))
+        want = fold(op, counted(writes, r_t, window_s))
+        if function == "Average":
+            assert got == pytest.approx(want, rel=1e-12), back_ms
+        else:
+            assert got == want, back_ms
+
+
 def hour_count_writer(client):
     """A 1-hour Count at 1 s: its op, a fresh key and its write script (registered)."""
     op = make_op("Count", (), window_s=3600)
