@@ -13,8 +13,8 @@ days``) the cost of a hot key's writes grows through each hour of event
 time.
 
 This script measures that growth. For each state of :data:`STATES`, alone
-in a one-aggregate topology (a global ``Count``: every event writes the
-same key, the hottest key there is), it evaluates ``--seconds`` of event
+in a one-aggregate topology (a global ``Count`` or ``DecayedCount``: every
+event writes the same key, the hottest key there is), it evaluates ``--seconds`` of event
 time at ``--rate`` events per second through serving's evaluator against an
 embedded Valkey (``bench.lua_calls.capture_calls``: the real script calls,
 keys and arguments), then replays those calls in a fresh store, pipelined,
@@ -43,11 +43,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-#: ``(label, aggregate)`` per row: global Counts whose resolution (SPEC §3.2) gives raw buckets of 15 s, 60 s, 1 hour.
+#: ``(label, aggregate)`` per row: global Counts whose resolution (SPEC §3.2) gives raw buckets of 15 s, 60 s, 1 hour,
+#: and a ``Decayed*`` state (raw tiles of its own, ``lua.py`` ``decay_write``).
 STATES = (
-    ("1 minute (r 1 s, bucket 15 s)", "Count(last 1 minute)"),
-    ("1 day (r 1 min, bucket 60 s)", "Count(last 1 day)"),
-    ("90 days (r 1 h, bucket 1 h)", "Count(last 90 days)"),
+    ("Count, 1 minute (r 1 s, bucket 15 s)", "Count(last 1 minute)"),
+    ("Count, 1 day (r 1 min, bucket 60 s)", "Count(last 1 day)"),
+    ("Count, 90 days (r 1 h, bucket 1 h)", "Count(last 90 days)"),
+    ("DecayedCount, 1 day (r 1 min, bucket 60 s)", "DecayedCount(last 1 day)"),
 )
 
 #: Event time of the first event (epoch ms; 2025-11-24T16:00:00Z, a whole hour: the 1-hour bucket starts empty).
@@ -130,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     table = Table(title=f"Valkey CPU per call, one global key: {len(evs):,} events at {args.rate:g}/s of event time "
                         f"({args.seconds:g} s){f', up to {args.late_ms} ms late' if args.late_ms else ''}; "
                         f"floor: the first of {args.windows} slices")
-    for col in ("global Count, window", "floor µs/call", "last µs/call", "last / floor", "largest raw field"):
+    for col in ("global state", "floor µs/call", "last µs/call", "last / floor", "largest raw field"):
         table.add_column(col, justify="left" if col.startswith("global") else "right")
     for label, aggregate in STATES:
         per, largest = measure(aggregate, evs, args.windows, args.repeat)

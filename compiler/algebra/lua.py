@@ -237,23 +237,17 @@ local function note_late(latest, t)
   end
 end
 
--- Raw entries of a resolution tile, kept for late reads: '<ms> <length> <payload>'
--- each, in arrival order; cur is the tile's raw text (false: none yet).
-local function raw_add(cur, ts, payload)
-  local e = ts .. ' ' .. #payload .. ' ' .. payload
-  if cur then return cur .. e end
-  return e
-end
-
--- A tiled state's raw bucket (book) in chunks of about RAW_CHUNK bytes, so that
--- a write copies at most two chunks, not its bucket: a key written 200 times a
--- second would otherwise copy ~60 KB of a 1-minute state's 60 s bucket and up to
--- ~12 MB of a 1-hour state's 1-hour bucket in each write (bench/hotkey.py). Field
--- f (the bucket's name) holds the first chunk; once it is full the writes go to
--- f.1, then f.2, ..., and the first chunk starts with '#<J> ', J the last chunk.
--- Entries stay in arrival order (chunk 0, 1, .., J). The pruning pass deletes
--- chunks like any field of the bucket's index (dead_tiles: '.<j>' is a suffix);
--- raw_chunks reads a bucket back, raw_hdel deletes buckets by name.
+-- Raw entries of a raw bucket (tiled states: book; Decayed*: decay_write), kept
+-- for late reads: '<ms> <length> <payload>' each, in arrival order, in chunks of
+-- about RAW_CHUNK bytes, so that a write copies at most two chunks, not its
+-- bucket: on a key written 200 times a second a write would otherwise copy the
+-- ~200 KB of a 1-minute-resolution state's 60 s bucket, and up to ~12 MB of a
+-- 1-hour state's 1-hour bucket by the hour's end (bench/hotkey.py). Field f (the
+-- bucket's name) holds the first chunk; once it is full the writes go to f.1,
+-- then f.2, ..., and the first chunk's text starts with '#<J> ', J the last
+-- chunk. Entries stay in arrival order (chunk 0, 1, .., J). The pruning pass
+-- deletes chunks as any field of the bucket's index (dead_tiles: '.<j>' is a
+-- suffix); raw_chunks reads a bucket back, raw_hdel deletes buckets by name.
 local RAW_CHUNK = 2048
 
 -- the raw bucket text of chunk 0 (without its header) and the last chunk j (0: none)
@@ -416,13 +410,13 @@ local function dfold(acc, text, hi_ms, w)
   return acc
 end
 
--- raw tile fields of a Decayed hash (code byte rb) with their indices, ascending
+-- raw tile fields of a Decayed hash (code byte rb; their first chunks) with their indices, ascending
 local function draw_fields(key, rb, below)
   local names = redis.call('HKEYS', key)
   local out = {}
   for i = 1, #names do
     local f = names[i]
-    if string.byte(f, 1) == rb then
+    if string.byte(f, 1) == rb and not string.find(f, '.', 3, true) then  -- first chunks (raw_append)
       local q = tonumber(string.sub(f, 2))
       if q and (not below or q < below) then out[#out + 1] = { q, f } end
     end
@@ -433,7 +427,7 @@ end
 
 -- A Decayed write of value text v at t (text ts): the main state dt/dv/dw
 -- (decay_merge's rule), and for late reads the raw entry in resolution tile q
--- (raw_add) while q >= T(_t - LATE); raw tiles that fall out are folded into
+-- (raw_append: in chunks) while q >= T(_t - LATE); raw tiles that fall out are folded into
 -- the base bt/bv/bw (the writes before raw tile '_r'), RAW_BATCH at once.
 -- One HMGET and one HSET (and an HMGET + HDEL per fold).
 local function decay_write(key, t, ts, v, w, res, rawcode)
@@ -469,19 +463,18 @@ local function decay_write(key, t, ts, v, w, res, rawcode)
     end
     if #names > 0 then
       local texts = redis.call('HMGET', key, unpack(names))
-      for i = 1, #names do
+      for i = 1, #texts do
         if texts[i] then
-          base = dfold(base, texts[i], EXACT * 1024, w)
+          for _, text in ipairs(raw_chunks(key, names[i], texts[i])) do base = dfold(base, text, EXACT * 1024, w) end
           based = true
         end
       end
-      redis.call('HDEL', key, unpack(names))
+      raw_hdel(key, names)
     end
     low = qh
   end
   if q >= qh then
-    args[#args + 1] = rawf
-    args[#args + 1] = raw_add(cur[3], ts, v)
+    raw_append(key, args, #args, cur[3], rawf, ts, v)
     if not low or q < low then low = q end
   else
     base = dmerge(base, t, x, w)
@@ -519,7 +512,11 @@ local function decay_read(key, t, w, res, rawcode)
     local names = {}
     for i = 1, #raw do names[i] = raw[i][2] end
     local texts = redis.call('HMGET', key, unpack(names))
-    for i = 1, #texts do acc = dfold(acc, texts[i], t, w) end
+    for i = 1, #texts do
+      if texts[i] then
+        for _, text in ipairs(raw_chunks(key, names[i], texts[i])) do acc = dfold(acc, text, t, w) end
+      end
+    end
   end
   if not acc then return { false, false, false } end
   return { string.format('%d', acc[1]), string.format('%.17g', acc[2]), string.format('%.17g', acc[3]) }
