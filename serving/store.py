@@ -8,11 +8,14 @@ with ``EVAL``, which loads the script. Commands are packed by hiredis
 (:class:`_HiredisPacking`) and sent on connections the store keeps itself
 (:meth:`Store._execute`), not through ``Redis.execute_command``: per call it
 took a pool lock, a socket readiness check, metrics and events, ~40% of the
-client's CPU per call. Tried and measured worse: pipelining the calls
-of one event-loop iteration together (client-side auto-pipelining, as
-ioredis does): batches of ~3.5 calls under ``wrk`` load, yet 10-15% fewer
-events/s than one ``EVALSHA`` per call (redis-py's pipeline costs more per
-call than it saves).
+client's CPU per call. Tried twice and measured worse: pipelining the
+calls of one event-loop iteration together (client-side auto-pipelining,
+as ioredis does), first through redis-py's pipeline (batches of ~3.5
+calls under ``wrk`` load, 10-15% fewer events/s), then packed by hiredis
+and sent by the first caller, who read every reply (2.35 calls per
+Valkey read, 10-15% fewer events/s, Valkey's CPU per call unchanged:
+README, Benchmarks, sixth session): the calls wait for each other, and
+under load Valkey already serves several connections per wake-up.
 
 ``Store.record_online`` keeps the *online-writer start times* in the hash
 :data:`ONLINE_KEY` (named in ``compiler.algebra.storekeys``): per aggregate

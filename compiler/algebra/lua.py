@@ -300,9 +300,10 @@ local function raw_chunks(key, f, text)
   return out
 end
 
--- HDEL raw buckets of key by name (names: their first chunks), with their further chunks.
-local function raw_hdel(key, names)
-  local firsts = redis.call('HMGET', key, unpack(names))
+-- HDEL raw buckets of key by name (names: their first chunks), with their further chunks
+-- (named by the first chunks' texts, firsts: read here unless given).
+local function raw_hdel(key, names, firsts)
+  firsts = firsts or redis.call('HMGET', key, unpack(names))
   local n = #names
   for i = 1, #firsts do
     local text = firsts[i]
@@ -429,7 +430,8 @@ end
 -- (decay_merge's rule), and for late reads the raw entry in resolution tile q
 -- (raw_append: in chunks) while q >= T(_t - LATE); raw tiles that fall out are folded into
 -- the base bt/bv/bw (the writes before raw tile '_r'), RAW_BATCH at once.
--- One HMGET and one HSET (and an HMGET + HDEL per fold).
+-- One HMGET and one HSET (and an HMGET + HDEL per fold; an HGET more once a
+-- raw tile outgrows its first chunk).
 local function decay_write(key, t, ts, v, w, res, rawcode)
   local fmt = string.format
   local q = math.floor(t / res)
@@ -469,7 +471,7 @@ local function decay_write(key, t, ts, v, w, res, rawcode)
           based = true
         end
       end
-      raw_hdel(key, names)
+      raw_hdel(key, names, texts)
     end
     low = qh
   end

@@ -54,8 +54,8 @@ field              holds
                    case: ``B``, ``M``, ``H``, ``D``), ``<ms> <length>
                    <payload>`` each, in arrival order; the payload is the
                    write's one-write tile text. Kept while a read up to the
-                   allowed lateness ``L`` can need them. Tiled states keep
-                   a bucket past ~2 KB in chunks (``lua.py``
+                   allowed lateness ``L`` can need them. A bucket past
+                   ~2 KB goes on in chunks (``lua.py``
                    ``raw_append``): the field then starts ``#<J> `` and
                    the later entries lie in ``<R><b>.1`` .. ``<R><b>.<J>``.
 ``_r``             the lowest raw bucket that may remain.
