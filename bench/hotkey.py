@@ -1,18 +1,18 @@
 """Valkey CPU per event on one hot key as its raw buckets fill: the cost of keeping raw entries for late reads (issue 10).
 
-For late reads (SPEC §3.3) every tiled write keeps its raw entry in the
-state's *raw bucket* field (``compiler.algebra.lua``, ``book``/``raw_add``;
-the bucket is ``compiler.algebra.windows.raw_bucket_s(r)``: 15 s for
-1-second states, else the resolution: 60 s, 1 hour, 1 day). The write reads
-the bucket's whole text in its ``HMGET``, appends its entry and writes the
-text back in its ``HSET``, so a write costs O(entries already in its
-bucket): on a key written ``rate`` times a second, O(rate x bucket). A late
-read parses the whole bucket too (``raw_tiles``). With a 1-hour bucket
-(windows of 1,000 hours or more with a whole number of hours: ``last 90
-days``) the cost of a hot key's writes grows through each hour of event
-time.
+For late reads (SPEC §3.3) every write of a tiled or ``Decayed*`` state
+keeps its raw entry in the state's *raw bucket* (``compiler.algebra.lua``,
+``raw_append``; the bucket is ``compiler.algebra.windows.raw_bucket_s(r)``:
+15 s for 1-second states, else the resolution: 60 s, 1 hour, 1 day). Up to
+5c2862b a bucket was one hash field that every write read whole, extended
+and wrote back: O(entries already in the bucket) per write, O(rate x
+bucket) on a key written ``rate`` times a second, and through a whole hour
+for a 1-hour bucket (windows of 1,000 hours or more with a whole number of
+hours: ``last 90 days``). Since 2673a9b a bucket goes on in chunks of
+~2 KB and a write copies at most two. A late read still parses every entry
+of its bucket (``raw_tiles``): ``--late-ms`` shows that cost.
 
-This script measures that growth. For each state of :data:`STATES`, alone
+This script measures the cost per call as buckets fill. For each state of :data:`STATES`, alone
 in a one-aggregate topology (a global ``Count`` or ``DecayedCount``: every
 event writes the same key, the hottest key there is), it evaluates ``--seconds`` of event
 time at ``--rate`` events per second through serving's evaluator against an
