@@ -257,6 +257,13 @@ local function raw_head(text)
   return string.sub(text, sp + 1), tonumber(string.sub(text, 2, sp - 1))
 end
 
+-- appends to names the chunk fields f.1 .. f.j of bucket field f
+local function chunk_names(names, f, j)
+  local n = #names
+  for k = 1, j do names[n + k] = f .. '.' .. string.format('%d', k) end
+  return names
+end
+
 -- Appends to args (n entries used) the writes that add one raw entry to bucket
 -- field f of key, given cur, f's text (false: none); returns the new n.
 local function raw_append(key, args, n, cur, f, ts, payload)
@@ -290,9 +297,7 @@ local function raw_chunks(key, f, text)
   local head, j = raw_head(text)
   local out = { head }
   if j > 0 then
-    local names = {}
-    for k = 1, j do names[k] = f .. '.' .. string.format('%d', k) end
-    local rest = redis.call('HMGET', key, unpack(names))
+    local rest = redis.call('HMGET', key, unpack(chunk_names({}, f, j)))
     for k = 1, j do
       if rest[k] then out[#out + 1] = rest[k] end
     end
@@ -304,15 +309,11 @@ end
 -- (named by the first chunks' texts, firsts: read here unless given).
 local function raw_hdel(key, names, firsts)
   firsts = firsts or redis.call('HMGET', key, unpack(names))
-  local n = #names
   for i = 1, #firsts do
     local text = firsts[i]
     if text and string.byte(text, 1) == 35 then
       local _, j = raw_head(text)
-      for k = 1, j do
-        n = n + 1
-        names[n] = names[i] .. '.' .. string.format('%d', k)
-      end
+      chunk_names(names, names[i], j)
     end
   end
   hdel_all(key, names)
@@ -555,11 +556,12 @@ local function tiles(key, lo, hi, r, sizes, codes, comps, slot, t, rawcode, rsiz
       note_late(x, t)
       local bh = math.floor(hi * r / rsize)  -- tile hi's raw bucket
       if m and bh >= math.floor((x - LATE) / rsize) then
-        local rr = redis.call('HMGET', key, '_r', rawcode .. string.format('%d', bh))
+        local rawf = rawcode .. string.format('%d', bh)
+        local rr = redis.call('HMGET', key, '_r', rawf)
         if rr[1] and bh >= tonumber(rr[1]) then
           local out = hmget(key, cover(lo, hi - 1, r, sizes, codes, comps, false))
           if rr[2] then
-            for _, text in ipairs(raw_chunks(key, rawcode .. string.format('%d', bh), rr[2])) do
+            for _, text in ipairs(raw_chunks(key, rawf, rr[2])) do
               raw_tiles(out, text, hi * r, t, kind)
             end
           end
