@@ -245,9 +245,18 @@ end
 -- 1-hour state's 1-hour bucket by the hour's end (bench/hotkey.py). Field f (the
 -- bucket's name) holds the first chunk; once it is full the writes go to f.1,
 -- then f.2, ..., and the first chunk's text starts with '#<J> ', J the last
--- chunk. Entries stay in arrival order (chunk 0, 1, .., J). The pruning pass
--- deletes chunks as any field of the bucket's index (dead_tiles: '.<j>' is a
--- suffix); raw_chunks reads a bucket back, raw_hdel deletes buckets by name.
+-- chunk. Entries stay in arrival order (chunk 0, 1, .., J).
+-- A chunk k that fills is closed with its summary in field f.p<k> (raw_append):
+-- the least and greatest ms of its entries, the greatest ms of chunks 0..k, and
+-- the partial aggregates (raw_partial) of its entries and of those of chunks
+-- 0..k. A late read (raw_scan) walks the summaries back from the last closed
+-- chunk and stops at the first chunk k whose chunks 0..k all lie in its range
+-- (it takes their partial) or all before it: it parses only the open chunk and
+-- the closed ones that straddle its range, and reads one summary per chunk
+-- that arrived after its range began: O(lateness x rate), not O(bucket)
+-- (bench/hotkey.py --late-ms).
+-- The pruning pass deletes chunks and summaries as any field of the bucket's
+-- index (dead_tiles: '.<j>' and '.p<k>' are suffixes); raw_hdel deletes buckets by name.
 local RAW_CHUNK = 2048
 
 -- the raw bucket text of chunk 0 (without its header) and the last chunk j (0: none)
@@ -257,63 +266,265 @@ local function raw_head(text)
   return string.sub(text, sp + 1), tonumber(string.sub(text, 2, sp - 1))
 end
 
--- appends to names the chunk fields f.1 .. f.j of bucket field f
-local function chunk_names(names, f, j)
-  local n = #names
-  for k = 1, j do names[n + k] = f .. '.' .. string.format('%d', k) end
-  return names
+-- Decayed: (ref ms, sum, count) merged with a partial (ms, v, weight c) (common.lua decay_sums)
+local function dmerge(acc, ms, v, w, c)
+  c = c or 1
+  if not acc then return { ms, v, c } end
+  local t, sv, sw = decay_sums(acc[1], acc[2], acc[3], ms, v, c, w)
+  return { t, sv, sw }
+end
+
+-- Calls each(ms, ms text, payload) for the raw entries of text, in order.
+local function raw_entries(text, each)
+  local find, sub = string.find, string.sub
+  local i, len = 1, #text
+  while i <= len do
+    local s1 = find(text, ' ', i, true)
+    local s2 = find(text, ' ', s1 + 1, true)
+    local mt = sub(text, i, s1 - 1)
+    local e = s2 + tonumber(sub(text, s1 + 1, s2 - 1))
+    each(tonumber(mt), mt, sub(text, s2 + 1, e))
+    i = e + 1
+  end
+end
+
+-- Partial aggregates of raw entries, one function per kind of state (the
+-- generator passes the state's: a script makes a closure per local function
+-- it keeps, on every call, so it keeps only its own). rf_<kind>(text, acc,
+-- arg) returns the partial of the entries of partial acc (a text; nil: none)
+-- and then those of text, as a text, which reads as the entries would: one
+-- more tile of the read's merge (raw_range) or a Decayed partial (decay_chunks).
+-- Count and int Sum: the exact sum (int_add_text).
+local function rf_int(text, acc)
+  raw_entries(text, function(ms, mt, p) acc = int_add_text(acc, p) end)
+  return acc
+end
+
+-- float Sum: the double sum in arrival order, as %.17g (as a tile's, float_text)
+local function rf_float(text, acc)
+  local x = acc and tonumber(acc)
+  raw_entries(text, function(ms, mt, p) x = x and x + tonumber(p) or tonumber(p) end)
+  return string.format('%.17g', x)
+end
+
+-- Average: '<sum> <count>'
+local function rf_avg(text, acc)
+  local x, c = nil, 0
+  if acc then
+    local sp = string.find(acc, ' ', 1, true)
+    x, c = tonumber(string.sub(acc, 1, sp - 1)), tonumber(string.sub(acc, sp + 1))
+  end
+  raw_entries(text, function(ms, mt, p)
+    x = x and x + tonumber(p) or tonumber(p)
+    c = c + 1
+  end)
+  return string.format('%.17g', x) .. ' ' .. string.format('%d', c)
+end
+
+-- Min and Max (arg: the kind n/i/s of less, then '<' for Min, '>' for Max): the extreme ('' for none)
+local function rf_ext(text, acc, arg)
+  local kind, want_less = string.sub(arg, 1, 1), string.sub(arg, 2, 2) == '<'
+  if acc == '' then acc = nil end
+  raw_entries(text, function(ms, mt, p)
+    if kind == 's' or p ~= '' then acc = extreme_text(acc, p, kind, want_less) or acc end
+  end)
+  return acc or ''
+end
+
+-- First: '<ms>\t<payload>' of the earliest entry, the first to arrive on ties
+local function rf_first(text, acc)
+  local best = acc and tonumber(string.match(acc, '^%-?%d+'))
+  raw_entries(text, function(ms, mt, p)
+    if not best or ms < best then acc, best = mt .. '\t' .. p, ms end
+  end)
+  return acc
+end
+
+-- HyperLogLog: the registers ';slot:rho..' (register-wise max)
+local function rf_hll(text, acc)
+  local regs, order, parts = {}, {}, {}
+  if acc then max_registers(regs, order, acc) end
+  raw_entries(text, function(ms, mt, p) max_registers(regs, order, p) end)
+  for i = 1, #order do parts[i] = ';' .. order[i] .. ':' .. string.format('%d', regs[order[i]]) end
+  return table.concat(parts)
+end
+
+-- the Decayed partial { ms, sum, count } of a text '<ms> <sum> <count>' (nil: nil)
+local function dpartial(text)
+  if not text then return nil end
+  local s1 = string.find(text, ' ', 1, true)
+  local s2 = string.find(text, ' ', s1 + 1, true)
+  return { tonumber(string.sub(text, 1, s1 - 1)), tonumber(string.sub(text, s1 + 1, s2 - 1)),
+           tonumber(string.sub(text, s2 + 1)) }
+end
+
+local function dtext(acc)
+  return string.format('%d', acc[1]) .. ' ' .. string.format('%.17g', acc[2]) .. ' ' .. string.format('%.17g', acc[3])
+end
+
+-- Decayed (arg: the decay constant, ms): '<ms> <sum> <count>' (dmerge)
+local function rf_decay(text, acc, w)
+  acc = dpartial(acc)
+  raw_entries(text, function(ms, mt, p) acc = dmerge(acc, ms, tonumber(p), w) end)
+  return dtext(acc)
+end
+
+-- A closed chunk's summary (field f.p<k>): '<min> <max> <runmax> <plen> <clen> <partial><cum>',
+-- runmax the greatest ms of chunks 0..k and cum the partial of their entries; for a bucket
+-- whose earlier chunks have no summary (chunked before summaries were kept) runmax is 2^53
+-- and clen -1 (no cum). Returns min, max, runmax, partial, cum (false: none), or nil for none.
+local function raw_summary(text)
+  if not text then return nil end
+  local find, sub = string.find, string.sub
+  local s1 = find(text, ' ', 1, true)
+  local s2 = find(text, ' ', s1 + 1, true)
+  local s3 = find(text, ' ', s2 + 1, true)
+  local s4 = find(text, ' ', s3 + 1, true)
+  local s5 = find(text, ' ', s4 + 1, true)
+  local e = s5 + tonumber(sub(text, s3 + 1, s4 - 1))
+  local cl = tonumber(sub(text, s4 + 1, s5 - 1))
+  return tonumber(sub(text, 1, s1 - 1)), tonumber(sub(text, s1 + 1, s2 - 1)), tonumber(sub(text, s2 + 1, s3 - 1)),
+         sub(text, s5 + 1, e), cl >= 0 and sub(text, e + 1)
+end
+
+-- Closes chunk j of bucket field f of key (full: its text; head: chunk 0's, without
+-- header): appends to args (n entries used) its summary (raw_summary; partials by
+-- rf, arg), the first chunk with header '#<j + 1> ' and the new chunk j + 1 holding
+-- entry e. Returns the new n and the partial of chunks 0..j (nil: unknown).
+local function raw_close(key, args, n, f, head, j, full, e, rf, arg)
+  local fmt = string.format
+  local lo, hi = EXACT, -EXACT
+  raw_entries(full, function(ms)
+    if ms < lo then lo = ms end
+    if ms > hi then hi = ms end
+  end)
+  local part = rf(full, nil, arg)
+  local run, cum = hi, part
+  if j > 0 then
+    local _, _, prun, _, pcum = raw_summary(redis.call('HGET', key, f .. '.p' .. fmt('%d', j - 1)))
+    if prun then
+      if prun > run then run = prun end
+      cum = pcum and rf(full, pcum, arg)
+    else
+      run, cum = EXACT, false
+    end
+  end
+  args[n + 1] = f .. '.p' .. fmt('%d', j)
+  args[n + 2] = fmt('%d', lo) .. ' ' .. fmt('%d', hi) .. ' ' .. fmt('%d', run) .. ' ' .. #part .. ' '
+                .. (cum and #cum or -1) .. ' ' .. part .. (cum or '')
+  local js = fmt('%d', j + 1)
+  args[n + 3], args[n + 4] = f, '#' .. js .. ' ' .. head
+  args[n + 5], args[n + 6] = f .. '.' .. js, e
+  return n + 6, cum or nil
 end
 
 -- Appends to args (n entries used) the writes that add one raw entry to bucket
--- field f of key, given cur, f's text (false: none); returns the new n.
-local function raw_append(key, args, n, cur, f, ts, payload)
+-- field f of key, given cur, f's text (false: none); returns the new n, and when
+-- the entry closed a chunk (raw_close, partials by rf and arg) the partial of the
+-- closed chunks (nil: none or unknown).
+local function raw_append(key, args, n, cur, f, ts, payload, rf, arg)
   local e = ts .. ' ' .. #payload .. ' ' .. payload
   if not cur then
     args[n + 1], args[n + 2] = f, e
     return n + 2
   end
-  local head, j = raw_head(cur)
-  if j == 0 and #cur < RAW_CHUNK then
-    args[n + 1], args[n + 2] = f, cur .. e
-    return n + 2
-  end
-  if j > 0 then
-    local last = f .. '.' .. string.format('%d', j)
-    local text = redis.call('HGET', key, last)
-    if not text or #text < RAW_CHUNK then
-      args[n + 1], args[n + 2] = last, (text or '') .. e
+  if string.byte(cur, 1) ~= 35 then  -- '#': one chunk so far
+    if #cur < RAW_CHUNK then
+      args[n + 1], args[n + 2] = f, cur .. e
       return n + 2
     end
+    return raw_close(key, args, n, f, cur, 0, cur, e, rf, arg)
   end
-  j = j + 1
-  local js = string.format('%d', j)
-  args[n + 1], args[n + 2] = f, '#' .. js .. ' ' .. head
-  args[n + 3], args[n + 4] = f .. '.' .. js, e
-  return n + 4
+  local head, j = raw_head(cur)
+  local last = f .. '.' .. string.format('%d', j)
+  local text = redis.call('HGET', key, last)
+  if not text or #text < RAW_CHUNK then
+    args[n + 1], args[n + 2] = last, (text or '') .. e
+    return n + 2
+  end
+  return raw_close(key, args, n, f, head, j, text, e, rf, arg)
 end
 
--- The raw entry texts of bucket field f of key whose first chunk reads text, in order.
-local function raw_chunks(key, f, text)
+-- What a late read takes of bucket field f of key (text: its first chunk) for
+-- the entries with lo_ms <= ms <= hi_ms, every entry of the bucket being at or
+-- after lo_ms when whole: a list, in arrival order, of { partial } (of whole
+-- closed chunks, raw_partial) and { chunk text } (to be filtered entry by entry).
+-- It walks the closed chunks' summaries back from the last (8 a call), stopping
+-- at a chunk k whose chunks 0..k lie wholly before lo_ms (runmax < lo_ms) or,
+-- when whole, wholly at or before hi_ms (their cumulative partial); of the
+-- chunks it passes, one wholly inside the range gives its partial, one wholly
+-- outside nothing, and the others (and chunks without a summary) their text.
+local function raw_scan(key, f, text, lo_ms, hi_ms, whole)
   local head, j = raw_head(text)
-  local out = { head }
-  if j > 0 then
-    local rest = redis.call('HMGET', key, unpack(chunk_names({}, f, j)))
-    for k = 1, j do
-      if rest[k] then out[#out + 1] = rest[k] end
+  if j == 0 then return { { false, head } } end
+  local fmt = string.format
+  local items, parse = {}, { j }  -- items: back to front; parse: chunk numbers whose text is needed
+  local k = j - 1
+  while k >= 0 do
+    local names = {}
+    for i = 0, math.min(7, k) do names[i + 1] = f .. '.p' .. fmt('%d', k - i) end
+    local got = redis.call('HMGET', key, unpack(names))
+    local stop = false
+    for i = 1, #got do
+      local mn, mx, run, part, cum = raw_summary(got[i])
+      if not mn then
+        parse[#parse + 1] = k
+        items[#items + 1] = k
+      elseif run < lo_ms then
+        stop = true
+      elseif whole and run <= hi_ms and cum then
+        items[#items + 1] = { cum }
+        stop = true
+      elseif mn >= lo_ms and mx <= hi_ms then
+        items[#items + 1] = { part }
+      elseif mx >= lo_ms and mn <= hi_ms then
+        parse[#parse + 1] = k
+        items[#items + 1] = k
+      end
+      k = k - 1
+      if stop then break end
+    end
+    if stop then break end
+  end
+  -- the texts of the chunks to parse (chunk 0 is head), in one HMGET
+  local names, texts = {}, { [0] = head }
+  for i = 1, #parse do if parse[i] > 0 then names[#names + 1] = f .. '.' .. fmt('%d', parse[i]) end end
+  if #names > 0 then
+    local got = redis.call('HMGET', key, unpack(names))
+    local m = 0
+    for i = 1, #parse do
+      if parse[i] > 0 then m = m + 1; texts[parse[i]] = got[m] end
     end
   end
+  local out = {}
+  for i = #items, 1, -1 do
+    local it = items[i]
+    if type(it) == 'table' then out[#out + 1] = { it[1] }
+    elseif texts[it] then out[#out + 1] = { false, texts[it] } end
+  end
+  if texts[j] then out[#out + 1] = { false, texts[j] } end
   return out
 end
 
 -- HDEL raw buckets of key by name (names: their first chunks), with their further chunks
--- (named by the first chunks' texts, firsts: read here unless given).
-local function raw_hdel(key, names, firsts)
+-- and summaries (named by the first chunks' texts, firsts: read here unless given), and
+-- with field <name><extra> of each when extra is given (Decayed: '.t', decay_write).
+local function raw_hdel(key, names, firsts, extra)
   firsts = firsts or redis.call('HMGET', key, unpack(names))
+  local n = #names
+  if extra then
+    for i = 1, n do names[n + i] = names[i] .. extra end
+  end
+  n = #names
   for i = 1, #firsts do
     local text = firsts[i]
     if text and string.byte(text, 1) == 35 then
+      local f = names[i]
       local _, j = raw_head(text)
-      chunk_names(names, names[i], j)
+      for k = 1, j do
+        names[n + 1], names[n + 2] = f .. '.' .. string.format('%d', k), f .. '.p' .. string.format('%d', k - 1)
+        n = n + 2
+      end
     end
   end
   hdel_all(key, names)
@@ -346,6 +557,27 @@ local function raw_tiles(out, text, lo_ms, hi_ms, kind)
       end
     end
     i = e + 1
+  end
+end
+
+-- Appends to out the tiles (raw_tiles) of the entries with lo_ms <= ms <= hi_ms
+-- of bucket field f of key (text: its first chunk; whole: no entry of the
+-- bucket is before lo_ms), in arrival order, the partials of closed chunks
+-- that lie wholly inside the range as single tiles (raw_scan; for kind 'a'
+-- two, the sum and the count).
+local function raw_range(out, key, f, text, lo_ms, hi_ms, kind, whole)
+  local items = raw_scan(key, f, text, lo_ms, hi_ms, whole)
+  for i = 1, #items do
+    local it = items[i]
+    if it[1] == false then
+      raw_tiles(out, it[2], lo_ms, hi_ms, kind)
+    elseif kind == 'a' then
+      local sp = string.find(it[1], ' ', 1, true)
+      out[#out + 1] = string.sub(it[1], 1, sp - 1)
+      out[#out + 1] = string.sub(it[1], sp + 1)
+    elseif it[1] ~= '' then
+      out[#out + 1] = it[1]
+    end
   end
 end
 
@@ -394,20 +626,26 @@ local function cu_read(key, lo_ms, t, ts)
   return n
 end
 
--- Decayed: (ref ms, sum, count) merged with one write (ms, v, weight 1) (common.lua decay_sums)
-local function dmerge(acc, ms, v, w)
-  if not acc then return { ms, v, 1 } end
-  local t, sv, sw = decay_sums(acc[1], acc[2], acc[3], ms, v, 1, w)
-  return { t, sv, sw }
-end
-
 -- fold the raw entries of text (ms <= hi_ms) into acc
 local function dfold(acc, text, hi_ms, w)
-  local vals = {}
-  raw_tiles(vals, text, -EXACT * 1024, hi_ms, 'f')
-  for i = 1, #vals do
-    local tab = string.find(vals[i], '\t', 1, true)
-    acc = dmerge(acc, tonumber(string.sub(vals[i], 1, tab - 1)), tonumber(string.sub(vals[i], tab + 1)), w)
+  raw_entries(text, function(ms, mt, p)
+    if ms <= hi_ms then acc = dmerge(acc, ms, tonumber(p), w) end
+  end)
+  return acc
+end
+
+-- fold the raw entries (ms <= hi_ms) of Decayed raw tile f of key (text: its
+-- first chunk) into acc: closed chunks as their partials where raw_scan can.
+local function decay_chunks(acc, key, f, text, hi_ms, w)
+  local items = raw_scan(key, f, text, -EXACT * 1024, hi_ms, true)
+  for i = 1, #items do
+    local it = items[i]
+    if it[1] == false then
+      acc = dfold(acc, it[2], hi_ms, w)
+    else
+      local p = dpartial(it[1])
+      acc = dmerge(acc, p[1], p[2], w, p[3])
+    end
   end
   return acc
 end
@@ -429,10 +667,14 @@ end
 
 -- A Decayed write of value text v at t (text ts): the main state dt/dv/dw
 -- (decay_merge's rule), and for late reads the raw entry in resolution tile q
--- (raw_append: in chunks) while q >= T(_t - LATE); raw tiles that fall out are folded into
--- the base bt/bv/bw (the writes before raw tile '_r'), RAW_BATCH at once.
--- One HMGET and one HSET (and an HMGET + HDEL per fold; an HGET more once a
--- raw tile outgrows its first chunk).
+-- (raw_append: in chunks) while q >= T(_t - LATE), and once the tile has
+-- closed a chunk its total (<tile>.t, '<ms> <sum> <count>', the partial of all
+-- its entries: late reads take a hot key's earlier tiles whole, decay_read;
+-- none for a tile chunked before totals were kept); raw tiles that fall out are
+-- folded into the base bt/bv/bw (the writes before raw tile '_r'), RAW_BATCH at
+-- once (by their totals where kept). One HMGET and one HSET (and an HMGET +
+-- HDEL per fold; on a chunked tile an HGET of its last chunk and one of its
+-- total).
 local function decay_write(key, t, ts, v, w, res, rawcode)
   local fmt = string.format
   local q = math.floor(t / res)
@@ -465,19 +707,31 @@ local function decay_write(key, t, ts, v, w, res, rawcode)
       for i = 1, #dead do names[i] = dead[i][2] end
     end
     if #names > 0 then
-      local texts = redis.call('HMGET', key, unpack(names))
-      for i = 1, #texts do
-        if texts[i] then
-          for _, text in ipairs(raw_chunks(key, names[i], texts[i])) do base = dfold(base, text, EXACT * 1024, w) end
+      local m = #names
+      local want = {}
+      for i = 1, m do want[i], want[m + i] = names[i], names[i] .. '.t' end
+      local got = redis.call('HMGET', key, unpack(want))
+      for i = 1, m do
+        if got[m + i] then
+          local p = dpartial(got[m + i])
+          base = dmerge(base, p[1], p[2], w, p[3])
+          based = true
+        elseif got[i] then
+          base = decay_chunks(base, key, names[i], got[i], EXACT * 1024, w)
           based = true
         end
       end
-      raw_hdel(key, names, texts)
+      raw_hdel(key, names, got, '.t')
     end
     low = qh
   end
   if q >= qh then
-    raw_append(key, args, #args, cur[3], rawf, ts, v)
+    local n, closed = raw_append(key, args, #args, cur[3], rawf, ts, v, rf_decay, w)
+    local total = closed and dpartial(closed)
+    if not total and cur[3] and string.byte(cur[3], 1) == 35 then  -- '#': chunked before this write
+      total = dpartial(redis.call('HGET', key, rawf .. '.t'))
+    end
+    if total then args[n + 1], args[n + 2] = rawf .. '.t', dtext(dmerge(total, t, x, w)) end
     if not low or q < low then low = q end
   else
     base = dmerge(base, t, x, w)
@@ -508,21 +762,37 @@ local function decay_read(key, t, w, res, rawcode)
   local q = math.floor(t / res)
   -- beyond the allowed lateness, or written before raw entries were kept: what the store holds
   if not cur[4] or q < math.floor((latest - LATE) / res) then return { cur[1], cur[2], cur[3] } end
-  -- the base holds the writes before raw tile _r, the raw tiles every later one
+  -- the base holds the writes before raw tile _r, the raw tiles every later one: those
+  -- before tile q whole (by their totals where kept), tile q by its entries up to t.
+  -- The tiles are named from _r to q - 1 when the hash has more fields than twice
+  -- their number (a hot key's chunks and summaries: HKEYS would list them all), else
+  -- found by HKEYS (a key written rarely has few of them)
   local acc = cur[5] and { tonumber(cur[5]), tonumber(cur[6]), tonumber(cur[7]) }
-  local raw = draw_fields(key, string.byte(rawcode), q + 1)
-  if #raw > 0 then
-    local names = {}
+  local fmt = string.format
+  local low = tonumber(cur[4])
+  local names = {}
+  if redis.call('HLEN', key) > 2 * (q - low) then
+    for i = low, q - 1 do names[#names + 1] = rawcode .. fmt('%d', i) end
+  else
+    local raw = draw_fields(key, string.byte(rawcode), q)
     for i = 1, #raw do names[i] = raw[i][2] end
-    local texts = redis.call('HMGET', key, unpack(names))
-    for i = 1, #texts do
-      if texts[i] then
-        for _, text in ipairs(raw_chunks(key, names[i], texts[i])) do acc = dfold(acc, text, t, w) end
-      end
+  end
+  local m = #names
+  local want = {}
+  for i = 1, m do want[i], want[m + i] = names[i], names[i] .. '.t' end
+  want[2 * m + 1] = rawcode .. fmt('%d', q)
+  local got = redis.call('HMGET', key, unpack(want))
+  for i = 1, m do
+    if got[m + i] then
+      local p = dpartial(got[m + i])
+      acc = dmerge(acc, p[1], p[2], w, p[3])
+    elseif got[i] then
+      acc = decay_chunks(acc, key, names[i], got[i], t, w)
     end
   end
+  if got[2 * m + 1] then acc = decay_chunks(acc, key, want[2 * m + 1], got[2 * m + 1], t, w) end
   if not acc then return { false, false, false } end
-  return { string.format('%d', acc[1]), string.format('%.17g', acc[2]), string.format('%.17g', acc[3]) }
+  return { fmt('%d', acc[1]), fmt('%.17g', acc[2]), fmt('%.17g', acc[3]) }
 end
 
 -- The values of a read's cover fields: the short cover (common.lua cover with
@@ -560,11 +830,7 @@ local function tiles(key, lo, hi, r, sizes, codes, comps, slot, t, rawcode, rsiz
         local rr = redis.call('HMGET', key, '_r', rawf)
         if rr[1] and bh >= tonumber(rr[1]) then
           local out = hmget(key, cover(lo, hi - 1, r, sizes, codes, comps, false))
-          if rr[2] then
-            for _, text in ipairs(raw_chunks(key, rawf, rr[2])) do
-              raw_tiles(out, text, hi * r, t, kind)
-            end
-          end
+          if rr[2] then raw_range(out, key, rawf, rr[2], hi * r, t, kind, hi * r == bh * rsize) end
           return out
         end
       end
@@ -721,7 +987,7 @@ end
 --   it starts one, or lets the one under way go on), and the pass's next
 --   cursor '_c' after one prune_step (dropped when the pass ends);
 -- returns the new n.
-local function book(key, args, n, cur, q, t, ts, every, cutoff, rcode, res, rawcode, rawf, entry)
+local function book(key, args, n, cur, q, t, ts, every, cutoff, rcode, res, rawcode, rawf, entry, rf, arg)
   local p, m, c, tt, r0 = cur[1], cur[2], cur[3], cur[4], cur[5]
   local fmt = string.format
   local mq = m and tonumber(m)
@@ -753,7 +1019,7 @@ local function book(key, args, n, cur, q, t, ts, every, cutoff, rcode, res, rawc
   end
   local rq = math.floor(t / res)
   if rq >= qh then
-    n = raw_append(key, args, n, cur[6], rawf, ts, entry)
+    n = raw_append(key, args, n, cur[6], rawf, ts, entry, rf, arg)
     if not low or rq < low then low = rq end
   end
   if low and low ~= (r0 and tonumber(r0)) then
@@ -784,7 +1050,7 @@ end
 -- One read-modify-write of a tiled state written at t into resolution tile q:
 -- HMGET the bookkeeping fields and the level fields fs, new texts from
 -- update(cur, i, x, y, z) (nil: unchanged), then one HSET with the bookkeeping
-local function rmw(key, fs, t, ts, q, rcode, every, cutoff, res, rawcode, rawf, entry, update, x, y, z)
+local function rmw(key, fs, t, ts, q, rcode, every, cutoff, res, rawcode, rawf, entry, rf, arg, update, x, y, z)
   local cur = redis.call('HMGET', key, '_p', '_m', '_c', '_t', '_r', rawf, unpack(fs))
   local args, n = {}, 0
   for i = 1, #fs do
@@ -795,7 +1061,7 @@ local function rmw(key, fs, t, ts, q, rcode, every, cutoff, res, rawcode, rawf, 
       n = n + 2
     end
   end
-  n = book(key, args, n, cur, q, t, ts, every, cutoff, rcode, res, rawcode, rawf, entry)
+  n = book(key, args, n, cur, q, t, ts, every, cutoff, rcode, res, rawcode, rawf, entry, rf, arg)
   if n > 0 then redis.call('HSET', key, unpack(args)) end
 end
 
@@ -1010,22 +1276,23 @@ class LuaGenerator:
         fields = self._tile_fields(s, w) if op.tiled else []
         rmw = None  # (update function, its arguments): one HMGET + one HSET for every level
         entry = "v1"  # a tiled write's raw entry: its one-write tile text (raw_tiles)
+        rf = "rf_int, nil"  # the partial of a closed chunk of its raw entries (rf_<kind>, its arg)
         if isinstance(op, CountOp):
             rmw, entry = "u_count", "'1'"
         elif isinstance(op, SumOp) and op.is_int:  # int sums: exact text addition (past 2^53 and 2^63)
             rmw = "u_isum, v1"
         elif isinstance(op, SumOp):
-            rmw = "u_float, v1"
+            rmw, rf = "u_float, v1", "rf_float, nil"
         elif isinstance(op, AverageOp):
             fields = [s.const(f"{f} .. '{c}'") for f in fields for c in (".s", ".c")]
-            rmw = "u_average, v1"
+            rmw, rf = "u_average, v1", "rf_avg, nil"
         elif isinstance(op, (MinOp, MaxOp)):
             kind, want = _extreme_kind(op), "true" if isinstance(op, MinOp) else "false"
-            rmw = f"u_extreme, v1, '{kind}', {want}"
+            rmw, rf = f"u_extreme, v1, '{kind}', {want}", f"rf_ext, '{kind}{'<' if isinstance(op, MinOp) else '>'}'"
         elif isinstance(op, FirstOp):
-            rmw = "u_first, ts, v1"
+            rmw, rf = "u_first, ts, v1", "rf_first, nil"
         elif isinstance(op, HyperLogLogOp):
-            rmw, entry = "u_hll, v1, v2", "';' .. v1 .. ':' .. v2"
+            rmw, entry, rf = "u_hll, v1, v2", "';' .. v1 .. ':' .. v2", "rf_hll, nil"
         elif isinstance(op, CountUniqueOp):
             body.append(f"cu_write({key}, v1, t, ts, t - {keep_ms})")
         elif isinstance(op, LatestOp):
@@ -1040,7 +1307,7 @@ class LuaGenerator:
             raw, rsize = _raw_code(w.resolution_s), raw_bucket_s(w.resolution_s) * 1000
             rawf = s.const(f"'{raw}' .. string.format('%d', math.floor(t / {rsize}))")
             book = (f"t, ts, {q}, {ord(LEVEL_CODE[w.resolution_s])}, {every}, {cutoff}, {rsize}, "
-                    f"'{raw}', {rawf}, {entry}")
+                    f"'{raw}', {rawf}, {entry}, {rf}")
             if rmw is None:
                 raise NotImplementedError(f"no Lua tile update for {type(op).__name__}")
             body.append(f"rmw({key}, {{{', '.join(fields)}}}, {book}, {rmw})")

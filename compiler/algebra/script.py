@@ -15,6 +15,15 @@ from importlib.resources import files
 #: a top-level ``local`` statement of a Lua prelude (``local function f(``, ``local a, b =``)
 _TOP_LOCAL = re.compile(r"^local\s+(?:function\s+([A-Za-z_]\w*)|([A-Za-z_][\w\s,]*?)\s*=)", re.M)
 _NAME = re.compile(r"[A-Za-z_]\w*")
+#: a Lua string literal (kept) or a ``--`` comment to the end of its line (dropped) by :func:`_code_names`
+_STRING_OR_COMMENT = re.compile(r"""'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"|--[^\n]*""")
+
+
+def _code_names(text: str) -> set[str]:
+    """Return the names ``text`` uses in code: comments do not count (a comment naming a function
+    must not keep it, and its closure, in every script)."""
+    code = _STRING_OR_COMMENT.sub(lambda m: "" if m.group(0).startswith("--") else m.group(0), text)
+    return set(_NAME.findall(code))
 
 
 @lru_cache(maxsize=1)
@@ -96,7 +105,7 @@ def shake(prelude: str, body: str) -> str:
         The kept statements, in their order.
     """
     chunks = _chunks(prelude)
-    wanted = set(_NAME.findall(body))
+    wanted = _code_names(body)
     keep = [False] * len(chunks)
     changed = True
     while changed:
@@ -104,6 +113,6 @@ def shake(prelude: str, body: str) -> str:
         for i, (names, text) in enumerate(chunks):
             if not keep[i] and (not names or names & wanted):
                 keep[i] = True
-                wanted |= set(_NAME.findall(text))
+                wanted |= _code_names(text)
                 changed = True
     return "".join(text for (names, text), k in zip(chunks, keep) if k)

@@ -328,6 +328,89 @@ def test_a_hot_keys_raw_buckets_go_in_chunks_and_late_reads_stay_exact(client, f
             assert got == want, back_ms
 
 
+#: every function whose raw entries a closed chunk summarizes (lua.py raw_partial: its pk) and the Decayed kinds
+HOT_FUNCTIONS = FUNCTIONS + [("DecayedCount", ()), ("DecayedSum", ("float",)), ("DecayedAverage", ("float",))]
+
+
+def _hot_value(vtype, rng):
+    """A random value of ``vtype``; floats positive (no cancellation: partials add in another association)."""
+    if vtype == "int":
+        return rng.choice([rng.randint(-1000, 1000), rng.randint(-(2**62), 2**62)])
+    if vtype == "float":
+        return rng.randint(1, 10**6) / 64
+    if vtype == "string":
+        return rng.choice(["", "a", "b c", "zz", "\t", "é"]) + str(rng.randint(0, 9))
+    return rng.randint(0, 10**13)
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["summaries", "upgraded"])
+@pytest.mark.parametrize("window_s", [60, 86400], ids=["r1s-bucket15s", "r1min-bucket60s"])
+@pytest.mark.parametrize("fn", HOT_FUNCTIONS, ids=lambda f: f[0] + "".join(f[1]))
+def test_late_reads_of_a_hot_key_use_chunk_summaries_and_stay_exact(client, fn, window_s, legacy):
+    """One key written every 10 ms of event time, in an arrival order up to 1.5 s off time order, fills
+    its raw buckets (15 s at a 1-second resolution, whose tiles lie inside a bucket; 60 s at 1 minute)
+    with dozens of chunks. Every closed chunk gets its summary (lua.py raw_close: field <bucket>.p<k>;
+    a Decayed tile that closed a chunk also its total, <bucket>.t), and reads up to the allowed lateness late, which take the
+    closed chunks that lie wholly in their range by their partials (raw_scan), equal the fold of exactly
+    the writes SPEC §3.2 and §3.3 count. ``upgraded``: halfway, the summaries and totals are deleted, as
+    in a store chunked before they were kept (2673a9b to 23bfa37); reads stay exact there too."""
+    import random
+
+    function, vtypes = fn
+    rng = random.Random(f"{function}{vtypes}{window_s}{legacy}")
+    late_ms = 120_000
+    op = make_op(function, vtypes, ("v",) if vtypes else (), window_s)
+    decayed = function.startswith("Decayed")
+    r = resolution_s(window_s)
+    w = WriteSlot(op, window_s, r)
+    write = client.register_script(GEN.script(RoundSpec("w", writes=(w,), lateness_ms=late_ms)))
+    rslot = ReadSlot(op, window_s, r)
+    read = client.register_script(GEN.script(RoundSpec("r", reads_after=(rslot,), lateness_ms=late_ms)))
+    key = f"t:{{{uuid.uuid4().hex}}}"
+    n = 2000
+    arrivals = []
+    for i in range(n):  # 20 s of event time, each write moved back by up to 1.5 s
+        t = T0 + 10 * i - rng.randint(0, 1500)
+        arrivals.append((t, tuple(_hot_value(v, rng) for v in vtypes)))
+    for i, (t, vals) in enumerate(arrivals):
+        if legacy and i == n // 2:
+            dropped = [f for f in client.hkeys(key) if f[:1].isupper() and (b".p" in f or f.endswith(b".t"))]
+            assert dropped
+            client.hdel(key, *dropped)
+        write(keys=["", "", key], args=[t, "", "", *GEN.write_values(w, vals)])
+    fields = {f.decode(): v for f, v in client.hgetall(key).items() if f[:1].isupper()}
+    firsts = {f: v for f, v in fields.items() if "." not in f}
+    chunked = {f: int(v[1:v.index(b" ")]) for f, v in firsts.items() if v.startswith(b"#")}
+    assert sum(chunked.values()) >= 10  # dozens of closed chunks
+    for f, j in chunked.items():
+        assert all(f"{f}.{k}" in fields for k in range(1, j + 1))
+        summaries = [k for k in range(j) if f"{f}.p{k}" in fields]
+        # a summary for every closed chunk; upgraded: for those closed after the upgrade
+        assert summaries == list(range(j - len(summaries) if legacy else 0, j)), f
+    if decayed and not legacy:  # a total for each tile that closed a chunk, and only for those
+        assert {f[:-2] for f in fields if f.endswith(".t")} == set(chunked)
+    in_time_order = sorted(arrivals, key=lambda a: a[0])  # stable: ties by arrival
+    latest = in_time_order[-1][0]
+    reads = [latest - rng.randint(0, 25_000) for _ in range(40)] + [latest, latest - 1, T0 + 10_000 - 1]
+    for r_t in reads:
+        res = read(keys=["", "", key], args=[r_t, "", ""])
+        assert res[0] & 2 == (2 if r_t < latest else 0)
+        if decayed:
+            ir = None
+            for s, vals in in_time_order:
+                if s <= r_t:
+                    ir = op.update(ir, vals, s)
+            got, want = op.value_at(op.decode(res[1]), r_t), op.value_at(ir, r_t)
+            assert got == (want if want is None else pytest.approx(want, rel=1e-12)), r_t
+            continue
+        got = op.finalize(GEN.decode_read(rslot, res[1]))
+        want = fold(op, counted(in_time_order, r_t, window_s))
+        if function in ("Sum", "Average") and vtypes == ("float",) and want is not None:
+            assert got == pytest.approx(want, rel=1e-12), r_t
+        else:
+            assert got == want, r_t
+
+
 def hour_count_writer(client):
     """A 1-hour Count at 1 s: its op, a fresh key and its write script (registered)."""
     op = make_op("Count", (), window_s=3600)
