@@ -9,8 +9,11 @@ and wrote back: O(entries already in the bucket) per write, O(rate x
 bucket) on a key written ``rate`` times a second, and through a whole hour
 for a 1-hour bucket (windows of 1,000 hours or more with a whole number of
 hours: ``last 90 days``). Since 2673a9b a bucket goes on in chunks of
-~2 KB and a write copies at most two. A late read still parses every entry
-of its bucket (``raw_tiles``): ``--late-ms`` shows that cost.
+~2 KB and a write copies at most two. Up to 23bfa37 a late read parsed
+every entry of its bucket; since 7f8809b a closed chunk carries its time
+range and partial aggregates (``raw_close``) and a late read parses only
+the open chunk and those straddling its time (``raw_scan``): ``--late-ms``
+shows that cost.
 
 This script measures the cost per call as buckets fill. For each state of :data:`STATES`, alone
 in a one-aggregate topology (a global ``Count`` or ``DecayedCount``: every

@@ -54,10 +54,14 @@ Late events (SPEC §3.3; ``RoundSpec.lateness_ms``, the allowed lateness
 (``ops``' module docstring has the fields): tiles of ``W + r + L``; tiled
 writes append a raw entry to their raw bucket's field (in the same
 ``HMGET``/``HSET``; a bucket past ~2 KB goes on in further fields, so a
-write on a hot key copies at most two such chunks, not its bucket:
-``bench/hotkey.py``) and ``_t``, the latest write time; a read at ``t < _t``
-merges the exact cover of the tiles before ``T(t)`` with the raw entries of
-tile ``T(t)`` up to ``t``. ``CountUnique`` keeps raw and older-write members
+write on a hot key copies at most two such chunks, not its bucket, and a
+chunk that fills is closed with a summary: its time range and partial
+aggregates, ``raw_close``) and ``_t``, the latest write time; a read at
+``t < _t`` merges the exact cover of the tiles before ``T(t)`` with the raw
+entries of tile ``T(t)`` up to ``t``, taking closed chunks wholly inside
+that range by their partials (``raw_scan``: it parses only the open chunk
+and those that straddle ``t``, so its cost follows how late it is, not the
+bucket's size: ``bench/hotkey.py --late-ms``). ``CountUnique`` keeps raw and older-write members
 in its sorted set, ``Decayed*`` a base and raw tiles, write logs every
 member of the last ``L`` and the ``n`` latest before it. The reply's first
 element adds 2 when a state held a later write than ``t`` and 6 when one more

@@ -58,6 +58,17 @@ field              holds
                    ~2 KB goes on in chunks (``lua.py``
                    ``raw_append``): the field then starts ``#<J> `` and
                    the later entries lie in ``<R><b>.1`` .. ``<R><b>.<J>``.
+``<R><b>.p<k>``    the summary of closed chunk ``k`` (``lua.py``
+                   ``raw_close``): ``<min> <max> <runmax> <plen> <clen>
+                   <partial><cum>``, the least and greatest ms of its
+                   entries, the greatest of chunks ``0..k``, and the
+                   partial aggregates (``rf_<kind>``) of its entries and
+                   of those of chunks ``0..k`` (``clen`` -1 and ``runmax``
+                   2**53 where an earlier chunk has none). A late read
+                   takes whole closed chunks by them (``raw_scan``).
+``<R><b>.t``       ``Decayed*``, a raw bucket that has closed a chunk: the
+                   decayed partial of all its entries (``<ms> <sum>
+                   <count>``); late reads take earlier buckets whole.
 ``_r``             the lowest raw bucket that may remain.
 ``bt``/``bv``/``bw`` ``Decayed*``: the decayed sums of the writes before
                    raw bucket ``_r`` (the base of late reads).
