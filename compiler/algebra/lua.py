@@ -250,10 +250,11 @@ end
 -- bucket's name) holds the first chunk; once it is full the writes go to f.1,
 -- then f.2, ..., and the first chunk's text starts with '#<J> ', J the last
 -- chunk. Entries stay in arrival order (chunk 0, 1, .., J).
--- A chunk k that fills is closed with its summary in field f.p<k> (raw_append):
+-- A chunk k that fills is closed with its summary in field f.p<k> (raw_close):
 -- the least and greatest ms of its entries, the greatest ms of chunks 0..k, and
--- the partial aggregates (raw_partial) of its entries and of those of chunks
--- 0..k. A late read (raw_scan) walks the summaries back from the last closed
+-- the partial aggregates (rf_<kind>) of its entries and of those of chunks
+-- 0..k (the latter only while it stays within RAW_CHUNK bytes: a HyperLogLog's
+-- registers outgrow it). A late read (raw_scan) walks the summaries back from the last closed
 -- chunk and stops at the first chunk k whose chunks 0..k all lie in its range
 -- (it takes their partial) or all before it: it parses only the open chunk and
 -- the closed ones that straddle its range, and reads one summary per chunk
@@ -325,10 +326,12 @@ local function rf_avg(text, acc)
   return string.format('%.17g', x) .. ' ' .. string.format('%d', c)
 end
 
--- Min and Max (arg: the kind n/i/s of less, then '<' for Min, '>' for Max): the extreme ('' for none)
+-- Min and Max (arg: the kind n/i/s of less, then '<' for Min, '>' for Max): the extreme;
+-- for kinds n and i '' for none (as the read's extreme, which skips ''), for s the empty
+-- string is a value
 local function rf_ext(text, acc, arg)
   local kind, want_less = string.sub(arg, 1, 1), string.sub(arg, 2, 2) == '<'
-  if acc == '' then acc = nil end
+  if acc == '' and kind ~= 's' then acc = nil end
   raw_entries(text, function(ms, mt, p)
     if kind == 's' or p ~= '' then acc = extreme_text(acc, p, kind, want_less) or acc end
   end)
@@ -374,9 +377,9 @@ local function rf_decay(text, acc, w)
 end
 
 -- A closed chunk's summary (field f.p<k>): '<min> <max> <runmax> <plen> <clen> <partial><cum>',
--- runmax the greatest ms of chunks 0..k and cum the partial of their entries; for a bucket
--- whose earlier chunks have no summary (chunked before summaries were kept) runmax is 2^53
--- and clen -1 (no cum). Returns min, max, runmax, partial, cum (false: none), or nil for none.
+-- runmax the greatest ms of chunks 0..k and cum the partial of their entries (clen -1: none,
+-- past RAW_CHUNK bytes here or at an earlier chunk); for a bucket whose earlier chunks have
+-- no summary (chunked before summaries were kept) runmax is 2^53 and there is no cum. Returns min, max, runmax, partial, cum (false: none), or nil for none.
 local function raw_summary(text)
   if not text then return nil end
   local find, sub = string.find, string.sub
@@ -413,6 +416,7 @@ local function raw_close(key, args, n, f, head, j, full, e, rf, arg)
       run, cum = EXACT, false
     end
   end
+  if cum and #cum > RAW_CHUNK then cum = false end
   args[n + 1] = f .. '.p' .. fmt('%d', j)
   args[n + 2] = fmt('%d', lo) .. ' ' .. fmt('%d', hi) .. ' ' .. fmt('%d', run) .. ' ' .. #part .. ' '
                 .. (cum and #cum or -1) .. ' ' .. part .. (cum or '')
@@ -579,7 +583,7 @@ local function raw_range(out, key, f, text, lo_ms, hi_ms, kind, whole)
       local sp = string.find(it[1], ' ', 1, true)
       out[#out + 1] = string.sub(it[1], 1, sp - 1)
       out[#out + 1] = string.sub(it[1], sp + 1)
-    elseif it[1] ~= '' then
+    else  -- ('' too: a Min or Max of strings may be the empty string; of numbers the read skips it)
       out[#out + 1] = it[1]
     end
   end
