@@ -456,7 +456,7 @@ end
 -- What a late read takes of bucket field f of key (text: its first chunk) for
 -- the entries with lo_ms <= ms <= hi_ms, every entry of the bucket being at or
 -- after lo_ms when whole: a list, in arrival order, of { partial } (of whole
--- closed chunks, raw_partial) and { chunk text } (to be filtered entry by entry).
+-- closed chunks, rf_<kind>) and { chunk text } (to be filtered entry by entry).
 -- It walks the closed chunks' summaries back from the last (8 a call), stopping
 -- at a chunk k whose chunks 0..k lie wholly before lo_ms (runmax < lo_ms) or,
 -- when whole, wholly at or before hi_ms (their cumulative partial); of the
