@@ -540,6 +540,23 @@ def test_shake_keeps_what_the_body_reaches_and_drops_the_rest():
     assert shake(prelude, "return 1") == ""
 
 
+def test_shake_does_not_keep_a_function_a_comment_names():
+    """A name in a comment (above a statement or after code) keeps nothing: each kept function costs a
+    closure per call; a '--' inside a string literal starts no comment, so names after it still count."""
+    from compiler.algebra.script import shake
+
+    prelude = ("local function e() return 2 end\n"
+               "local function f() return 3 end\n"
+               "local function g() return 4 end\n"
+               "-- c, see e (a comment)\nlocal function c() return 1 end  -- not f either\n"
+               "local function h() return '--' .. g() end\n")
+    kept = shake(prelude, "return c() -- e\n")
+    assert "local function c()" in kept
+    assert "function e" not in kept and "function f" not in kept and "function g" not in kept
+    kept = shake(prelude, "return h()")
+    assert "local function h()" in kept and "local function g()" in kept and "function c" not in kept
+
+
 def test_generated_scripts_keep_every_shared_function_they_name():
     """Every name a generated round uses that the shared prelude (common.lua + the generator's) defines is
     defined in the script (a dropped one would be a global: an error when the script reaches it)."""
