@@ -686,6 +686,41 @@ local function draw_fields(key, rb, below)
   return out
 end
 
+-- the names of the Decayed raw tiles low .. below - 1 of key (first chunks): built from
+-- their indices when named, else those present (draw_fields: one HKEYS)
+local function draw_names(key, rawcode, low, below, named)
+  local names = {}
+  if named then
+    for i = low, below - 1 do names[#names + 1] = rawcode .. string.format('%d', i) end
+  else
+    local raw = draw_fields(key, string.byte(rawcode), below)
+    for i = 1, #raw do names[i] = raw[i][2] end
+  end
+  return names
+end
+
+-- Merges into acc (a Decayed partial or nil) the raw tiles names of key, their entries up
+-- to hi_ms: by their totals (<tile>.t) where kept, else by their entries (decay_chunks);
+-- extra, a further field, comes in the same HMGET. Returns acc, whether a tile held entries,
+-- and the HMGET's reply (the tiles' first chunks, their totals, then extra's text).
+local function decay_tiles(acc, key, names, hi_ms, w, extra)
+  local m = #names
+  local want = {}
+  for i = 1, m do want[i], want[m + i] = names[i], names[i] .. '.t' end
+  if extra then want[2 * m + 1] = extra end
+  local got = redis.call('HMGET', key, unpack(want))
+  local any = false
+  for i = 1, m do
+    if got[m + i] then
+      local p = dpartial(got[m + i])
+      acc, any = dmerge(acc, p[1], p[2], w, p[3]), true
+    elseif got[i] then
+      acc, any = decay_chunks(acc, key, names[i], got[i], hi_ms, w), true
+    end
+  end
+  return acc, any, got
+end
+
 -- A Decayed write of value text v at t (text ts): the main state dt/dv/dw
 -- (decay_merge's rule), and for late reads the raw entry in resolution tile q
 -- (raw_append: in chunks) while q >= T(_t - LATE), and once the tile has
@@ -720,28 +755,11 @@ local function decay_write(key, t, ts, v, w, res, rawcode)
   local qh = math.floor((latest - LATE) / res)
   local low = cur[2] and tonumber(cur[2])
   if low and qh - low >= RAW_BATCH then
-    local names = {}
-    if qh - low <= 8 * RAW_BATCH then
-      for i = low, qh - 1 do names[#names + 1] = rawcode .. fmt('%d', i) end
-    else
-      local dead = draw_fields(key, string.byte(rawcode), qh)
-      for i = 1, #dead do names[i] = dead[i][2] end
-    end
+    local names = draw_names(key, rawcode, low, qh, qh - low <= 8 * RAW_BATCH)
     if #names > 0 then
-      local m = #names
-      local want = {}
-      for i = 1, m do want[i], want[m + i] = names[i], names[i] .. '.t' end
-      local got = redis.call('HMGET', key, unpack(want))
-      for i = 1, m do
-        if got[m + i] then
-          local p = dpartial(got[m + i])
-          base = dmerge(base, p[1], p[2], w, p[3])
-          based = true
-        elseif got[i] then
-          base = decay_chunks(base, key, names[i], got[i], EXACT * 1024, w)
-          based = true
-        end
-      end
+      local any, got
+      base, any, got = decay_tiles(base, key, names, EXACT * 1024, w)
+      based = based or any
       raw_hdel(key, names, got, '.t')
     end
     low = qh
@@ -791,27 +809,11 @@ local function decay_read(key, t, w, res, rawcode)
   local acc = cur[5] and { tonumber(cur[5]), tonumber(cur[6]), tonumber(cur[7]) }
   local fmt = string.format
   local low = tonumber(cur[4])
-  local names = {}
-  if redis.call('HLEN', key) > 2 * (q - low) then
-    for i = low, q - 1 do names[#names + 1] = rawcode .. fmt('%d', i) end
-  else
-    local raw = draw_fields(key, string.byte(rawcode), q)
-    for i = 1, #raw do names[i] = raw[i][2] end
-  end
-  local m = #names
-  local want = {}
-  for i = 1, m do want[i], want[m + i] = names[i], names[i] .. '.t' end
-  want[2 * m + 1] = rawcode .. fmt('%d', q)
-  local got = redis.call('HMGET', key, unpack(want))
-  for i = 1, m do
-    if got[m + i] then
-      local p = dpartial(got[m + i])
-      acc = dmerge(acc, p[1], p[2], w, p[3])
-    elseif got[i] then
-      acc = decay_chunks(acc, key, names[i], got[i], t, w)
-    end
-  end
-  if got[2 * m + 1] then acc = decay_chunks(acc, key, want[2 * m + 1], got[2 * m + 1], t, w) end
+  local names = draw_names(key, rawcode, low, q, redis.call('HLEN', key) > 2 * (q - low))
+  local rawq = rawcode .. fmt('%d', q)
+  local _, got
+  acc, _, got = decay_tiles(acc, key, names, t, w, rawq)
+  if got[2 * #names + 1] then acc = decay_chunks(acc, key, rawq, got[2 * #names + 1], t, w) end
   if not acc then return { false, false, false } end
   return { fmt('%d', acc[1]), fmt('%.17g', acc[2]), fmt('%.17g', acc[3]) }
 end
