@@ -26,7 +26,8 @@ to. (Each slot runs alone, so a read sees the state as the prefix left it,
 without the captured calls' other writes: a close, not an exact, picture.)
 
 Usage: ``python bench/lua_calls.py [--events 12000] [--capture 2000] [--topology DIR] [--lateness S]
-[--per-slot departure]``.
+[--per-slot departure]``; ``--topology bench/topology_wide --per-slot txn`` profiles the
+generated 70-state topology on ``bench.wide.wide_events``.
 """
 
 from __future__ import annotations
@@ -166,11 +167,13 @@ def main(argv: list[str] | None = None) -> None:
     from rich.table import Table
 
     from bench.serve import demo_events
+    from bench.wide import wide_events
     from compiler import compile_dir
     from scowl.embedded import EmbeddedStore
 
     plan = compile_dir(args.topology).plan
-    events = demo_events(args.events)
+    # the wide topology's one event type (bench/wide.py) takes its own generated events
+    events = wide_events(args.events) if set(plan.events) == {"txn"} else demo_events(args.events)
     with tempfile.TemporaryDirectory() as home, EmbeddedStore(home, persist=False) as store:
         client = redis.Redis.from_url(store.url)
         every = capture_calls(plan, events, store.url, args.lateness * 1000)
