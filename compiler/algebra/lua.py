@@ -235,9 +235,9 @@ end
 local late_flag = 0
 -- raw tiles deleted at once (book, decay_write)
 local RAW_BATCH = 4
-local function note_late(latest, t)
-  if latest > t then
-    if latest - t > LATE then late_flag = 6 elseif late_flag == 0 then late_flag = 2 end
+local function note_late(last_ms, t)
+  if last_ms > t then
+    if last_ms - t > LATE then late_flag = 6 elseif late_flag == 0 then late_flag = 2 end
   end
 end
 
@@ -616,9 +616,9 @@ local function cu_read(key, lo_ms, t, ts)
   local fmt = string.format
   local n = redis.call('ZCOUNT', key, fmt('%d', lo_ms), ts)
   local top = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
-  local latest = top[2] and tonumber(top[2]) - OFF
-  if not latest or latest <= t then return n end
-  note_late(latest, t)
+  local last_ms = top[2] and tonumber(top[2]) - OFF
+  if not last_ms or last_ms <= t then return n end
+  note_late(last_ms, t)
   local inside = {}
   local early = redis.call('ZRANGEBYSCORE', key, fmt('%d', lo_ms + OFF), fmt('%d', t + OFF))
   for i = 1, #early do inside[cu_tuple(early[i])] = true end
@@ -746,13 +746,13 @@ local function decay_write(key, t, ts, v, w, res, rawcode)
   end
   local main = dmerge(cur[7] and { tonumber(cur[7]), tonumber(cur[8]), tonumber(cur[9]) }, t, x, w)
   local args = { 'dt', fmt('%d', main[1]), 'dv', fmt('%.17g', main[2]), 'dw', fmt('%.17g', main[3]) }
-  local latest = t
+  local last_ms = t
   if cur[1] and tonumber(cur[1]) > t then
-    latest = tonumber(cur[1])
-    note_late(latest, t)
+    last_ms = tonumber(cur[1])
+    note_late(last_ms, t)
   end
-  args[7], args[8] = '_t', fmt('%d', latest)
-  local qh = math.floor((latest - LATE) / res)
+  args[7], args[8] = '_t', fmt('%d', last_ms)
+  local qh = math.floor((last_ms - LATE) / res)
   local low = cur[2] and tonumber(cur[2])
   if low and qh - low >= RAW_BATCH then
     local names = draw_names(key, rawcode, low, qh, qh - low <= 8 * RAW_BATCH)
@@ -796,11 +796,11 @@ end
 local function decay_read(key, t, w, res, rawcode)
   local cur = redis.call('HMGET', key, 'dt', 'dv', 'dw', '_r', 'bt', 'bv', 'bw')
   if not cur[1] or tonumber(cur[1]) <= t then return { cur[1], cur[2], cur[3] } end
-  local latest = tonumber(cur[1])
-  note_late(latest, t)
+  local last_ms = tonumber(cur[1])
+  note_late(last_ms, t)
   local q = math.floor(t / res)
   -- beyond the allowed lateness, or written before raw entries were kept: what the store holds
-  if not cur[4] or q < math.floor((latest - LATE) / res) then return { cur[1], cur[2], cur[3] } end
+  if not cur[4] or q < math.floor((last_ms - LATE) / res) then return { cur[1], cur[2], cur[3] } end
   -- the base holds the writes before raw tile _r, the raw tiles every later one: those
   -- before tile q whole (by their totals where kept), tile q by its entries up to t.
   -- The tiles are named from _r to q - 1 when the hash has more fields than twice
@@ -1020,16 +1020,16 @@ local function book(key, args, n, cur, q, t, ts, every, cutoff, rcode, res, rawc
     args[n + 2] = fmt('%d', q > mq and q or mq)
     n = n + 2
   end
-  local latest = t
+  local last_ms = t
   if tt and tonumber(tt) > t then
-    latest = tonumber(tt)
-    note_late(latest, t)
+    last_ms = tonumber(tt)
+    note_late(last_ms, t)
   else
     args[n + 1] = '_t'
     args[n + 2] = ts
     n = n + 2
   end
-  local qh = math.floor((latest - LATE) / res)
+  local qh = math.floor((last_ms - LATE) / res)
   local low = r0 and tonumber(r0)
   if low and qh - low >= RAW_BATCH then
     -- by name only for a key written at least once a bucket, whose named buckets mostly exist
@@ -1058,7 +1058,7 @@ local function book(key, args, n, cur, q, t, ts, every, cutoff, rcode, res, rawc
     cursor = cursor or '0'
   end
   if cursor then
-    local nxt = prune_step(key, cursor, cutoff, latest - LATE)
+    local nxt = prune_step(key, cursor, cutoff, last_ms - LATE)
     if nxt ~= '0' then
       args[n + 1] = '_c'
       args[n + 2] = nxt
