@@ -582,3 +582,19 @@ def test_generated_scripts_keep_every_shared_function_they_name():
         sizes.append(len(src))
     full = len(common_script()) + len(_PRELUDE)
     assert min(sizes) < full / 2  # most of the shared prelude is left out of a one-function round
+
+
+def test_only_latest_states_keep_the_latest_write_function():
+    """common.lua's ``latest()`` (the write of ``Latest*`` states) is kept only in scripts that write one:
+    the late-event bookkeeping's variables once shared its name, and every tiled script kept its closure."""
+    import re
+
+    def kept(fn: str, vt: tuple) -> set[str]:
+        op = make_op(fn, vt, window_s=3600)
+        src = GEN.script(RoundSpec("r", reads_before=(ReadSlot(op, 3600, 1),), writes=(WriteSlot(op, 3600, 1),)))
+        return set(re.findall(r"^local\s+function\s+(\w+)", src, re.M))
+
+    assert "latest" in kept("Latest", ("int",))
+    for fn, vt in [("Count", ()), ("Sum", ("float",)), ("Max", ("string",)), ("DecayedSum", ("float",)),
+                   ("CountUnique", ("string",))]:
+        assert "latest" not in kept(fn, vt), fn
