@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from bench.lua_calls import capture_calls, replay_us
+    from bench.lua_calls import capture_calls, replay_us, split_calls
     from bench.serve import DEMO_TOPOLOGY, demo_events
     from compiler import compile_dir
     from scowl.embedded import EmbeddedStore
@@ -107,12 +107,8 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as home, EmbeddedStore(home, persist=False) as store:
         client = redis.Redis.from_url(store.url)
         every = capture_calls(plan, events, store.url, ALLOWED_LATENESS_MS)
-        first = len(events) - args.capture
-        prefix = [c[1:] for c in every if c[0] < first]
-        calls = [c[1:] for c in every if c[0] >= first]
-        by_type: dict[str, list] = collections.defaultdict(list)
-        for c in calls:
-            by_type[c[0]].append(c)
+        prefix, by_type = split_calls(every, len(events) - args.capture)
+        calls = [c for cs in by_type.values() for c in cs]
         departures = by_type["departure"]
         prefix_departures = [c for c in prefix if c[0] == "departure"]
         shapes = {f"{w} write / {r} read fields per state": shaped_script(n_writes, n_reads, w, r) for w, r in SHAPES}

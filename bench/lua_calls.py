@@ -76,6 +76,24 @@ def capture_calls(plan, events: list[dict], url: str, lateness_ms: int = ALLOWED
     return calls
 
 
+def split_calls(every: list[tuple[int, str, str, list, list]], first: int
+                ) -> tuple[list[tuple[str, str, list, list]], dict[str, list[tuple[str, str, list, list]]]]:
+    """Split :func:`capture_calls`' calls at event index ``first``.
+
+    Returns:
+        ``(prefix, by_type)``: the calls of events before ``first`` (replayed
+        unmeasured, to rebuild their state) and those of the later events by
+        event type, each call ``(event type, script source, keys, argv)`` in
+        call order.
+    """
+    prefix = [c[1:] for c in every if c[0] < first]
+    by_type: dict[str, list] = collections.defaultdict(list)
+    for c in every:
+        if c[0] >= first:
+            by_type[c[1]].append(c[1:])
+    return prefix, by_type
+
+
 def cpu_s(client) -> float:
     """Valkey's CPU seconds so far (user + system, ``INFO cpu``)."""
     info = client.info("cpu")
@@ -177,12 +195,8 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as home, EmbeddedStore(home, persist=False) as store:
         client = redis.Redis.from_url(store.url)
         every = capture_calls(plan, events, store.url, args.lateness * 1000)
-        first_measured = len(events) - args.capture
-        prefix = [c[1:] for c in every if c[0] < first_measured]
-        calls = [c[1:] for c in every if c[0] >= first_measured]
-        by_type: dict[str, list] = collections.defaultdict(list)
-        for c in calls:
-            by_type[c[0]].append(c)
+        prefix, by_type = split_calls(every, len(events) - args.capture)
+        calls = [c[1:] for c in every if c[0] >= len(events) - args.capture]
         table = Table(title=f"Valkey CPU per script call, pipelined {args.batch} per round trip "
                             f"({len(calls):,} calls of the last {args.capture:,} of {len(events):,} demo events)")
         for col in ("event type", "calls", "keys/call", "argv/call", "no-op µs/call", "script µs/call", "script − no-op"):

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from bench.lua_calls import capture_calls, replay_us, slot_calls
+    from bench.lua_calls import capture_calls, replay_us, slot_calls, split_calls
     from bench.serve import DEMO_TOPOLOGY, demo_events
     from compiler import compile_dir
     from compiler.algebra.windows import ALLOWED_LATENESS_S
@@ -101,12 +101,10 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as home, EmbeddedStore(home, persist=False) as store:
         client = redis.Redis.from_url(store.url)
         every = capture_calls(plan, events, store.url, lateness_ms)
-        first = len(events) - args.capture
-        prefix = [c[1:] for c in every if c[0] < first]
+        prefix, by_type = split_calls(every, len(events) - args.capture)
         program = EventProgram(plan, "departure", lateness_ms)
         before = dict(slot_calls(program, [c for c in prefix if c[0] == "departure"], lateness_ms))
-        captured = dict(slot_calls(program, [c[1:] for c in every if c[0] >= first and c[1] == "departure"],
-                                   lateness_ms))
+        captured = dict(slot_calls(program, by_type["departure"], lateness_ms))
         wl = next(label for label in captured if label.startswith("write Count 3600s/1s"))
         rl = next(label for label in captured if label.startswith("read Count 3600s/1s"))
 
