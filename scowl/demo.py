@@ -214,7 +214,7 @@ def clear_plan_state(url: str, plan) -> int:
     Raises:
         redis.RedisError: the store failed.
     """
-    from compiler.algebra.keys import PREFIX
+    from compiler.algebra.keys import PREFIX, definition_hash_of
     from writer.status import ONLINE_KEY, cov_key  # the bookkeeping key names scowl status reads
 
     hashes = set(plan.states)
@@ -225,7 +225,7 @@ def clear_plan_state(url: str, plan) -> int:
         removed = 0
         batch: list[bytes] = []
         for key in client.scan_iter(match=PREFIX + "{*", count=1000):
-            if key.decode("utf-8", "replace").rsplit(":", 1)[-1] in hashes:
+            if definition_hash_of(key.decode("utf-8", "replace")) in hashes:
                 batch.append(key)
             if len(batch) >= 1000:
                 removed += client.unlink(*batch)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from compiler.algebra.keys import PREFIX
+from compiler.algebra.keys import PREFIX, definition_hash_of
 from compiler.algebra.storekeys import ONLINE_KEY, cov_key
 from compiler.plan import Plan
 from writer.redisio import connect, node_client, pipeline
@@ -203,7 +203,7 @@ def store_status(plan: Plan, redis_url: str) -> list[StateStatus]:
             for key in batch:
                 pipe.memory_usage(key, samples=0)
             for key, size in zip(batch, pipe.execute()):
-                h = key.decode("utf-8", "replace").rsplit(":", 1)[-1]
+                h = definition_hash_of(key.decode("utf-8", "replace"))
                 if h in out:
                     out[h].keys += 1
                     out[h].bytes += int(size or 0)

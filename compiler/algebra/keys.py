@@ -127,6 +127,22 @@ def redis_key(encoded_key: str, definition_hash: str) -> str:
     return f"{PREFIX}{{{encoded_key or GLOBAL_TAG}}}:{definition_hash}"
 
 
+#: Suffix of a state's second key: the sorted set of running totals in which online ``Count`` writes go
+#: (``compiler.algebra.lua`` ``pc_write``), beside the tile ladder's hash under the state key itself.
+RUNNING_SUFFIX = ":z"
+
+
+def definition_hash_of(key: str) -> str:
+    """Return the definition hash (SPEC §5.4) that a state key, or its running-totals key, is namespaced by.
+
+    >>> definition_hash_of("sc:{s1:a}:0123456789abcdef"), definition_hash_of("sc:{s1:a}:0123456789abcdef:z")
+    ('0123456789abcdef', '0123456789abcdef')
+    """
+    if key.endswith(RUNNING_SUFFIX):
+        key = key[: -len(RUNNING_SUFFIX)]
+    return key.rsplit(":", 1)[-1]
+
+
 def encode_value_tuple(values: Sequence[Any], types: Sequence[str]) -> str:
     """Encode the value tuple of a ``CountUnique`` write as a field-name suffix.
 

@@ -150,8 +150,8 @@ def test_int_sum_beyond_int64_reads_null_and_comes_back(client):
         except EvalError as e:
             got.append(str(e))
     assert got == [2**62, "integer overflow", "integer overflow", 2**63 - 1, 2**62 - 6]
-    # the level tiles hold the exact total, past int64
-    assert {v for k, v in client.hgetall(key).items() if not k.startswith(b"_")} >= {str(2**62 - 6).encode()}
+    # the running total (lua.py rs_write) is exact, past int64
+    assert client.zrange(key + ":z", -1, -1)[0].split(b"|")[1] == str(2**62 - 6).encode()
 
 
 def test_empty_key_skips_and_seen_id_skips_writes(client):
@@ -194,6 +194,20 @@ def test_writes_prune_what_no_later_read_can_use(client, fn, lateness_s):
         t = T0 + 1000 * i
         run_round(client, spec, ["", "", key], [t, "", "", *GEN.write_values(w, [f"v{i % 7}" if vt == "string" else i / 4 for vt in vtypes])])
     cutoff = t - window_s * 1000 - 1000 - late_ms
+    if function in ("Count", "Average"):  # running totals in the sorted set <key>:z (pc_write); no hash
+        assert not client.exists(key)
+        members = client.zrange(key + ":z", 0, -1, withscores=True)
+        scores = [score for _, score in members]
+        # one member per write (one a second: nothing to thin) after the cutoff, and one read's base at most before
+        assert len([x for x in scores if x > cutoff]) == 61 + lateness_s
+        assert len(scores) - (61 + lateness_s) <= 1 + prune_every_ms(window_s, 1, late_ms) // 1000
+        last = members[-1][0].split(b"|")[-1].split(b" ")[0]  # the running count of the writes
+        assert int(last) == 600
+        assert 0 < client.pttl(key + ":z") <= window_s * 1000 + 1000
+        rd = ReadSlot(op, window_s, 1)
+        res = run_round(client, RoundSpec("r", reads_after=(rd,), lateness_ms=late_ms), ["", "", key], [t, "", ""])
+        assert GEN.write_counter(rd)(res[1]) == 60
+        return
     if function == "CountUnique":  # a sorted set, pruned by every write: nothing at or before the cutoff
         members = client.zrange(key, 0, -1, withscores=True)
         tuples = [score for m, score in members if m.startswith(b"u")]
@@ -236,14 +250,14 @@ def test_writes_prune_what_no_later_read_can_use(client, fn, lateness_s):
 def test_late_writes_into_pruned_time_stay_bounded(client):
     """Tiles a late write leaves behind the pruned time are deleted once the hash outgrows its bound."""
     window_s = 60
-    op = make_op("Count", (), window_s=window_s)
+    op = make_op("Min", ("int",), ("v",), window_s=window_s)  # in the ladder
     w = WriteSlot(op, window_s, 1)
     key = f"t:{{{uuid.uuid4().hex}}}"
     spec = RoundSpec("w", writes=(w,), lateness_ms=0)  # the late writes are beyond the allowed lateness
     most = 0
     for i in range(1200):  # twenty windows; every other write is two windows late
         t = T0 + 1000 * i - (2 * window_s * 1000 if i % 2 else 0)
-        run_round(client, spec, ["", "", key], [t, "", ""])
+        run_round(client, spec, ["", "", key], [t, "", "", *GEN.write_values(w, [i])])
         most = max(most, client.hlen(key))
     # the bound of lua.py's prune_levels: twice the fields of W + r + one pass, plus what
     # the writes between two passes (every 30.5 s: 61 writes here, 4 levels each) add
@@ -253,7 +267,7 @@ def test_late_writes_into_pruned_time_stay_bounded(client):
     rd = ReadSlot(op, window_s, 1)
     t = T0 + 1000 * 1198
     res = run_round(client, RoundSpec("r", reads_after=(rd,)), ["", "", key], [t, "", ""])
-    assert res[1] == 30  # the on-time writes of the last window (every other second)
+    assert op.finalize(GEN.decode_read(rd, res[1])) == 1140  # the oldest on-time write of the last window
 
 
 @pytest.mark.parametrize("gap_s", [7, 40])
@@ -262,15 +276,15 @@ def test_raw_buckets_of_a_key_written_rarely_wait_for_the_pass_and_late_reads_st
     name (lua.py book): they stay bounded by the allowed lateness plus a pass period, and every read up
     to the allowed lateness late counts exactly the writes SPEC §3.2 counts (SPEC §3.3)."""
     window_s, late_ms = 600, 120_000
-    op = make_op("Count", (), window_s=window_s)
+    op = make_op("Max", ("int",), ("v",), window_s=window_s)  # in the ladder: a late read takes the raw entries
     w = WriteSlot(op, window_s, 1)
     key = f"t:{{{uuid.uuid4().hex}}}"
     spec = RoundSpec("w", writes=(w,), lateness_ms=late_ms)
     writes = []
     for i in range(3 * 3600 // gap_s):  # three hours: many pruning passes (every 361 s)
         t = T0 + gap_s * 1000 * i + (i * 7919) % 1000
-        run_round(client, spec, ["", "", key], [t, "", ""])
-        writes.append((t, ()))
+        run_round(client, spec, ["", "", key], [t, "", "", *GEN.write_values(w, [i])])
+        writes.append((t, (i,)))
     every = prune_every_ms(window_s, 1, late_ms)
     raw = [int(f[1:]) for f in client.hkeys(key) if f.startswith(b"B")]
     # the raw buckets of the last L, and those older ones the pass has not reached yet (one per write)
@@ -283,11 +297,11 @@ def test_raw_buckets_of_a_key_written_rarely_wait_for_the_pass_and_late_reads_st
         r_t = t - back_ms
         res = run_round(client, RoundSpec("r", reads_after=(rd,), lateness_ms=late_ms), ["", "", key],
                         [r_t, "", ""])
-        assert res[1] == len(counted(writes, r_t, window_s)), back_ms
+        assert op.finalize(GEN.decode_read(rd, res[1])) == fold(op, counted(writes, r_t, window_s)), back_ms
 
 
-@pytest.mark.parametrize("fn,window_s", [(("Count", ()), 86400), (("First", ("string",)), 86400),
-                                         (("Average", ("float",)), 90 * 86400)])
+@pytest.mark.parametrize("fn,window_s", [(("Max", ("int",)), 86400), (("First", ("string",)), 86400),
+                                         (("Min", ("float",)), 90 * 86400)])
 def test_a_hot_keys_raw_buckets_go_in_chunks_and_late_reads_stay_exact(client, fn, window_s):
     """A key written 5 times a second fills its raw buckets (60 s at a 1-minute resolution, 1 hour at 1 hour)
     with far more than one chunk (lua.py raw_append): each field stays near RAW_CHUNK (2 KB), so a write
@@ -306,7 +320,7 @@ def test_a_hot_keys_raw_buckets_go_in_chunks_and_late_reads_stay_exact(client, f
     writes = []
     for i in range(3000):  # ten minutes, 5 writes a second
         t = T0 + 200 * i + 7
-        vals = (f"v{i}",) if vtypes == ("string",) else (i / 4,) if vtypes else ()
+        vals = (f"v{i}",) if vtypes == ("string",) else (i,) if vtypes == ("int",) else (i / 4,) if vtypes else ()
         write(keys=["", "", key], args=[t, "", "", *GEN.write_values(w, vals)])
         writes.append((t, vals))
     raw = {f.decode(): v for f, v in client.hgetall(key).items() if f[:1].isupper()}
@@ -322,10 +336,7 @@ def test_a_hot_keys_raw_buckets_go_in_chunks_and_late_reads_stay_exact(client, f
         assert res[0] & 2 == (2 if back_ms else 0)  # a late read: the state holds a later write
         got = op.finalize(GEN.decode_read(ReadSlot(op, window_s, r), res[1]))
         want = fold(op, counted(writes, r_t, window_s))
-        if function == "Average":
-            assert got == pytest.approx(want, rel=1e-12), back_ms
-        else:
-            assert got == want, back_ms
+        assert got == want, back_ms
 
 
 #: every function whose raw entries a closed chunk summarizes (lua.py raw_partial: its pk) and the Decayed kinds
@@ -376,23 +387,28 @@ def test_late_reads_of_a_hot_key_use_chunk_summaries_and_stay_exact(client, fn, 
     for i in range(n):  # 20 s of event time, each write moved back by up to 1.5 s
         t = T0 + 10 * i - rng.randint(0, 1500)
         arrivals.append((t, tuple(_hot_value(v, rng) for v in vtypes)))
+    running = function in ("Count", "Sum", "Average")  # running totals in <key>:z, no raw entries (pc_write)
     for i, (t, vals) in enumerate(arrivals):
-        if legacy and i == n // 2:
+        if legacy and i == n // 2 and not running:
             dropped = [f for f in client.hkeys(key) if f[:1].isupper() and (b".p" in f or f.endswith(b".t"))]
             assert dropped
             client.hdel(key, *dropped)
         write(keys=["", "", key], args=[t, "", "", *GEN.write_values(w, vals)])
-    fields = {f.decode(): v for f, v in client.hgetall(key).items() if f[:1].isupper()}
-    firsts = {f: v for f, v in fields.items() if "." not in f}
-    chunked = {f: int(v[1:v.index(b" ")]) for f, v in firsts.items() if v.startswith(b"#")}
-    assert sum(chunked.values()) >= 10  # dozens of closed chunks
-    for f, j in chunked.items():
-        assert all(f"{f}.{k}" in fields for k in range(1, j + 1))
-        summaries = [k for k in range(j) if f"{f}.p{k}" in fields]
-        # a summary for every closed chunk; upgraded: for those closed after the upgrade
-        assert summaries == list(range(j - len(summaries) if legacy else 0, j)), f
-    if decayed and not legacy:  # a total for each tile that closed a chunk, and only for those
-        assert {f[:-2] for f in fields if f.endswith(".t")} == set(chunked)
+    if running:
+        # one member per write within L (Sum, Average: per event time)
+        assert not client.exists(key) and 0 < client.zcard(key + ":z") <= n
+    else:
+        fields = {f.decode(): v for f, v in client.hgetall(key).items() if f[:1].isupper()}
+        firsts = {f: v for f, v in fields.items() if "." not in f}
+        chunked = {f: int(v[1:v.index(b" ")]) for f, v in firsts.items() if v.startswith(b"#")}
+        assert sum(chunked.values()) >= 10  # dozens of closed chunks
+        for f, j in chunked.items():
+            assert all(f"{f}.{k}" in fields for k in range(1, j + 1))
+            summaries = [k for k in range(j) if f"{f}.p{k}" in fields]
+            # a summary for every closed chunk; upgraded: for those closed after the upgrade
+            assert summaries == list(range(j - len(summaries) if legacy else 0, j)), f
+        if decayed and not legacy:  # a total for each tile that closed a chunk, and only for those
+            assert {f[:-2] for f in fields if f.endswith(".t")} == set(chunked)
     in_time_order = sorted(arrivals, key=lambda a: a[0])  # stable: ties by arrival
     latest = in_time_order[-1][0]
     reads = [latest - rng.randint(0, 25_000) for _ in range(40)] + [latest, latest - 1, T0 + 10_000 - 1]
@@ -416,10 +432,16 @@ def test_late_reads_of_a_hot_key_use_chunk_summaries_and_stay_exact(client, fn, 
 
 
 def hour_count_writer(client):
-    """A 1-hour Count at 1 s: its op, a fresh key and its write script (registered)."""
-    op = make_op("Count", (), window_s=3600)
-    script = client.register_script(GEN.script(RoundSpec("w", writes=(WriteSlot(op, 3600, 1),), lateness_ms=0)))
-    return op, f"t:{{{uuid.uuid4().hex}}}", script
+    """A 1-hour int Min at 1 s in the tile ladder (Count, Sum and Average keep running totals instead, lua.py
+    pc_write), each write of its event time's second: its op, a fresh key and its write script (registered)."""
+    op = make_op("Min", ("int",), ("v",), window_s=3600)
+    w = WriteSlot(op, 3600, 1)
+    script = client.register_script(GEN.script(RoundSpec("w", writes=(w,), lateness_ms=0)))
+
+    def write(keys, args, client=None):
+        return script(keys=keys, args=[*args, *GEN.write_values(w, [int(args[0]) // 1000])], client=client)
+
+    return op, f"t:{{{uuid.uuid4().hex}}}", write
 
 
 def test_pruning_a_large_hash_keeps_it_bounded_pass_after_pass(client):
@@ -445,8 +467,9 @@ def test_pruning_a_large_hash_keeps_it_bounded_pass_after_pass(client):
     for at, oldest in oldest_seen[2:]:
         assert oldest > at - keep_ms - every_ms - 1000
     assert client.hlen(key) < 2 * (window_s + every_ms // 1000)
-    rd = ReadSlot(op, window_s, 1)
-    assert run_round(client, RoundSpec("r", reads_after=(rd,)), ["", "", key], [t, "", ""])[1] == window_s
+    rd = ReadSlot(op, window_s, 1)  # the window's oldest second is still there
+    res = run_round(client, RoundSpec("r", reads_after=(rd,)), ["", "", key], [t, "", ""])
+    assert op.finalize(GEN.decode_read(rd, res[1])) == t // 1000 - window_s + 1
 
 
 def test_a_pass_under_way_goes_on_one_step_per_write(client):
@@ -598,3 +621,73 @@ def test_only_latest_states_keep_the_latest_write_function():
     for fn, vt in [("Count", ()), ("Sum", ("float",)), ("Max", ("string",)), ("DecayedSum", ("float",)),
                    ("CountUnique", ("string",))]:
         assert "latest" not in kept(fn, vt), fn
+
+
+def test_a_hot_counts_members_are_thinned_to_one_a_tile_past_the_allowed_lateness(client):
+    """A Count keeps one running-total member per write for the last L only (lua.py pc_thin): members of tiles
+    that ended before t - L are thinned to the newest of each tile, so a key written 5 times a second holds
+    ~L x 5 + (W + L) / r members, not one per write of the window; reads up to L late, and reads at every
+    tile edge, still count exactly the writes SPEC §3.2 and §3.3 count."""
+    window_s, late_ms = 3600, 60_000
+    op = make_op("Count", (), window_s=window_s)
+    r = resolution_s(window_s)  # 1 s
+    write = client.register_script(GEN.script(RoundSpec("w", writes=(WriteSlot(op, window_s, r),),
+                                                       lateness_ms=late_ms)))
+    read = client.register_script(GEN.script(RoundSpec("r", reads_after=(ReadSlot(op, window_s, r),),
+                                                       lateness_ms=late_ms)))
+    key = f"t:{{{uuid.uuid4().hex}}}"
+    writes = []
+    for i in range(3000):  # ten minutes, 5 writes a second
+        t = T0 + 200 * i + 7
+        write(keys=["", "", key], args=[t, "", ""])
+        writes.append((t, ()))
+    members = client.zrange(key + ":z", 0, -1, withscores=True)
+    horizon = tile_index(t - late_ms, r) * r * 1000  # tiles ending at or before it hold one member each
+    old = [int(score) // 1000 for _, score in members if score < horizon]
+    assert old and len(old) == len(set(old))
+    assert len(members) - len(old) == len([s for s, _ in writes if s >= horizon])
+    assert [int(m) for m, _ in members] == sorted(int(m) for m, _ in members)  # running totals, by time
+    # up to L late anywhere; beyond L (thinned tiles) after the last write of their tile, as a window edge is
+    for back_ms in (0, 1, 199, 1_000, 30_001, late_ms - 1, late_ms + 5_000 - 7, 400_000 - 7):
+        r_t = t - back_ms
+        res = read(keys=["", "", key], args=[r_t, "", ""])
+        assert res[0] & 2 == (2 if back_ms else 0)
+        assert res[1] == len(counted(writes, r_t, window_s)), back_ms
+
+
+@pytest.mark.parametrize("fn", [("Count", ()), ("Sum", ("int",)), ("Sum", ("float",)), ("Average", ("float",))],
+                         ids=lambda f: f[0] + "".join(f[1]))
+def test_a_read_adds_the_ladders_tiles_to_the_online_running_totals(client, fn):
+    """The tile ladder under a Count, Sum or Average state's key (what backfill and the stream write: a
+    partial per tile of every level, compiler.algebra.windows.levels_s) and the online writes' running
+    totals in <key>:z are disjoint writes: a read counts both, and only the ladder's while no online write
+    exists."""
+    from compiler.algebra.windows import LEVEL_CODE, levels_s
+
+    function, vtypes = fn
+    window_s = 600
+    op = make_op(function, vtypes, ("v",) if vtypes else (), window_s=window_s)
+    w, rd = WriteSlot(op, window_s, 1), ReadSlot(op, window_s, 1)
+    key = f"t:{{{uuid.uuid4().hex}}}"
+    writes = []
+    for i in range(400):  # the ladder's first (a backfill), then online writes
+        t = T0 + 3_000 * i
+        vals = () if not vtypes else (i % 7 - 2,) if vtypes == ("int",) else (i % 7 + 0.25,)
+        if i < 250:
+            for size in levels_s(window_s):
+                f = f"{LEVEL_CODE[size]}{t // (size * 1000)}"
+                if function == "Average":
+                    client.hincrbyfloat(key, f + ".s", vals[0])
+                    client.hincrby(key, f + ".c", 1)
+                elif vtypes == ("float",):
+                    client.hincrbyfloat(key, f, vals[0])
+                else:
+                    client.hincrby(key, f, vals[0] if vals else 1)
+        else:
+            run_round(client, RoundSpec("c", writes=(w,)), ["", "", key], [t, "", "", *GEN.write_values(w, vals)])
+        writes.append((t, vals))
+        if i in (100, 249, 250, 300, 399):
+            res = run_round(client, RoundSpec("r", reads_after=(rd,)), ["", "", key], [t, "", ""])
+            want = fold(op, counted(writes, t, window_s))
+            assert op.finalize(GEN.decode_read(rd, res[1])) == pytest.approx(want, rel=1e-12), i
+    assert client.type(key) == b"hash" and client.type(key + ":z") == b"zset"

@@ -7,6 +7,7 @@ from pathlib import Path
 import redis
 
 from compiler import compile_sources
+from compiler.algebra.keys import definition_hash_of
 from scowl.demo import clear_plan_state, next_steps
 from tests.e2e.helpers import post_all
 from writer.status import ONLINE_KEY, cov_key, record_coverage
@@ -23,7 +24,7 @@ def test_clear_plan_state_removes_only_that_plans_states(redis_url):
     post_all(other, redis_url, events)
     client = redis.Redis.from_url(redis_url)
     record_coverage(client, sorted(demo.states) + sorted(other.states), 0, 10, now_ms=1)
-    kept = {k: client.dump(k) for k in client.keys("*") if not any(k.decode().endswith(h) for h in demo.states)}
+    kept = {k: client.dump(k) for k in client.keys("*") if definition_hash_of(k.decode()) not in demo.states}
     kept.pop(ONLINE_KEY.encode())
     assert len(kept) == 4 + 1  # other's 4 users and its coverage record
     removed = clear_plan_state(redis_url, demo)

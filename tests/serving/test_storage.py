@@ -36,13 +36,39 @@ def test_definition_hash_namespaces():
     assert h(base, "n") != h(changed, "n")        # a new definition gets new state
 
 
-def test_old_tiles_are_pruned(redis_url):
+TOPO_MAX = """
+event e
+k := $.k as string
+v := $.v as int
+n := Max(v by k last 10 minutes)
+"""
+
+
+def test_old_running_totals_are_pruned(redis_url):
+    """A Count's running totals (compiler.algebra.lua pc_write) keep what a read at the last time minus the
+    allowed lateness can use: the members after its window's edge, one before it (the read's base), plus
+    up to a pruning period ((W + r + L) / 2, ops.prune_every_ms) of slack."""
     store = redis.Redis.from_url(redis_url)
     t0 = 1_700_000_000_000
     with client_for(TOPO, redis_url, allowed_lateness=120) as c:
         events = [{"_type": "e", "_time": t0 + i * 7_000, "k": "a"} for i in range(600)]  # 70 min of events
         out = batch(c, events)
     assert out[-1]["n"] == 86                     # 10 min / 7 s, inclusive
+    (key,) = store.keys("sc:{s1:a}:*")
+    assert key.endswith(b":z") and store.type(key) == b"zset"
+    scores = [s for _, s in store.zrange(key, 0, -1, withscores=True)]
+    last = t0 + 599 * 7_000
+    assert min(scores) >= last - (600 + 120 + 361 + 1 + 7) * 1000
+    assert len(scores) <= (600 + 120 + 361 + 7) // 7 + 2
+
+
+def test_old_tiles_are_pruned(redis_url):
+    store = redis.Redis.from_url(redis_url)
+    t0 = 1_700_000_000_000
+    with client_for(TOPO_MAX, redis_url, allowed_lateness=120) as c:
+        events = [{"_type": "e", "_time": t0 + i * 7_000, "k": "a", "v": i % 50} for i in range(600)]  # 70 min
+        out = batch(c, events)
+    assert out[-1]["n"] == 49
     key = store.keys("sc:{s1:a}:*")[0]
     fields = store.hkeys(key)
     # only tiles a read at the last time minus the allowed lateness (120 s) can still use survive (plus
