@@ -1343,6 +1343,48 @@ local function rs_avg(a, b, x)
   return { string.format('%.17g', s), c }
 end
 
+-- First and FirstTime written online: one member of <key>:z per written resolution tile,
+-- the tile's earliest write '<ms>\t<payload>' (the first to arrive on ties, as first_text),
+-- scored by its ms. A read at t takes the first member from the start of tile lo on, if it
+-- lies at or before t: no write of tile T(t) after t can be earlier than the tile's earliest,
+-- so this is exact at any lateness. The member '~' holds the newest write's ms plus FI_OFF
+-- (2^50 ms, past any time a read names) for the late-event flag (note_late).
+local FI_OFF = 1125899906842624
+local function fi_write(key, t, ts, json, r, w, ttl)
+  local z = key .. ':z'
+  local fmt = string.format
+  if redis.call('ZADD', z, 'GT', 'CH', t + FI_OFF, '~') == 0 then
+    note_late(tonumber(redis.call('ZSCORE', z, '~')) - FI_OFF, t)
+  end
+  local q0 = math.floor(t / r) * r
+  local cur = redis.call('ZRANGEBYSCORE', z, fmt('%d', q0), fmt('%d', q0 + r - 1), 'WITHSCORES', 'LIMIT', 0, 1)
+  if not cur[2] or tonumber(cur[2]) > t then
+    if cur[1] then redis.call('ZREM', z, cur[1]) end
+    redis.call('ZADD', z, ts, ts .. '\t' .. json)
+  end
+  -- what no read at t - L or later counts: tiles before T(t - L - W) + 1
+  redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. fmt('%d', (math.floor((t - LATE - w) / r) + 1) * r))
+  redis.call('PEXPIRE', z, ttl)
+end
+
+-- the earliest online write a First read at t (text ts) of tiles lo..hi (size r ms) counts, or nil
+local function fi_read(key, t, ts, lo, hi, r)
+  if lo > hi then return nil end
+  local z = key .. ':z'
+  local s = redis.call('ZSCORE', z, '~')
+  if not s then return nil end
+  note_late(tonumber(s) - FI_OFF, t)
+  return redis.call('ZRANGEBYSCORE', z, string.format('%d', lo * r), ts, 'LIMIT', 0, 1)[1]
+end
+
+-- the earlier of an online First a and the ladder's b (false: none; b on ties: it was written first)
+local function fi_pick(a, b)
+  if not a then return b or false end
+  if not b then return a end
+  if tonumber(string.match(a, '^%-?%d+')) < tonumber(string.match(b, '^%-?%d+')) then return a end
+  return b
+end
+
 -- the update functions rmw applies (common.lua's, with the field's index)
 local function u_count(cur) return string.format('%d', (tonumber(cur) or 0) + 1) end
 local function u_isum(cur, i, v) return int_add_text(cur, v) end
@@ -1532,8 +1574,10 @@ class LuaGenerator:
             return lines + ["out[o] = string.format('%.17g', (a and dd_diff(a, b) or 0.0) + (x and tonumber(x) or 0.0))"]
         if isinstance(op, (MinOp, MaxOp)):
             return [f"out[o] = extreme({cov}, '{_extreme_kind(op)}', {'true' if isinstance(op, MinOp) else 'false'})"]
-        if isinstance(op, FirstOp):
-            return [f"out[o] = first_of({cov})"]
+        if isinstance(op, FirstOp):  # the online tiles' earliest writes, and the ladder's if any (fi_read)
+            return [f"local a = fi_read({key}, t, ts, lo, hi, {r_ms})",
+                    f"if redis.call('EXISTS', {key}) == 1 then a = fi_pick(a, first_of({cov})) end",
+                    "out[o] = a or false"]
         if isinstance(op, HyperLogLogOp):
             return [f"out[o] = present({cov})"]
         raise NotImplementedError(f"no Lua read for {type(op).__name__}")
@@ -1566,6 +1610,9 @@ class LuaGenerator:
         every, cutoff = prune_every_ms(w.window_s, w.resolution_s, lateness_ms), f"t - {keep_ms}"
         if isinstance(op, CountOp):  # running totals in the state's sorted set (pc_write)
             body.append(f"pc_write({key}, t, ts, {res_ms}, {window_ms}, {every}, '{ttl_ms}')")
+            return lines + ["  " + x for x in body] + ["end"]
+        if isinstance(op, FirstOp):  # the earliest write of each tile (fi_write)
+            body.append(f"fi_write({key}, t, ts, v1, {res_ms}, {window_ms}, '{ttl_ms}')")
             return lines + ["  " + x for x in body] + ["end"]
         if isinstance(op, (SumOp, AverageOp)):  # the same, one member per event time (rs_write)
             kind = "a" if isinstance(op, AverageOp) else "i" if op.is_int else "f"

@@ -300,7 +300,7 @@ def test_raw_buckets_of_a_key_written_rarely_wait_for_the_pass_and_late_reads_st
         assert op.finalize(GEN.decode_read(rd, res[1])) == fold(op, counted(writes, r_t, window_s)), back_ms
 
 
-@pytest.mark.parametrize("fn,window_s", [(("Max", ("int",)), 86400), (("First", ("string",)), 86400),
+@pytest.mark.parametrize("fn,window_s", [(("Max", ("int",)), 86400), (("Max", ("string",)), 86400),
                                          (("Min", ("float",)), 90 * 86400)])
 def test_a_hot_keys_raw_buckets_go_in_chunks_and_late_reads_stay_exact(client, fn, window_s):
     """A key written 5 times a second fills its raw buckets (60 s at a 1-minute resolution, 1 hour at 1 hour)
@@ -387,7 +387,8 @@ def test_late_reads_of_a_hot_key_use_chunk_summaries_and_stay_exact(client, fn, 
     for i in range(n):  # 20 s of event time, each write moved back by up to 1.5 s
         t = T0 + 10 * i - rng.randint(0, 1500)
         arrivals.append((t, tuple(_hot_value(v, rng) for v in vtypes)))
-    running = function in ("Count", "Sum", "Average")  # running totals in <key>:z, no raw entries (pc_write)
+    # running totals (First: each tile's earliest write) in <key>:z, no raw entries (pc_write, fi_write)
+    running = function in ("Count", "Sum", "Average", "First", "FirstTime")
     for i, (t, vals) in enumerate(arrivals):
         if legacy and i == n // 2 and not running:
             dropped = [f for f in client.hkeys(key) if f[:1].isupper() and (b".p" in f or f.endswith(b".t"))]
@@ -655,8 +656,8 @@ def test_a_hot_counts_members_are_thinned_to_one_a_tile_past_the_allowed_latenes
         assert res[1] == len(counted(writes, r_t, window_s)), back_ms
 
 
-@pytest.mark.parametrize("fn", [("Count", ()), ("Sum", ("int",)), ("Sum", ("float",)), ("Average", ("float",))],
-                         ids=lambda f: f[0] + "".join(f[1]))
+@pytest.mark.parametrize("fn", [("Count", ()), ("Sum", ("int",)), ("Sum", ("float",)), ("Average", ("float",)),
+                                ("First", ("string",))], ids=lambda f: f[0] + "".join(f[1]))
 def test_a_read_adds_the_ladders_tiles_to_the_online_running_totals(client, fn):
     """The tile ladder under a Count, Sum or Average state's key (what backfill and the stream write: a
     partial per tile of every level, compiler.algebra.windows.levels_s) and the online writes' running
@@ -673,10 +674,14 @@ def test_a_read_adds_the_ladders_tiles_to_the_online_running_totals(client, fn):
     for i in range(400):  # the ladder's first (a backfill), then online writes
         t = T0 + 3_000 * i
         vals = () if not vtypes else (i % 7 - 2,) if vtypes == ("int",) else (i % 7 + 0.25,)
+        if function == "First":
+            vals = (f"v{i}",)
         if i < 250:
             for size in levels_s(window_s):
                 f = f"{LEVEL_CODE[size]}{t // (size * 1000)}"
-                if function == "Average":
+                if function == "First":  # each tile's earliest write (in time order: the first one set)
+                    client.hsetnx(key, f, f"{t}\t{op.encode_values(vals)}")
+                elif function == "Average":
                     client.hincrbyfloat(key, f + ".s", vals[0])
                     client.hincrby(key, f + ".c", 1)
                 elif vtypes == ("float",):
@@ -689,5 +694,6 @@ def test_a_read_adds_the_ladders_tiles_to_the_online_running_totals(client, fn):
         if i in (100, 249, 250, 300, 399):
             res = run_round(client, RoundSpec("r", reads_after=(rd,)), ["", "", key], [t, "", ""])
             want = fold(op, counted(writes, t, window_s))
-            assert op.finalize(GEN.decode_read(rd, res[1])) == pytest.approx(want, rel=1e-12), i
+            got = op.finalize(GEN.decode_read(rd, res[1]))
+            assert got == (want if function == "First" else pytest.approx(want, rel=1e-12)), i
     assert client.type(key) == b"hash" and client.type(key + ":z") == b"zset"
