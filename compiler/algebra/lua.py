@@ -1385,6 +1385,100 @@ local function fi_pick(a, b)
   return b
 end
 
+-- Decayed* states written online: one member of <key>:z per event time, '<ms>|<sv> <sw>'
+-- scored ms, the decayed sums of values and weights of every write up to that ms, weighed at
+-- it (decay_sums, the recurrence of decay_write). A read at t takes the newest member at or
+-- before t, exact at any lateness while the members remain; a late write merges itself into
+-- every later member. Once a period (every ms of event time) the members before the newest
+-- one at or before t - L are dropped: a read up to L late needs no older one.
+local function dr_sums(m)
+  local p = rs_payload(m)
+  local sp = string.find(p, ' ', 1, true)
+  return tonumber(string.sub(p, 1, sp - 1)), tonumber(string.sub(p, sp + 1))
+end
+
+local function dr_text(ms, sv, sw)
+  return ms .. '|' .. string.format('%.17g', sv) .. ' ' .. string.format('%.17g', sw)
+end
+
+-- A Decayed write of value v (text) at t (text ts): decay constant w, pruning period every, expiry ttl (ms)
+local function dr_write(key, t, ts, v, w, every, ttl)
+  local z = key .. ':z'
+  local x = tonumber(v)
+  local _
+  local top = redis.call('ZREVRANGE', z, 0, 0, 'WITHSCORES')
+  local prev = top[2] and tonumber(top[2])
+  if prev and prev > t then
+    note_late(prev, t)
+    local at = redis.call('ZREVRANGEBYSCORE', z, ts, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    local later = redis.call('ZRANGEBYSCORE', z, '(' .. ts, '+inf', 'WITHSCORES')
+    local old, new = {}, {}
+    for i = 1, #later, 2 do
+      local sv, sw = dr_sums(later[i])
+      local _, nv, nw = decay_sums(tonumber(later[i + 1]), sv, sw, t, x, 1, w)
+      old[#old + 1] = later[i]
+      new[#new + 1] = later[i + 1]
+      new[#new + 1] = dr_text(later[i + 1], nv, nw)
+    end
+    local sv, sw = x, 1
+    if at[1] then
+      local av, aw = dr_sums(at[1])
+      _, sv, sw = decay_sums(tonumber(at[2]), av, aw, t, x, 1, w)
+      if tonumber(at[2]) == t then old[#old + 1] = at[1] end
+    end
+    if #old > 0 then zrem_all(z, old) end
+    new[#new + 1] = ts
+    new[#new + 1] = dr_text(ts, sv, sw)
+    for i = 1, #new, 1000 do redis.call('ZADD', z, unpack(new, i, math.min(i + 999, #new))) end
+  else
+    local sv, sw = x, 1
+    if top[1] then
+      local pv, pw = dr_sums(top[1])
+      _, sv, sw = decay_sums(prev, pv, pw, t, x, 1, w)
+      if prev == t then redis.call('ZREM', z, top[1]) end
+    end
+    redis.call('ZADD', z, ts, dr_text(ts, sv, sw))
+    if prev and math.floor(t / every) ~= math.floor(prev / every) then
+      local base = redis.call('ZREVRANGEBYSCORE', z, string.format('%d', t - LATE), '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      if base[2] then redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. base[2]) end
+    end
+  end
+  redis.call('PEXPIRE', z, ttl)
+end
+
+-- A Decayed read at t (text ts): the online members' partial { ms, sv, sw } at t merged with
+-- the ladder hash's (decay_read: backfill and the stream), as texts ({ false x 3 }: none)
+local function dr_read(key, t, ts, w, res, rawcode)
+  local z = key .. ':z'
+  local acc = nil
+  local top = redis.call('ZREVRANGE', z, 0, 0, 'WITHSCORES')
+  if top[1] then
+    local m, ms = top[1], tonumber(top[2])
+    if ms > t then
+      note_late(ms, t)
+      local r = redis.call('ZREVRANGEBYSCORE', z, ts, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      m, ms = r[1], r[2] and tonumber(r[2])
+    end
+    if m then
+      local sv, sw = dr_sums(m)
+      acc = { ms, sv, sw }
+    end
+  end
+  if redis.call('EXISTS', key) == 1 then
+    local b = decay_read(key, t, w, res, rawcode)
+    if b[1] then
+      if acc then
+        local tm, sv, sw = decay_sums(acc[1], acc[2], acc[3], tonumber(b[1]), tonumber(b[2]), tonumber(b[3]), w)
+        acc = { tm, sv, sw }
+      else
+        return b
+      end
+    end
+  end
+  if not acc then return { false, false, false } end
+  return { string.format('%d', acc[1]), string.format('%.17g', acc[2]), string.format('%.17g', acc[3]) }
+end
+
 -- the update functions rmw applies (common.lua's, with the field's index)
 local function u_count(cur) return string.format('%d', (tonumber(cur) or 0) + 1) end
 local function u_isum(cur, i, v) return int_add_text(cur, v) end
@@ -1549,7 +1643,7 @@ class LuaGenerator:
                     f"'WITHSCORES', 'LIMIT', 0, {int(r.limit)})"]
         if isinstance(op, DecayedOp):
             rsize = raw_bucket_s(r.resolution_s) * 1000
-            return [f"out[o] = decay_read({key}, t, {op.window_ms}, {rsize}, '{_raw_code(r.resolution_s)}')"]
+            return [f"out[o] = dr_read({key}, t, ts, {op.window_ms}, {rsize}, '{_raw_code(r.resolution_s)}')"]
         if isinstance(op, CountUniqueOp):
             return [f"if lo <= hi then out[o] = cu_read({key}, lo * {r_ms}, t, ts) else out[o] = 0 end"]
         if isinstance(op, LatestOp):
@@ -1610,6 +1704,10 @@ class LuaGenerator:
         every, cutoff = prune_every_ms(w.window_s, w.resolution_s, lateness_ms), f"t - {keep_ms}"
         if isinstance(op, CountOp):  # running totals in the state's sorted set (pc_write)
             body.append(f"pc_write({key}, t, ts, {res_ms}, {window_ms}, {every}, '{ttl_ms}')")
+            return lines + ["  " + x for x in body] + ["end"]
+        if isinstance(op, DecayedOp):  # the decayed sums at each event time (dr_write)
+            every_d = max(lateness_ms // 2, 1000)
+            body.append(f"dr_write({key}, t, ts, v1, {op.window_ms}, {every_d}, '{ttl_ms}')")
             return lines + ["  " + x for x in body] + ["end"]
         if isinstance(op, FirstOp):  # the earliest write of each tile (fi_write)
             body.append(f"fi_write({key}, t, ts, v1, {res_ms}, {window_ms}, '{ttl_ms}')")

@@ -388,7 +388,7 @@ def test_late_reads_of_a_hot_key_use_chunk_summaries_and_stay_exact(client, fn, 
         t = T0 + 10 * i - rng.randint(0, 1500)
         arrivals.append((t, tuple(_hot_value(v, rng) for v in vtypes)))
     # running totals (First: each tile's earliest write) in <key>:z, no raw entries (pc_write, fi_write)
-    running = function in ("Count", "Sum", "Average", "First", "FirstTime")
+    running = function in ("Count", "Sum", "Average", "First", "FirstTime") or decayed
     for i, (t, vals) in enumerate(arrivals):
         if legacy and i == n // 2 and not running:
             dropped = [f for f in client.hkeys(key) if f[:1].isupper() and (b".p" in f or f.endswith(b".t"))]
@@ -697,3 +697,22 @@ def test_a_read_adds_the_ladders_tiles_to_the_online_running_totals(client, fn):
             got = op.finalize(GEN.decode_read(rd, res[1]))
             assert got == (want if function == "First" else pytest.approx(want, rel=1e-12)), i
     assert client.type(key) == b"hash" and client.type(key + ":z") == b"zset"
+
+
+def test_a_decayed_read_merges_the_ladders_sums_with_the_online_members(client):
+    """A Decayed* state's hash (dt/dv/dw: what backfill and the stream write) and the online writes' members in
+    <key>:z (lua.py dr_write) are disjoint writes: a read merges both partials, weighed at the read's time."""
+    op = make_op("DecayedSum", ("float",), ("v",), 600)
+    w, rd = WriteSlot(op, 600, 1), ReadSlot(op, 600, 1)
+    key = f"t:{{{uuid.uuid4().hex}}}"
+    ir = None
+    for i in range(300):
+        t, vals = T0 + 2_000 * i, (i % 5 + 0.5,)
+        ir = op.update(ir, vals, t)
+        if i < 150:  # the ladder's sums, as a backfill leaves them
+            client.hset(key, mapping={"dt": ir[0], "dv": repr(ir[1]), "dw": repr(ir[2])})
+        else:
+            run_round(client, RoundSpec("w", writes=(w,)), ["", "", key], [t, "", "", *GEN.write_values(w, vals)])
+        if i in (100, 150, 299):
+            res = run_round(client, RoundSpec("r", reads_after=(rd,)), ["", "", key], [t, "", ""])
+            assert op.value_at(op.decode(res[1]), t) == pytest.approx(op.value_at(ir, t), rel=1e-12), i
