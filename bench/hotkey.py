@@ -15,6 +15,12 @@ range and partial aggregates (``raw_close``) and a late read parses only
 the open chunk and those straddling its time (``raw_scan``): ``--late-ms``
 shows that cost.
 
+Since the ninth session (2026-11-30) online ``Count``, ``Sum``, ``Average``,
+``First*`` and ``Decayed*`` writes keep running members in a sorted set
+instead (``compiler.algebra.lua`` ``pc_write``, ``dr_write``): their largest
+raw field is 0, and the rows measure those members (a late write adds to the
+ones after it).
+
 This script measures the cost per call as buckets fill. For each state of :data:`STATES`, alone
 in a one-aggregate topology (a global ``Count`` or ``DecayedCount``: every
 event writes the same key, the hottest key there is), it evaluates ``--seconds`` of event

@@ -67,25 +67,29 @@ member of the last ``L`` and the ``n`` latest before it. The reply's first
 element adds 2 when a state held a later write than ``t`` and 6 when one more
 than ``L`` later (``serving.evaluate`` counts them).
 
-Online ``Count``, ``Sum`` and ``Average`` writes keep *running totals*
-instead (issue 10: a tiled write touched ~13 fields, a read ~12-40), in a
-sorted set beside the state's hash, ``<state key>:z``
-(:data:`compiler.algebra.keys.RUNNING_SUFFIX`): one member per write
-(``Count``: the zero-padded number of writes up to it) or per event time
-(``Sum``, ``Average``: ``<ms>|<total>``, an exact decimal text for int sums,
-a double-double ``<hi> <lo>`` for floats, ``<count> <hi> <lo>`` for
-``Average``), scored by the event time. A read is the difference of two
-lookups, the newest member at or before ``t`` and the newest at or before
-the end of tile ``lo - 1``, whatever the window; a write in time order adds
-or replaces one member; a late write adds its value to every member after
-it (at most ``L`` times its key's rate) and needs no raw entries, since the
-members themselves are per write within ``L`` (older ones are thinned to one
-per tile, ``pc_thin``). The hash under the state key keeps the tile ladder
-that backfill and the stream write (``writer.tilepass``, ``event.lua``) and
-that online writes made before this layout: a read adds its cover when the
-hash exists (``EXISTS``), so the two engines' writes, disjoint events, are
-counted once each. ``bench/lua_ab.py`` against the ladder on the demo: 0.893x
-of Valkey's CPU per call with ``Count`` alone (README, Benchmarks).
+Online ``Count``, ``Sum``, ``Average``, ``First*`` and ``Decayed*`` writes
+keep *running members* instead (issue 10: a tiled write touched ~13 fields,
+a read ~12-40), in a sorted set beside the state's hash, ``<state key>:z``
+(:data:`compiler.algebra.keys.RUNNING_SUFFIX`), scored by event time: one
+member per write (``Count``: the zero-padded number of writes up to it,
+``pc_*``) or per event time (``Sum``, ``Average``: ``<ms>|<total>``, an exact
+decimal text for int sums, a double-double ``<hi> <lo>`` for floats,
+``<count> <hi> <lo>`` for ``Average``, ``rs_*``; ``Decayed*``: the decayed
+sums weighed at that time, ``dr_*``), or per tile its earliest write
+(``First*``, ``fi_*``). A read is the difference of two lookups, the newest
+member at or before ``t`` and the newest at or before the end of tile
+``lo - 1``, whatever the window (one lookup for ``First*`` and
+``Decayed*``); a write in time order adds or replaces one member; a late
+write adds its value to every member after it (at most ``L`` times its
+key's rate) and needs no raw entries, since the members themselves are per
+write within ``L`` (older ones are thinned to one per tile, ``pc_thin``).
+The hash under the state key keeps the tile ladder that backfill and the
+stream write (``writer.tilepass``, ``event.lua``) and that online writes
+made before this layout: a read adds its cover when the hash exists
+(``EXISTS``), so the two engines' writes, disjoint events, are counted once
+each. ``Min``, ``Max`` and ``HyperLogLog`` keep the ladder online.
+``bench/lua_ab.py`` against the ladder on the demo: 0.544x of Valkey's CPU
+per call (README, Benchmarks, ninth session).
 
 Source: SPEC §3.2 (window rule, via :func:`windows.counted_range` and
 :func:`windows.cover`, reproduced here in Lua), §3.3 (exclusive reads before
@@ -253,7 +257,7 @@ end
 -- write after t, 6 when one is more than LATE (the allowed lateness, ms)
 -- after t; added to the reply's first element.
 local late_flag = 0
--- raw tiles deleted at once (book, decay_write)
+-- raw tiles deleted at once (book)
 local RAW_BATCH = 4
 local function note_late(last_ms, t)
   if last_ms > t then
@@ -261,7 +265,7 @@ local function note_late(last_ms, t)
   end
 end
 
--- Raw entries of a raw bucket (tiled states: book; Decayed*: decay_write), kept
+-- Raw entries of a raw bucket (tiled states: book; Decayed* hashes written before dr_write), kept
 -- for late reads: '<ms> <length> <payload>' each, in arrival order, in chunks of
 -- about RAW_CHUNK bytes, so that a write copies at most two chunks, not its
 -- bucket: on a key written 200 times a second a write would otherwise copy the
@@ -536,7 +540,7 @@ end
 
 -- HDEL raw buckets of key by name (names: their first chunks), with their further chunks
 -- and summaries (named by the first chunks' texts, firsts: read here unless given), and
--- with field <name><extra> of each when extra is given (Decayed: '.t', decay_write).
+-- with field <name><extra> of each when extra is given (Decayed: '.t', written by decay_write before dr_write).
 local function raw_hdel(key, names, firsts, extra)
   firsts = firsts or redis.call('HMGET', key, unpack(names))
   local n = #names
@@ -739,76 +743,6 @@ local function decay_tiles(acc, key, names, hi_ms, w, extra)
     end
   end
   return acc, any, got
-end
-
--- A Decayed write of value text v at t (text ts): the main state dt/dv/dw
--- (decay_merge's rule), and for late reads the raw entry in resolution tile q
--- (raw_append: in chunks) while q >= T(_t - LATE), and once the tile has
--- closed a chunk its total (<tile>.t, '<ms> <sum> <count>', the partial of all
--- its entries: late reads take a hot key's earlier tiles whole, decay_read;
--- none for a tile chunked before totals were kept); raw tiles that fall out are
--- folded into the base bt/bv/bw (the writes before raw tile '_r'), RAW_BATCH at
--- once (by their totals where kept). One HMGET and one HSET (and an HMGET +
--- HDEL per fold; on a chunked tile an HGET of its last chunk and one of its
--- total).
-local function decay_write(key, t, ts, v, w, res, rawcode)
-  local fmt = string.format
-  local q = math.floor(t / res)
-  local rawf = rawcode .. fmt('%d', q)
-  local cur = redis.call('HMGET', key, '_t', '_r', rawf, 'bt', 'bv', 'bw', 'dt', 'dv', 'dw')
-  local x = tonumber(v)
-  local based = false
-  local base = cur[4] and { tonumber(cur[4]), tonumber(cur[5]), tonumber(cur[6]) }
-  if not cur[2] and cur[7] then
-    -- the first write of this path into a state written by others (backfill): all of it is the base
-    base = { tonumber(cur[7]), tonumber(cur[8]), tonumber(cur[9]) }
-    based = true
-  end
-  local main = dmerge(cur[7] and { tonumber(cur[7]), tonumber(cur[8]), tonumber(cur[9]) }, t, x, w)
-  local args = { 'dt', fmt('%d', main[1]), 'dv', fmt('%.17g', main[2]), 'dw', fmt('%.17g', main[3]) }
-  local last_ms = t
-  if cur[1] and tonumber(cur[1]) > t then
-    last_ms = tonumber(cur[1])
-    note_late(last_ms, t)
-  end
-  args[7], args[8] = '_t', fmt('%d', last_ms)
-  local qh = math.floor((last_ms - LATE) / res)
-  local low = cur[2] and tonumber(cur[2])
-  if low and qh - low >= RAW_BATCH then
-    local names = draw_names(key, rawcode, low, qh, qh - low <= 8 * RAW_BATCH)
-    if #names > 0 then
-      local any, got
-      base, any, got = decay_tiles(base, key, names, EXACT * 1024, w)
-      based = based or any
-      raw_hdel(key, names, got, '.t')
-    end
-    low = qh
-  end
-  if q >= qh then
-    local n, closed = raw_append(key, args, #args, cur[3], rawf, ts, v, rf_decay, w)
-    local total = closed and dpartial(closed)
-    if not total and cur[3] and string.byte(cur[3], 1) == 35 then  -- '#': chunked before this write
-      total = dpartial(redis.call('HGET', key, rawf .. '.t'))
-    end
-    if total then args[n + 1], args[n + 2] = rawf .. '.t', dtext(dmerge(total, t, x, w)) end
-    if not low or q < low then low = q end
-  else
-    base = dmerge(base, t, x, w)
-    based = true
-  end
-  if low and low ~= (cur[2] and tonumber(cur[2])) then
-    args[#args + 1] = '_r'
-    args[#args + 1] = fmt('%d', low)
-  end
-  if based then
-    args[#args + 1] = 'bt'
-    args[#args + 1] = fmt('%d', base[1])
-    args[#args + 1] = 'bv'
-    args[#args + 1] = fmt('%.17g', base[2])
-    args[#args + 1] = 'bw'
-    args[#args + 1] = fmt('%.17g', base[3])
-  end
-  redis.call('HSET', key, unpack(args))
 end
 
 -- A Decayed read at t: dt/dv/dw; for a late read (dt > t) within the allowed
@@ -1387,7 +1321,7 @@ end
 
 -- Decayed* states written online: one member of <key>:z per event time, '<ms>|<sv> <sw>'
 -- scored ms, the decayed sums of values and weights of every write up to that ms, weighed at
--- it (decay_sums, the recurrence of decay_write). A read at t takes the newest member at or
+-- it (decay_sums, the recurrence of event.lua's decay_merge). A read at t takes the newest member at or
 -- before t, exact at any lateness while the members remain; a late write merges itself into
 -- every later member. Once a period (every ms of event time) the members before the newest
 -- one at or before t - L are dropped: a read up to L late needs no older one.
@@ -1480,17 +1414,8 @@ local function dr_read(key, t, ts, w, res, rawcode)
 end
 
 -- the update functions rmw applies (common.lua's, with the field's index)
-local function u_count(cur) return string.format('%d', (tonumber(cur) or 0) + 1) end
-local function u_isum(cur, i, v) return int_add_text(cur, v) end
-local function u_float(cur, i, v) return float_text(cur, v) end
 local function u_extreme(cur, i, v, kind, want_less) return extreme_text(cur, v, kind, want_less) end
-local function u_first(cur, i, ms, json) return first_text(cur, ms, json) end
 local function u_hll(cur, i, slot, rho) return hll_text(cur, slot, rho) end
--- Average: fields alternate sum (float) and count (+1; counts stay far below 2^53)
-local function u_average(cur, i, v)
-  if i % 2 == 1 then return float_text(cur, v) end
-  return string.format('%d', (tonumber(cur) or 0) + 1)
-end
 
 """
 
@@ -1699,50 +1624,36 @@ class LuaGenerator:
             body.append(f"log_write({key}, ts, v1, {int(w.limit)}, {keep_ms}, {window_ms + res_ms})")
             return lines + ["  " + x for x in body] + ["end"]
         ttl_ms = DECAY_HORIZON * window_ms if isinstance(op, DecayedOp) else window_ms + res_ms
-        # prune fields no read at time >= t - L can use once a prune_every_ms; Decayed*
-        # keeps fixed fields and its raw tiles (decay_write): no pruning pass
+        # prune fields no read at time >= t - L can use once a prune_every_ms
         every, cutoff = prune_every_ms(w.window_s, w.resolution_s, lateness_ms), f"t - {keep_ms}"
-        if isinstance(op, CountOp):  # running totals in the state's sorted set (pc_write)
+        # running members in the state's sorted set <key>:z (module docstring): the call sets its expiry
+        if isinstance(op, CountOp):  # running counts, one member per write (pc_write)
             body.append(f"pc_write({key}, t, ts, {res_ms}, {window_ms}, {every}, '{ttl_ms}')")
             return lines + ["  " + x for x in body] + ["end"]
-        if isinstance(op, DecayedOp):  # the decayed sums at each event time (dr_write)
-            every_d = max(lateness_ms // 2, 1000)
-            body.append(f"dr_write({key}, t, ts, v1, {op.window_ms}, {every_d}, '{ttl_ms}')")
+        if isinstance(op, (SumOp, AverageOp)):  # running totals, one member per event time (rs_write)
+            kind = "a" if isinstance(op, AverageOp) else "i" if op.is_int else "f"
+            body.append(f"rs_write({key}, '{kind}', v1, t, ts, {res_ms}, {window_ms}, {every}, '{ttl_ms}')")
             return lines + ["  " + x for x in body] + ["end"]
         if isinstance(op, FirstOp):  # the earliest write of each tile (fi_write)
             body.append(f"fi_write({key}, t, ts, v1, {res_ms}, {window_ms}, '{ttl_ms}')")
             return lines + ["  " + x for x in body] + ["end"]
-        if isinstance(op, (SumOp, AverageOp)):  # the same, one member per event time (rs_write)
-            kind = "a" if isinstance(op, AverageOp) else "i" if op.is_int else "f"
-            body.append(f"rs_write({key}, '{kind}', v1, t, ts, {res_ms}, {window_ms}, {every}, '{ttl_ms}')")
+        if isinstance(op, DecayedOp):  # the decayed sums at each event time (dr_write), pruned every L / 2
+            body.append(f"dr_write({key}, t, ts, v1, {op.window_ms}, {max(lateness_ms // 2, 1000)}, '{ttl_ms}')")
             return lines + ["  " + x for x in body] + ["end"]
+        # the tile ladder in the state's hash: Min, Max, HyperLogLog; CountUnique and Latest* their own fields
         fields = self._tile_fields(s, w) if op.tiled else []
         rmw = None  # (update function, its arguments): one HMGET + one HSET for every level
         entry = "v1"  # a tiled write's raw entry: its one-write tile text (raw_tiles)
-        rf = "rf_int, nil"  # the partial of a closed chunk of its raw entries (rf_<kind>, its arg)
-        if isinstance(op, CountOp):
-            rmw, entry = "u_count", "'1'"
-        elif isinstance(op, SumOp) and op.is_int:  # int sums: exact text addition (past 2^53 and 2^63)
-            rmw = "u_isum, v1"
-        elif isinstance(op, SumOp):
-            rmw, rf = "u_float, v1", "rf_float, nil"
-        elif isinstance(op, AverageOp):
-            fields = [s.const(f"{f} .. '{c}'") for f in fields for c in (".s", ".c")]
-            rmw, rf = "u_average, v1", "rf_avg, nil"
-        elif isinstance(op, (MinOp, MaxOp)):
+        rf = None  # the partial of a closed chunk of its raw entries (rf_<kind>, its arg)
+        if isinstance(op, (MinOp, MaxOp)):
             kind, want = _extreme_kind(op), "true" if isinstance(op, MinOp) else "false"
             rmw, rf = f"u_extreme, v1, '{kind}', {want}", f"rf_ext, '{kind}{'<' if isinstance(op, MinOp) else '>'}'"
-        elif isinstance(op, FirstOp):
-            rmw, rf = "u_first, ts, v1", "rf_first, nil"
         elif isinstance(op, HyperLogLogOp):
             rmw, entry, rf = "u_hll, v1, v2", "';' .. v1 .. ':' .. v2", "rf_hll, nil"
         elif isinstance(op, CountUniqueOp):
             body.append(f"cu_write({key}, v1, t, ts, t - {keep_ms})")
         elif isinstance(op, LatestOp):
             body.append(f"latest({key}, ts, v1)")
-        elif isinstance(op, DecayedOp):
-            rsize = raw_bucket_s(w.resolution_s) * 1000
-            body.append(f"decay_write({key}, t, ts, v1, {op.window_ms}, {rsize}, '{_raw_code(w.resolution_s)}')")
         else:
             raise NotImplementedError(f"no Lua write for {type(op).__name__}")
         if op.tiled:
