@@ -21,6 +21,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from compiler.algebra.keys import RUNNING_SUFFIX
 from compiler.algebra.lua import MAX_LOCAL_CONSTS, LuaGenerator, ReadSlot, RoundSpec, WriteSlot, hll_merge
 from compiler.algebra.ops import fold, make_op, prune_every_ms
 from compiler.algebra.script import common_script
@@ -432,7 +433,7 @@ def test_late_reads_of_a_hot_key_use_chunk_summaries_and_stay_exact(client, fn, 
             assert got == want, r_t
 
 
-def hour_count_writer(client):
+def hour_min_writer(client):
     """A 1-hour int Min at 1 s in the tile ladder (Count, Sum and Average keep running totals instead, lua.py
     pc_write), each write of its event time's second: its op, a fresh key and its write script (registered)."""
     op = make_op("Min", ("int",), ("v",), window_s=3600)
@@ -449,7 +450,7 @@ def test_pruning_a_large_hash_keeps_it_bounded_pass_after_pass(client):
     """Passes over a hash of thousands of tiles (HSCAN steps, one per write) end long before the next is
     due and leave nothing older than their cutoff (SPEC §5.3)."""
     window_s = 3600
-    op, key, script = hour_count_writer(client)
+    op, key, script = hour_min_writer(client)
     every_ms, keep_ms = prune_every_ms(window_s, 1, 0), window_s * 1000 + 1000
     steps, oldest_seen, pipe = 0, [], client.pipeline(transaction=False)
     for i in range(3 * window_s):  # three windows, one write a second
@@ -476,7 +477,7 @@ def test_pruning_a_large_hash_keeps_it_bounded_pass_after_pass(client):
 def test_a_pass_under_way_goes_on_one_step_per_write(client):
     """The cursor of a pass under way (_c) advances with each write and is dropped when the pass ends."""
     window_s = 3600
-    _, key, script = hour_count_writer(client)
+    _, key, script = hour_min_writer(client)
     # 3000 stale one-second tiles, two windows old, and a pass due now
     client.hset(key, mapping={**{f"s{T0 // 1000 + i}": 1 for i in range(3000)}, "_p": 0,
                               "_m": T0 // 1000 + 3000})
@@ -696,7 +697,8 @@ def test_a_read_adds_the_ladders_tiles_to_the_online_running_totals(client, fn):
             want = fold(op, counted(writes, t, window_s))
             got = op.finalize(GEN.decode_read(rd, res[1]))
             assert got == (want if function == "First" else pytest.approx(want, rel=1e-12)), i
-    assert client.type(key) == b"hash" and client.type(key + ":z") == b"zset"
+    # the running members' key is the state key with keys.RUNNING_SUFFIX (scowl status and the demo's reset map it)
+    assert client.type(key) == b"hash" and client.type(key + RUNNING_SUFFIX) == b"zset"
 
 
 def test_a_decayed_read_merges_the_ladders_sums_with_the_online_members(client):
