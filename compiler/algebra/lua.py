@@ -1074,41 +1074,81 @@ local function pc_thin(z, lo, hi, r)
   if #dead > 0 then zrem_all(z, dead) end
 end
 
--- A Count write at t (text ts) into state key: resolution r, window w, pruning period
--- every, expiry ttl (ms, text)
-local function pc_write(key, t, ts, r, w, every, ttl)
-  local z = key .. ':z'
-  local fmt = string.format
+-- The newest member of running members z at or before t (text ts), noting a later one
+-- (note_late): its text and ms, or nil
+local function zr_at(z, t, ts)
+  local top = redis.call('ZREVRANGE', z, 0, 0, 'WITHSCORES')
+  if not top[1] then return nil end
+  local ms = tonumber(top[2])
+  if ms <= t then return top[1], ms end
+  note_late(ms, t)
+  local at = redis.call('ZREVRANGEBYSCORE', z, ts, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  return at[1], at[2] and tonumber(at[2])
+end
+
+-- the newest member of z at or before ms x (a number), or nil
+local function zr_before(z, x)
+  return redis.call('ZREVRANGEBYSCORE', z, string.format('%d', x), '-inf', 'LIMIT', 0, 1)[1]
+end
+
+-- A write at t (text ts) into running members z. own(m, ms) is the write's member given the
+-- newest member m at or before t (ms its time; nil: none); shift(m, ms) a later member with
+-- the write added; per_ms: one member per event time (one at t is replaced), else one per
+-- write. Returns the newest member's ms before an in-order write (nil: none), false for a
+-- late one.
+local function zr_write(z, t, ts, own, shift, per_ms)
   local top = redis.call('ZREVRANGE', z, 0, 0, 'WITHSCORES')
   local prev = top[2] and tonumber(top[2])
   if prev and prev > t then
     note_late(prev, t)
-    local at = redis.call('ZREVRANGEBYSCORE', z, ts, '-inf', 'LIMIT', 0, 1)
+    local at = redis.call('ZREVRANGEBYSCORE', z, ts, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
     local later = redis.call('ZRANGEBYSCORE', z, '(' .. ts, '+inf', 'WITHSCORES')
+    local am = at[2] and tonumber(at[2])
     local old, new = {}, {}
+    if per_ms and am == t then old[1] = at[1] end
     for i = 1, #later, 2 do
       old[#old + 1] = later[i]
       new[#new + 1] = later[i + 1]
-      new[#new + 1] = fmt(PC_PAD, tonumber(later[i]) + 1)
+      new[#new + 1] = shift(later[i], later[i + 1])
     end
-    zrem_all(z, old)
+    if #old > 0 then zrem_all(z, old) end
     new[#new + 1] = ts
-    new[#new + 1] = fmt(PC_PAD, (at[1] and tonumber(at[1]) or 0) + 1)
+    new[#new + 1] = own(at[1], am)
     for i = 1, #new, 1000 do redis.call('ZADD', z, unpack(new, i, math.min(i + 999, #new))) end
-  else
-    redis.call('ZADD', z, ts, fmt(PC_PAD, (top[1] and tonumber(top[1]) or 0) + 1))
-    if prev then
-      local floor = math.floor
-      -- tiles that ended before t - L since the previous write, on a key written at least once a tile
-      local a, b = floor((prev - LATE) / r), floor((t - LATE) / r)
-      if b > a and floor(t / r) - floor(prev / r) <= 1 then pc_thin(z, a, b - 1, r) end
-    end
-    if not prev or math.floor(t / every) ~= math.floor(prev / every) then
-      local edge = (math.floor((t - LATE - w) / r) + 1) * r - 1
-      local base = redis.call('ZREVRANGEBYSCORE', z, fmt('%d', edge), '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-      if base[2] then redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. base[2]) end
-    end
+    return false
   end
+  if per_ms and prev == t then redis.call('ZREM', z, top[1]) end
+  redis.call('ZADD', z, ts, own(top[1], prev))
+  return prev
+end
+
+-- After a write at t whose state's newest member was at prev (zr_write's result; false: a late
+-- write, nothing to do): with thin, thin the tiles (size r ms) that ended before t - L since
+-- prev on a key written at least once a tile (pc_thin); once a period (every ms of event
+-- time) drop the members no read at t - L or later can use but the newest of them: those
+-- before the end of tile T(t - L - w) (w the window).
+local function zr_horizon(z, t, prev, r, w, every, thin)
+  if prev == false then return end
+  local floor = math.floor
+  if thin and prev then
+    local a, b = floor((prev - LATE) / r), floor((t - LATE) / r)
+    if b > a and floor(t / r) - floor(prev / r) <= 1 then pc_thin(z, a, b - 1, r) end
+  end
+  if not prev or floor(t / every) ~= floor(prev / every) then
+    local edge = (floor((t - LATE - w) / r) + 1) * r - 1
+    local base = redis.call('ZREVRANGEBYSCORE', z, string.format('%d', edge), '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if base[2] then redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. base[2]) end
+  end
+end
+
+local function pc_own(m) return string.format(PC_PAD, (m and tonumber(m) or 0) + 1) end
+local function pc_shift(m) return string.format(PC_PAD, tonumber(m) + 1) end
+
+-- A Count write at t (text ts) into state key: resolution r, window w, pruning period
+-- every, expiry ttl (ms, text)
+local function pc_write(key, t, ts, r, w, every, ttl)
+  local z = key .. ':z'
+  zr_horizon(z, t, zr_write(z, t, ts, pc_own, pc_shift, false), r, w, every, true)
   redis.call('PEXPIRE', z, ttl)
 end
 
@@ -1117,16 +1157,9 @@ end
 local function pc_read(key, t, ts, lo, hi, r)
   if lo > hi then return 0 end
   local z = key .. ':z'
-  local top = redis.call('ZREVRANGE', z, 0, 0, 'WITHSCORES')
-  if not top[1] then return 0 end
-  local a = top[1]
-  local last = tonumber(top[2])
-  if last > t then
-    note_late(last, t)
-    a = redis.call('ZREVRANGEBYSCORE', z, ts, '-inf', 'LIMIT', 0, 1)[1]
-    if not a then return 0 end
-  end
-  local b = redis.call('ZREVRANGEBYSCORE', z, string.format('%d', lo * r - 1), '-inf', 'LIMIT', 0, 1)[1]
+  local a = zr_at(z, t, ts)
+  if not a then return 0 end
+  local b = zr_before(z, lo * r - 1)
   return tonumber(a) - (b and tonumber(b) or 0)
 end
 
@@ -1178,37 +1211,9 @@ end
 -- A Sum or Average write of value v (text) at t (text ts): as pc_write
 local function rs_write(key, kind, v, t, ts, r, w, every, ttl)
   local z = key .. ':z'
-  local top = redis.call('ZREVRANGE', z, 0, 0, 'WITHSCORES')
-  local prev = top[2] and tonumber(top[2])
-  if prev and prev > t then
-    note_late(prev, t)
-    local at = redis.call('ZREVRANGEBYSCORE', z, ts, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-    local later = redis.call('ZRANGEBYSCORE', z, '(' .. ts, '+inf', 'WITHSCORES')
-    local old, new = {}, {}
-    if at[2] and tonumber(at[2]) == t then old[1] = at[1] end
-    for i = 1, #later, 2 do
-      old[#old + 1] = later[i]
-      new[#new + 1] = later[i + 1]
-      new[#new + 1] = later[i + 1] .. '|' .. rs_add(kind, rs_payload(later[i]), v)
-    end
-    if #old > 0 then zrem_all(z, old) end
-    new[#new + 1] = ts
-    new[#new + 1] = ts .. '|' .. rs_add(kind, rs_payload(at[1]), v)
-    for i = 1, #new, 1000 do redis.call('ZADD', z, unpack(new, i, math.min(i + 999, #new))) end
-  else
-    if prev == t then redis.call('ZREM', z, top[1]) end
-    redis.call('ZADD', z, ts, ts .. '|' .. rs_add(kind, rs_payload(top[1]), v))
-    if prev then
-      local floor = math.floor
-      local a, b = floor((prev - LATE) / r), floor((t - LATE) / r)
-      if b > a and floor(t / r) - floor(prev / r) <= 1 then pc_thin(z, a, b - 1, r) end
-    end
-    if not prev or math.floor(t / every) ~= math.floor(prev / every) then
-      local edge = (math.floor((t - LATE - w) / r) + 1) * r - 1
-      local base = redis.call('ZREVRANGEBYSCORE', z, string.format('%d', edge), '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-      if base[2] then redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. base[2]) end
-    end
-  end
+  local function own(m) return ts .. '|' .. rs_add(kind, rs_payload(m), v) end
+  local function shift(m, ms) return ms .. '|' .. rs_add(kind, rs_payload(m), v) end
+  zr_horizon(z, t, zr_write(z, t, ts, own, shift, true), r, w, every, true)
   redis.call('PEXPIRE', z, ttl)
 end
 
@@ -1217,17 +1222,9 @@ end
 local function rs_range(key, t, ts, lo, hi, r)
   if lo > hi then return nil, nil end
   local z = key .. ':z'
-  local top = redis.call('ZREVRANGE', z, 0, 0, 'WITHSCORES')
-  if not top[1] then return nil, nil end
-  local a = top[1]
-  local last = tonumber(top[2])
-  if last > t then
-    note_late(last, t)
-    a = redis.call('ZREVRANGEBYSCORE', z, ts, '-inf', 'LIMIT', 0, 1)[1]
-    if not a then return nil, nil end
-  end
-  local b = redis.call('ZREVRANGEBYSCORE', z, string.format('%d', lo * r - 1), '-inf', 'LIMIT', 0, 1)[1]
-  return rs_payload(a), rs_payload(b)
+  local a = zr_at(z, t, ts)
+  if not a then return nil, nil end
+  return rs_payload(a), rs_payload(zr_before(z, lo * r - 1))
 end
 
 -- the window's sum of a float payload difference (a minus b; nil: an empty total), as a double
@@ -1339,74 +1336,37 @@ end
 local function dr_write(key, t, ts, v, w, every, ttl)
   local z = key .. ':z'
   local x = tonumber(v)
-  local _
-  local top = redis.call('ZREVRANGE', z, 0, 0, 'WITHSCORES')
-  local prev = top[2] and tonumber(top[2])
-  if prev and prev > t then
-    note_late(prev, t)
-    local at = redis.call('ZREVRANGEBYSCORE', z, ts, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-    local later = redis.call('ZRANGEBYSCORE', z, '(' .. ts, '+inf', 'WITHSCORES')
-    local old, new = {}, {}
-    for i = 1, #later, 2 do
-      local sv, sw = dr_sums(later[i])
-      local _, nv, nw = decay_sums(tonumber(later[i + 1]), sv, sw, t, x, 1, w)
-      old[#old + 1] = later[i]
-      new[#new + 1] = later[i + 1]
-      new[#new + 1] = dr_text(later[i + 1], nv, nw)
-    end
-    local sv, sw = x, 1
-    if at[1] then
-      local av, aw = dr_sums(at[1])
-      _, sv, sw = decay_sums(tonumber(at[2]), av, aw, t, x, 1, w)
-      if tonumber(at[2]) == t then old[#old + 1] = at[1] end
-    end
-    if #old > 0 then zrem_all(z, old) end
-    new[#new + 1] = ts
-    new[#new + 1] = dr_text(ts, sv, sw)
-    for i = 1, #new, 1000 do redis.call('ZADD', z, unpack(new, i, math.min(i + 999, #new))) end
-  else
-    local sv, sw = x, 1
-    if top[1] then
-      local pv, pw = dr_sums(top[1])
-      _, sv, sw = decay_sums(prev, pv, pw, t, x, 1, w)
-      if prev == t then redis.call('ZREM', z, top[1]) end
-    end
-    redis.call('ZADD', z, ts, dr_text(ts, sv, sw))
-    if prev and math.floor(t / every) ~= math.floor(prev / every) then
-      local base = redis.call('ZREVRANGEBYSCORE', z, string.format('%d', t - LATE), '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-      if base[2] then redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. base[2]) end
-    end
+  local function own(m, ms)
+    if not m then return dr_text(ts, x, 1) end
+    local pv, pw = dr_sums(m)
+    local _, sv, sw = decay_sums(ms, pv, pw, t, x, 1, w)
+    return dr_text(ts, sv, sw)
   end
+  local function shift(m, ms)
+    local sv, sw = dr_sums(m)
+    local _, nv, nw = decay_sums(tonumber(ms), sv, sw, t, x, 1, w)
+    return dr_text(ms, nv, nw)
+  end
+  -- a read up to L late needs no member before the newest one at or before t - L
+  zr_horizon(z, t, zr_write(z, t, ts, own, shift, true), 1, 0, every, false)
   redis.call('PEXPIRE', z, ttl)
 end
 
 -- A Decayed read at t (text ts): the online members' partial { ms, sv, sw } at t merged with
 -- the ladder hash's (decay_read: backfill and the stream), as texts ({ false x 3 }: none)
 local function dr_read(key, t, ts, w, res, rawcode)
-  local z = key .. ':z'
   local acc = nil
-  local top = redis.call('ZREVRANGE', z, 0, 0, 'WITHSCORES')
-  if top[1] then
-    local m, ms = top[1], tonumber(top[2])
-    if ms > t then
-      note_late(ms, t)
-      local r = redis.call('ZREVRANGEBYSCORE', z, ts, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-      m, ms = r[1], r[2] and tonumber(r[2])
-    end
-    if m then
-      local sv, sw = dr_sums(m)
-      acc = { ms, sv, sw }
-    end
+  local m, ms = zr_at(key .. ':z', t, ts)
+  if m then
+    local sv, sw = dr_sums(m)
+    acc = { ms, sv, sw }
   end
   if redis.call('EXISTS', key) == 1 then
     local b = decay_read(key, t, w, res, rawcode)
     if b[1] then
-      if acc then
-        local tm, sv, sw = decay_sums(acc[1], acc[2], acc[3], tonumber(b[1]), tonumber(b[2]), tonumber(b[3]), w)
-        acc = { tm, sv, sw }
-      else
-        return b
-      end
+      if not acc then return b end
+      local tm, sv, sw = decay_sums(acc[1], acc[2], acc[3], tonumber(b[1]), tonumber(b[2]), tonumber(b[3]), w)
+      acc = { tm, sv, sw }
     end
   end
   if not acc then return { false, false, false } end

@@ -46,6 +46,16 @@ VALUES = {
 }
 
 
+def write_read_scripts(client, op, window_s, late_ms):
+    """The write slot of ``op`` at its window's resolution, and its write and read scripts (registered)."""
+    r = resolution_s(window_s)
+    w = WriteSlot(op, window_s, r)
+    write = client.register_script(GEN.script(RoundSpec("w", writes=(w,), lateness_ms=late_ms)))
+    read = client.register_script(GEN.script(RoundSpec("r", reads_after=(ReadSlot(op, window_s, r),),
+                                                       lateness_ms=late_ms)))
+    return w, write, read
+
+
 def counted(writes, t_ms, window_s, after_ms=None):
     """The writes SPEC §3.2 counts for a read at ``t_ms``: T(s) > T(t - W), s <= t, T(s) > T(a)."""
     r = resolution_s(window_s)
@@ -313,10 +323,7 @@ def test_a_hot_keys_raw_buckets_go_in_chunks_and_late_reads_stay_exact(client, f
     late_ms = 120_000
     op = make_op(function, vtypes, ("v",) if vtypes else (), window_s)
     r = resolution_s(window_s)
-    w = WriteSlot(op, window_s, r)
-    write = client.register_script(GEN.script(RoundSpec("w", writes=(w,), lateness_ms=late_ms)))
-    read = client.register_script(GEN.script(RoundSpec("r", reads_after=(ReadSlot(op, window_s, r),),
-                                                       lateness_ms=late_ms)))
+    w, write, read = write_read_scripts(client, op, window_s, late_ms)
     key = f"t:{{{uuid.uuid4().hex}}}"
     writes = []
     for i in range(3000):  # ten minutes, 5 writes a second
@@ -378,10 +385,8 @@ def test_late_reads_of_a_hot_key_use_chunk_summaries_and_stay_exact(client, fn, 
     op = make_op(function, vtypes, ("v",) if vtypes else (), window_s)
     decayed = function.startswith("Decayed")
     r = resolution_s(window_s)
-    w = WriteSlot(op, window_s, r)
-    write = client.register_script(GEN.script(RoundSpec("w", writes=(w,), lateness_ms=late_ms)))
+    w, write, read = write_read_scripts(client, op, window_s, late_ms)
     rslot = ReadSlot(op, window_s, r)
-    read = client.register_script(GEN.script(RoundSpec("r", reads_after=(rslot,), lateness_ms=late_ms)))
     key = f"t:{{{uuid.uuid4().hex}}}"
     n = 2000
     arrivals = []
@@ -633,10 +638,7 @@ def test_a_hot_counts_members_are_thinned_to_one_a_tile_past_the_allowed_latenes
     window_s, late_ms = 3600, 60_000
     op = make_op("Count", (), window_s=window_s)
     r = resolution_s(window_s)  # 1 s
-    write = client.register_script(GEN.script(RoundSpec("w", writes=(WriteSlot(op, window_s, r),),
-                                                       lateness_ms=late_ms)))
-    read = client.register_script(GEN.script(RoundSpec("r", reads_after=(ReadSlot(op, window_s, r),),
-                                                       lateness_ms=late_ms)))
+    _, write, read = write_read_scripts(client, op, window_s, late_ms)
     key = f"t:{{{uuid.uuid4().hex}}}"
     writes = []
     for i in range(3000):  # ten minutes, 5 writes a second
