@@ -32,6 +32,12 @@ late reads (the sub-tile order of writes inside tile ``T(t)``), and float
 sums (a difference of two running float totals is not exact: README, "Not
 there yet").
 
+Since the ninth session (2026-11-30) scowl keeps online ``Count`` states this
+way (``compiler.algebra.lua`` ``pc_write``/``pc_read``: one member per write,
+late writes and reads handled, the ladder hash added for backfill and the
+stream); this script still measures the bare experiment against the ladder's
+generated scripts, which a ``Count`` no longer uses online.
+
 Usage: ``python bench/prefix_count.py [--events 12000] [--capture 2000] [--repeat 3]``.
 """
 
