@@ -87,9 +87,20 @@ The hash under the state key keeps the tile ladder that backfill and the
 stream write (``writer.tilepass``, ``event.lua``) and that online writes
 made before this layout: a read adds its cover when the hash exists
 (``EXISTS``), so the two engines' writes, disjoint events, are counted once
-each. ``Min``, ``Max`` and ``HyperLogLog`` keep the ladder online.
-``bench/lua_ab.py`` against the ladder on the demo: 0.544x of Valkey's CPU
-per call (README, Benchmarks, ninth session).
+each. ``bench/lua_ab.py`` against the ladder on the demo: 0.544x of Valkey's
+CPU per call (README, Benchmarks, ninth session).
+
+Online ``Min`` and ``Max`` writes keep a monotonic deque in the same sorted
+set (``mx_*``; tenth session: 0.897x of the call again): members
+``<ms>|<value>``, scored by event time while no later write is as good, and
+by the time of a later one that is (plus 2^50) once popped, kept while a
+read up to ``L`` late can see them. A write in time order pops the members
+it is as good as and appends itself (one lookup, one ``ZADD``); a read in
+time order takes the first member from tile ``lo`` on; a late read adds
+the popped members still alive at its time. ``HyperLogLog`` keeps the
+ladder online: a sliding register-wise max needs, for reads up to ``L``
+late, each register's writes since ``t - L`` and the newest one before it
+(not done).
 
 Source: SPEC §3.2 (window rule, via :func:`windows.counted_range` and
 :func:`windows.cover`, reproduced here in Lua), §3.3 (exclusive reads before
@@ -317,60 +328,12 @@ local function raw_entries(text, each)
   end
 end
 
--- Partial aggregates of raw entries, one function per kind of state (the
--- generator passes the state's: a script makes a closure per local function
--- it keeps, on every call, so it keeps only its own). rf_<kind>(text, acc,
--- arg) returns the partial of the entries of partial acc (a text; nil: none)
--- and then those of text, as a text, which reads as the entries would: one
--- more tile of the read's merge (raw_range) or a Decayed partial (decay_chunks).
--- Count and int Sum: the exact sum (int_add_text).
-local function rf_int(text, acc)
-  raw_entries(text, function(ms, mt, p) acc = int_add_text(acc, p) end)
-  return acc
-end
-
--- float Sum: the double sum in arrival order, as %.17g (as a tile's, float_text)
-local function rf_float(text, acc)
-  local x = acc and tonumber(acc)
-  raw_entries(text, function(ms, mt, p) x = x and x + tonumber(p) or tonumber(p) end)
-  return string.format('%.17g', x)
-end
-
--- Average: '<sum> <count>'
-local function rf_avg(text, acc)
-  local x, c = nil, 0
-  if acc then
-    local sp = string.find(acc, ' ', 1, true)
-    x, c = tonumber(string.sub(acc, 1, sp - 1)), tonumber(string.sub(acc, sp + 1))
-  end
-  raw_entries(text, function(ms, mt, p)
-    x = x and x + tonumber(p) or tonumber(p)
-    c = c + 1
-  end)
-  return string.format('%.17g', x) .. ' ' .. string.format('%d', c)
-end
-
--- Min and Max (arg: the kind n/i/s of less, then '<' for Min, '>' for Max): the extreme;
--- for kinds n and i '' for none (as the read's extreme, which skips ''), for s the empty
--- string is a value
-local function rf_ext(text, acc, arg)
-  local kind, want_less = string.sub(arg, 1, 1), string.sub(arg, 2, 2) == '<'
-  if acc == '' and kind ~= 's' then acc = nil end
-  raw_entries(text, function(ms, mt, p)
-    if kind == 's' or p ~= '' then acc = extreme_text(acc, p, kind, want_less) or acc end
-  end)
-  return acc or ''
-end
-
--- First: '<ms>\t<payload>' of the earliest entry, the first to arrive on ties
-local function rf_first(text, acc)
-  local best = acc and tonumber(string.match(acc, '^%-?%d+'))
-  raw_entries(text, function(ms, mt, p)
-    if not best or ms < best then acc, best = mt .. '\t' .. p, ms end
-  end)
-  return acc
-end
-
+-- Partial aggregates of raw entries, one function per kind of state that keeps the tile
+-- ladder online (HyperLogLog; the others keep running members): rf_<kind>(text, acc, arg)
+-- returns the partial of the entries of partial acc (a text; nil: none) and then those of
+-- text, as a text, which reads as the entries would: one more tile of the read's merge
+-- (raw_range). (A script makes a closure per local function it keeps, on every call, so it
+-- keeps only its own.)
 -- HyperLogLog: the registers ';slot:rho..' (register-wise max)
 local function rf_hll(text, acc)
   local regs, order, parts = {}, {}, {}
@@ -389,16 +352,6 @@ local function dpartial(text)
            tonumber(string.sub(text, s2 + 1)) }
 end
 
-local function dtext(acc)
-  return string.format('%d', acc[1]) .. ' ' .. string.format('%.17g', acc[2]) .. ' ' .. string.format('%.17g', acc[3])
-end
-
--- Decayed (arg: the decay constant, ms): '<ms> <sum> <count>' (dmerge)
-local function rf_decay(text, acc, w)
-  acc = dpartial(acc)
-  raw_entries(text, function(ms, mt, p) acc = dmerge(acc, ms, tonumber(p), w) end)
-  return dtext(acc)
-end
 
 -- A closed chunk's summary (field f.p<k>): '<min> <max> <runmax> <plen> <clen> <partial><cum>',
 -- runmax the greatest ms of chunks 0..k and cum the partial of their entries (clen -1: none,
@@ -1316,6 +1269,168 @@ local function fi_pick(a, b)
   return b
 end
 
+-- Min and Max states written online keep a monotonic deque with popped members (SPEC §3.2,
+-- §3.3), not the tile ladder, in <key>:z. A write is alive for a read at time x from its own
+-- time u until ng, the time of a later write at least as good (Max: >=; Min: <=; the
+-- earliest, for writes in time order; none while there is none); the extreme of a read at t over tiles lo.. is the best alive
+-- member at t with u in [lo, t] (a write dominated by a later one in [u, t] is not needed).
+-- Members '<u>|<value>' (one per event time: of two at one ms the worse is dropped) are scored
+-- u while alive at every later time (the deque: values strictly worse as u grows, its last
+-- member the newest write), and ng + MX_OFF once popped, kept while a read up to L late can
+-- see them (ng > t - L). A write in time order pops the deque's members it is as good as
+-- (they are rescored: one ZADD with its own member) and appends itself; a read in time order
+-- takes the deque's first member from tile lo on: two lookups whatever the window. A late
+-- write at t is popped at once by the deque's first member after t if that is as good, else
+-- pops the deque's members before t it is as good as (mx_late); a late read at t adds the
+-- popped members with ng > t (at most the deque at t and L x the key's rate). Deque members of tiles ended before t - L are thinned to each
+-- tile's first (its best: reads up to L late take such tiles whole).
+local MX_OFF = 1125899906842624
+local MX_SPLIT = '562949953421312'  -- 2^49: deque scores (event times) below, popped ones above
+
+local function mx_parse(m)
+  local p = string.find(m, '|', 1, true)
+  return tonumber(string.sub(m, 1, p - 1)), string.sub(m, p + 1)
+end
+
+-- a is at least as good as b (want_less: Min)
+local function mx_ge(a, b, kind, want_less)
+  if want_less then return not less(b, a, kind) end
+  return not less(a, b, kind)
+end
+
+-- of the deque's tiles lo..hi (size r ms), keep only each tile's first member
+local function mx_thin(z, lo, hi, r)
+  local fmt = string.format
+  local ms = redis.call('ZRANGEBYSCORE', z, fmt('%d', lo * r), fmt('%d', hi * r + r - 1), 'WITHSCORES')
+  local dead, floor = {}, math.floor
+  for i = 3, #ms, 2 do
+    if floor(tonumber(ms[i + 1]) / r) == floor(tonumber(ms[i - 1]) / r) then dead[#dead + 1] = ms[i] end
+  end
+  if #dead > 0 then zrem_all(z, dead) end
+end
+
+local function mx_add(z, adds)
+  for i = 1, #adds, 1000 do redis.call('ZADD', z, unpack(adds, i, math.min(i + 999, #adds))) end
+end
+
+-- A late Min/Max write of v (text) at t (text ts) into z, before the deque's newest member.
+-- Its ng may be any later write at least as good, not only the earliest: a member alive for
+-- longer is harmless where a later one as good is alive too (a read takes the best). So the
+-- deque's first member after t, the best of all later writes, decides: v is popped at its
+-- time, or v is alive from t on and pops the deque's members before t it is as good as.
+local function mx_late(z, v, t, ts, kind, want_less)
+  local fmt = string.format
+  local ng, adds = nil, {}
+  local d = redis.call('ZRANGEBYSCORE', z, ts, '(' .. MX_SPLIT, 'LIMIT', 0, 2)
+  for i = 1, #d do
+    local u, x = mx_parse(d[i])
+    if u == t then
+      if mx_ge(x, v, kind, want_less) then return end  -- as good, at the same time: nothing changes
+      redis.call('ZREM', z, d[i])
+    else
+      if mx_ge(x, v, kind, want_less) then ng = u end
+      break
+    end
+  end
+  if ng then
+    adds[1] = fmt('%d', ng + MX_OFF)
+  else
+    local toff, edge = fmt('%d', t + MX_OFF), '(' .. ts
+    while true do
+      local b = redis.call('ZREVRANGEBYSCORE', z, edge, '-inf', 'LIMIT', 0, 8)
+      local stop = #b < 8
+      for i = 1, #b do
+        local _, x = mx_parse(b[i])
+        if not mx_ge(v, x, kind, want_less) then stop = true; break end
+        adds[#adds + 1] = toff
+        adds[#adds + 1] = b[i]
+        edge = '(' .. string.sub(b[i], 1, string.find(b[i], '|', 1, true) - 1)
+      end
+      if stop then break end
+    end
+    adds[#adds + 1] = ts
+  end
+  adds[#adds + 1] = ts .. '|' .. v
+  mx_add(z, adds)
+end
+
+-- A Min/Max write of v (text) at t (text ts): kind n/i/s, resolution r, window w, pruning
+-- period every, expiry ttl (ms, text)
+local function mx_write(key, v, t, ts, kind, want_less, r, w, every, ttl)
+  local z = key .. ':z'
+  local fmt, floor = string.format, math.floor
+  local tail = redis.call('ZREVRANGEBYSCORE', z, '(' .. MX_SPLIT, '-inf', 'WITHSCORES', 'LIMIT', 0, 4)
+  local prev = tail[2] and tonumber(tail[2])
+  if prev and prev > t then
+    note_late(prev, t)
+    mx_late(z, v, t, ts, kind, want_less)
+  else
+    local toff = fmt('%d', t + MX_OFF)
+    local adds, keep = {}, true
+    local i = 1
+    while tail[i] do
+      local u, x = mx_parse(tail[i])
+      if not mx_ge(v, x, kind, want_less) then
+        if u == t then keep = false end  -- a better member at the same time
+        break
+      end
+      if u == t then redis.call('ZREM', z, tail[i]) else adds[#adds + 1] = toff; adds[#adds + 1] = tail[i] end
+      i = i + 2
+      if not tail[i] and #tail == 8 then  -- all four popped: the members before them
+        tail = redis.call('ZREVRANGEBYSCORE', z, '(' .. tail[8], '-inf', 'WITHSCORES', 'LIMIT', 0, 4)
+        i = 1
+      end
+    end
+    if keep then
+      adds[#adds + 1] = ts
+      adds[#adds + 1] = ts .. '|' .. v
+    end
+    if #adds > 0 then mx_add(z, adds) end
+    if prev then
+      local a, b = floor((prev - LATE) / r), floor((t - LATE) / r)
+      if b > a and floor(t / r) - floor(prev / r) <= 1 then mx_thin(z, a, b - 1, r) end
+    end
+    if not prev or floor(t / every) ~= floor(prev / every) then
+      -- what no read at t - L or later uses: deque tiles before T(t - L - w) + 1, popped with ng <= t - L
+      redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. fmt('%d', (floor((t - LATE - w) / r) + 1) * r))
+      redis.call('ZREMRANGEBYSCORE', z, MX_SPLIT, fmt('%d', t - LATE + MX_OFF))
+    end
+  end
+  redis.call('PEXPIRE', z, ttl)
+end
+
+-- The online writes' extreme for a Min/Max read at t (text ts) of tiles lo..hi (size r ms), or nil
+local function mx_read(key, t, ts, lo, hi, r, kind, want_less)
+  if lo > hi then return nil end
+  local z = key .. ':z'
+  local top = redis.call('ZREVRANGEBYSCORE', z, '(' .. MX_SPLIT, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if not top[2] then return nil end
+  local lms = lo * r
+  local a = redis.call('ZRANGEBYSCORE', z, string.format('%d', lms), ts, 'LIMIT', 0, 1)[1]
+  local best = nil
+  if a then
+    local _, x = mx_parse(a)
+    best = x
+  end
+  local n = tonumber(top[2])
+  if n > t then  -- late: the popped members alive at t
+    note_late(n, t)
+    local p = redis.call('ZRANGEBYSCORE', z, '(' .. string.format('%d', t + MX_OFF), '+inf')
+    for i = 1, #p do
+      local u, x = mx_parse(p[i])
+      if u >= lms and u <= t and (not best or not mx_ge(best, x, kind, want_less)) then best = x end
+    end
+  end
+  return best
+end
+
+-- the better of an online extreme a (nil: none) and the ladder's b (false: none)
+local function mx_pick(a, b, kind, want_less)
+  if not a then return b or false end
+  if b and not mx_ge(a, b, kind, want_less) then return b end
+  return a
+end
+
 -- Decayed* states written online: one member of <key>:z per event time, '<ms>|<sv> <sw>'
 -- scored ms, the decayed sums of values and weights of every write up to that ms, weighed at
 -- it (decay_sums, the recurrence of event.lua's decay_merge). A read at t takes the newest member at or
@@ -1374,7 +1489,6 @@ local function dr_read(key, t, ts, w, res, rawcode)
 end
 
 -- the update functions rmw applies (common.lua's, with the field's index)
-local function u_extreme(cur, i, v, kind, want_less) return extreme_text(cur, v, kind, want_less) end
 local function u_hll(cur, i, slot, rho) return hll_text(cur, slot, rho) end
 
 """
@@ -1551,8 +1665,11 @@ class LuaGenerator:
             if op.is_int:
                 return lines + ["out[o] = rs_isum(a, b, x)"]
             return lines + ["out[o] = string.format('%.17g', (a and dd_diff(a, b) or 0.0) + (x and tonumber(x) or 0.0))"]
-        if isinstance(op, (MinOp, MaxOp)):
-            return [f"out[o] = extreme({cov}, '{_extreme_kind(op)}', {'true' if isinstance(op, MinOp) else 'false'})"]
+        if isinstance(op, (MinOp, MaxOp)):  # the online deque's best, and the ladder's if any (mx_read)
+            args = f"'{_extreme_kind(op)}', {'true' if isinstance(op, MinOp) else 'false'}"
+            return [f"local a = mx_read({key}, t, ts, lo, hi, {r_ms}, {args})",
+                    f"if redis.call('EXISTS', {key}) == 1 then a = mx_pick(a, extreme({cov}, {args}), {args}) end",
+                    "out[o] = a or false"]
         if isinstance(op, FirstOp):  # the online tiles' earliest writes, and the ladder's if any (fi_read)
             return [f"local a = fi_read({key}, t, ts, lo, hi, {r_ms})",
                     f"if redis.call('EXISTS', {key}) == 1 then a = fi_pick(a, first_of({cov})) end",
@@ -1597,18 +1714,19 @@ class LuaGenerator:
         if isinstance(op, FirstOp):  # the earliest write of each tile (fi_write)
             body.append(f"fi_write({key}, t, ts, v1, {res_ms}, {window_ms}, '{ttl_ms}')")
             return lines + ["  " + x for x in body] + ["end"]
+        if isinstance(op, (MinOp, MaxOp)):  # a monotonic deque with popped members (mx_write)
+            kind, want = _extreme_kind(op), "true" if isinstance(op, MinOp) else "false"
+            body.append(f"mx_write({key}, v1, t, ts, '{kind}', {want}, {res_ms}, {window_ms}, {every}, '{ttl_ms}')")
+            return lines + ["  " + x for x in body] + ["end"]
         if isinstance(op, DecayedOp):  # the decayed sums at each event time (dr_write), pruned every L / 2
             body.append(f"dr_write({key}, t, ts, v1, {op.window_ms}, {max(lateness_ms // 2, 1000)}, '{ttl_ms}')")
             return lines + ["  " + x for x in body] + ["end"]
-        # the tile ladder in the state's hash: Min, Max, HyperLogLog; CountUnique and Latest* their own fields
+        # the tile ladder in the state's hash: HyperLogLog; CountUnique and Latest* their own fields
         fields = self._tile_fields(s, w) if op.tiled else []
         rmw = None  # (update function, its arguments): one HMGET + one HSET for every level
         entry = "v1"  # a tiled write's raw entry: its one-write tile text (raw_tiles)
         rf = None  # the partial of a closed chunk of its raw entries (rf_<kind>, its arg)
-        if isinstance(op, (MinOp, MaxOp)):
-            kind, want = _extreme_kind(op), "true" if isinstance(op, MinOp) else "false"
-            rmw, rf = f"u_extreme, v1, '{kind}', {want}", f"rf_ext, '{kind}{'<' if isinstance(op, MinOp) else '>'}'"
-        elif isinstance(op, HyperLogLogOp):
+        if isinstance(op, HyperLogLogOp):
             rmw, entry, rf = "u_hll, v1, v2", "';' .. v1 .. ':' .. v2", "rf_hll, nil"
         elif isinstance(op, CountUniqueOp):
             body.append(f"cu_write({key}, v1, t, ts, t - {keep_ms})")

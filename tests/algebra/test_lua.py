@@ -189,7 +189,7 @@ def test_many_windows_in_one_round_compile(client):
 
 @pytest.mark.parametrize("lateness_s", [0, 90])
 @pytest.mark.parametrize("fn", [("Count", ()), ("Average", ("float",)), ("CountUnique", ("string",)),
-                                ("HyperLogLog", ("string",))])
+                                ("HyperLogLog", ("string",)), ("Max", ("float",))])
 def test_writes_prune_what_no_later_read_can_use(client, fn, lateness_s):
     """SPEC §5.3, §3.3: a write drops, at most every (W + r + L)/2 (ops.prune_every_ms), the fields that end before
     t - W - r - L (L the allowed lateness); nothing else. Raw tiles of late reads (upper-case codes) go as
@@ -218,6 +218,25 @@ def test_writes_prune_what_no_later_read_can_use(client, fn, lateness_s):
         rd = ReadSlot(op, window_s, 1)
         res = run_round(client, RoundSpec("r", reads_after=(rd,), lateness_ms=late_ms), ["", "", key], [t, "", ""])
         assert GEN.write_counter(rd)(res[1]) == 60
+        return
+    if function == "Max":  # a monotonic deque and popped members in <key>:z (mx_write); no hash
+        assert not client.exists(key)
+        members = client.zrange(key + ":z", 0, -1, withscores=True)
+        deque = [(m, score) for m, score in members if score < 2**49]
+        popped_ng = [score - 2**50 for _, score in members if score >= 2**49]
+        # each write (i / 4, rising) popped the one before it: the deque is the newest write alone ...
+        assert deque == [(f"{t}|{599 / 4!r}".encode(), t)]
+        # ... and the popped writes are kept while a read up to L late can see them (their popper after t - L),
+        # plus up to a pruning period of slack
+        every_ms = prune_every_ms(window_s, 1, late_ms)
+        assert popped_ng and min(popped_ng) > t - late_ms - every_ms - 1000 and max(popped_ng) == t
+        assert len(popped_ng) >= lateness_s
+        assert 0 < client.pttl(key + ":z") <= window_s * 1000 + 1000
+        rd = ReadSlot(op, window_s, 1)
+        for back_s in (0, 1, lateness_s):  # reads up to L late: the newest write at or before their time
+            res = run_round(client, RoundSpec("r", reads_after=(rd,), lateness_ms=late_ms), ["", "", key],
+                            [t - 1000 * back_s, "", ""])
+            assert op.finalize(GEN.decode_read(rd, res[1])) == (599 - back_s) / 4
         return
     if function == "CountUnique":  # a sorted set, pruned by every write: nothing at or before the cutoff
         members = client.zrange(key, 0, -1, withscores=True)
@@ -261,14 +280,15 @@ def test_writes_prune_what_no_later_read_can_use(client, fn, lateness_s):
 def test_late_writes_into_pruned_time_stay_bounded(client):
     """Tiles a late write leaves behind the pruned time are deleted once the hash outgrows its bound."""
     window_s = 60
-    op = make_op("Min", ("int",), ("v",), window_s=window_s)  # in the ladder
+    op = make_op("HyperLogLog", ("int",), ("v",), window_s=window_s)  # in the ladder
     w = WriteSlot(op, window_s, 1)
     key = f"t:{{{uuid.uuid4().hex}}}"
     spec = RoundSpec("w", writes=(w,), lateness_ms=0)  # the late writes are beyond the allowed lateness
-    most = 0
+    most, writes = 0, []
     for i in range(1200):  # twenty windows; every other write is two windows late
         t = T0 + 1000 * i - (2 * window_s * 1000 if i % 2 else 0)
         run_round(client, spec, ["", "", key], [t, "", "", *GEN.write_values(w, [i])])
+        writes.append((t, (i,)))
         most = max(most, client.hlen(key))
     # the bound of lua.py's prune_levels: twice the fields of W + r + one pass, plus what
     # the writes between two passes (every 30.5 s: 61 writes here, 4 levels each) add
@@ -278,7 +298,9 @@ def test_late_writes_into_pruned_time_stay_bounded(client):
     rd = ReadSlot(op, window_s, 1)
     t = T0 + 1000 * 1198
     res = run_round(client, RoundSpec("r", reads_after=(rd,)), ["", "", key], [t, "", ""])
-    assert op.finalize(GEN.decode_read(rd, res[1])) == 1140  # the oldest on-time write of the last window
+    window = counted(writes, t, window_s)  # the on-time writes of the last window, 1140 to 1198
+    assert sorted(v for _, (v,) in window) == list(range(1140, 1199, 2))
+    assert op.finalize(GEN.decode_read(rd, res[1])) == fold(op, window)
 
 
 @pytest.mark.parametrize("gap_s", [7, 40])
@@ -287,7 +309,7 @@ def test_raw_buckets_of_a_key_written_rarely_wait_for_the_pass_and_late_reads_st
     name (lua.py book): they stay bounded by the allowed lateness plus a pass period, and every read up
     to the allowed lateness late counts exactly the writes SPEC §3.2 counts (SPEC §3.3)."""
     window_s, late_ms = 600, 120_000
-    op = make_op("Max", ("int",), ("v",), window_s=window_s)  # in the ladder: a late read takes the raw entries
+    op = make_op("HyperLogLog", ("int",), ("v",), window_s=window_s)  # in the ladder: a late read takes the raw entries
     w = WriteSlot(op, window_s, 1)
     key = f"t:{{{uuid.uuid4().hex}}}"
     spec = RoundSpec("w", writes=(w,), lateness_ms=late_ms)
@@ -311,8 +333,8 @@ def test_raw_buckets_of_a_key_written_rarely_wait_for_the_pass_and_late_reads_st
         assert op.finalize(GEN.decode_read(rd, res[1])) == fold(op, counted(writes, r_t, window_s)), back_ms
 
 
-@pytest.mark.parametrize("fn,window_s", [(("Max", ("int",)), 86400), (("Max", ("string",)), 86400),
-                                         (("Min", ("float",)), 90 * 86400)])
+@pytest.mark.parametrize("fn,window_s", [(("HyperLogLog", ("int",)), 86400), (("HyperLogLog", ("string",)), 86400),
+                                         (("HyperLogLog", ("float",)), 90 * 86400)])
 def test_a_hot_keys_raw_buckets_go_in_chunks_and_late_reads_stay_exact(client, fn, window_s):
     """A key written 5 times a second fills its raw buckets (60 s at a 1-minute resolution, 1 hour at 1 hour)
     with far more than one chunk (lua.py raw_append): each field stays near RAW_CHUNK (2 KB), so a write
@@ -333,7 +355,8 @@ def test_a_hot_keys_raw_buckets_go_in_chunks_and_late_reads_stay_exact(client, f
         writes.append((t, vals))
     raw = {f.decode(): v for f, v in client.hgetall(key).items() if f[:1].isupper()}
     chunks = [f for f in raw if "." in f]
-    assert len(chunks) > 3 and max(len(v) for v in raw.values()) < 2048 + 200
+    # (a closed chunk's summary, <bucket>.p<k>, holds the registers of its entries: it may be larger)
+    assert len(chunks) > 3 and max(len(v) for f, v in raw.items() if ".p" not in f) < 2048 + 200
     # no chunk outlives its bucket's first field (deleted together, by name or by the pass)
     assert {f.split(".")[0] for f in chunks} <= set(raw)
     if r == 60:  # 60 s buckets of the last L, and at most 4 more (lua.py RAW_BATCH)
@@ -394,7 +417,7 @@ def test_late_reads_of_a_hot_key_use_chunk_summaries_and_stay_exact(client, fn, 
         t = T0 + 10 * i - rng.randint(0, 1500)
         arrivals.append((t, tuple(_hot_value(v, rng) for v in vtypes)))
     # running totals (First: each tile's earliest write) in <key>:z, no raw entries (pc_write, fi_write)
-    running = function in ("Count", "Sum", "Average", "First", "FirstTime") or decayed
+    running = function in ("Count", "Sum", "Average", "First", "FirstTime", "Min", "Max") or decayed
     for i, (t, vals) in enumerate(arrivals):
         if legacy and i == n // 2 and not running:
             dropped = [f for f in client.hkeys(key) if f[:1].isupper() and (b".p" in f or f.endswith(b".t"))]
@@ -438,10 +461,11 @@ def test_late_reads_of_a_hot_key_use_chunk_summaries_and_stay_exact(client, fn, 
             assert got == want, r_t
 
 
-def hour_min_writer(client):
-    """A 1-hour int Min at 1 s in the tile ladder (Count, Sum and Average keep running totals instead, lua.py
-    pc_write), each write of its event time's second: its op, a fresh key and its write script (registered)."""
-    op = make_op("Min", ("int",), ("v",), window_s=3600)
+def hour_hll_writer(client):
+    """A 1-hour HyperLogLog of ints at 1 s, the one function that keeps the tile ladder online (the others keep
+    running members, lua.py pc_write ... mx_write), each write of its event time's second: its op, a fresh
+    key and its write script (registered)."""
+    op = make_op("HyperLogLog", ("int",), ("v",), window_s=3600)
     w = WriteSlot(op, 3600, 1)
     script = client.register_script(GEN.script(RoundSpec("w", writes=(w,), lateness_ms=0)))
 
@@ -455,7 +479,7 @@ def test_pruning_a_large_hash_keeps_it_bounded_pass_after_pass(client):
     """Passes over a hash of thousands of tiles (HSCAN steps, one per write) end long before the next is
     due and leave nothing older than their cutoff (SPEC §5.3)."""
     window_s = 3600
-    op, key, script = hour_min_writer(client)
+    op, key, script = hour_hll_writer(client)
     every_ms, keep_ms = prune_every_ms(window_s, 1, 0), window_s * 1000 + 1000
     steps, oldest_seen, pipe = 0, [], client.pipeline(transaction=False)
     for i in range(3 * window_s):  # three windows, one write a second
@@ -474,15 +498,17 @@ def test_pruning_a_large_hash_keeps_it_bounded_pass_after_pass(client):
     for at, oldest in oldest_seen[2:]:
         assert oldest > at - keep_ms - every_ms - 1000
     assert client.hlen(key) < 2 * (window_s + every_ms // 1000)
-    rd = ReadSlot(op, window_s, 1)  # the window's oldest second is still there
+    rd = ReadSlot(op, window_s, 1)  # the window's oldest second is still there: the registers of all its writes
     res = run_round(client, RoundSpec("r", reads_after=(rd,)), ["", "", key], [t, "", ""])
-    assert op.finalize(GEN.decode_read(rd, res[1])) == t // 1000 - window_s + 1
+    writes = [(T0 + 1000 * i, ((T0 + 1000 * i) // 1000,)) for i in range(3 * window_s)]
+    assert op.finalize(GEN.decode_read(rd, res[1])) == fold(op, counted(writes, t, window_s))
+    assert len(counted(writes, t, window_s)) == window_s
 
 
 def test_a_pass_under_way_goes_on_one_step_per_write(client):
     """The cursor of a pass under way (_c) advances with each write and is dropped when the pass ends."""
     window_s = 3600
-    _, key, script = hour_min_writer(client)
+    _, key, script = hour_hll_writer(client)
     # 3000 stale one-second tiles, two windows old, and a pass due now
     client.hset(key, mapping={**{f"s{T0 // 1000 + i}": 1 for i in range(3000)}, "_p": 0,
                               "_m": T0 // 1000 + 3000})
@@ -660,12 +686,13 @@ def test_a_hot_counts_members_are_thinned_to_one_a_tile_past_the_allowed_latenes
 
 
 @pytest.mark.parametrize("fn", [("Count", ()), ("Sum", ("int",)), ("Sum", ("float",)), ("Average", ("float",)),
-                                ("First", ("string",))], ids=lambda f: f[0] + "".join(f[1]))
+                                ("First", ("string",)), ("Max", ("int",)), ("Min", ("float",))],
+                         ids=lambda f: f[0] + "".join(f[1]))
 def test_a_read_adds_the_ladders_tiles_to_the_online_running_totals(client, fn):
-    """The tile ladder under a Count, Sum or Average state's key (what backfill and the stream write: a
-    partial per tile of every level, compiler.algebra.windows.levels_s) and the online writes' running
-    totals in <key>:z are disjoint writes: a read counts both, and only the ladder's while no online write
-    exists."""
+    """The tile ladder under a Count, Sum, Average, First, Min or Max state's key (what backfill and the
+    stream write: a partial per tile of every level, compiler.algebra.windows.levels_s) and the online
+    writes' running members in <key>:z are disjoint writes: a read counts both, and only the ladder's while
+    no online write exists."""
     from compiler.algebra.windows import LEVEL_CODE, levels_s
 
     function, vtypes = fn
@@ -679,11 +706,18 @@ def test_a_read_adds_the_ladders_tiles_to_the_online_running_totals(client, fn):
         vals = () if not vtypes else (i % 7 - 2,) if vtypes == ("int",) else (i % 7 + 0.25,)
         if function == "First":
             vals = (f"v{i}",)
+        if function in ("Min", "Max"):  # the window's extreme moves: falling and rising runs
+            vals = ((i * 37) % 101 - 50,) if vtypes == ("int",) else ((i * 53) % 97 / 4,)
         if i < 250:
             for size in levels_s(window_s):
                 f = f"{LEVEL_CODE[size]}{t // (size * 1000)}"
                 if function == "First":  # each tile's earliest write (in time order: the first one set)
                     client.hsetnx(key, f, f"{t}\t{op.encode_values(vals)}")
+                elif function in ("Min", "Max"):  # each tile's extreme
+                    cur = client.hget(key, f)
+                    better = min if function == "Min" else max
+                    new = vals[0] if cur is None else better(vals[0], type(vals[0])(cur.decode()))
+                    client.hset(key, f, repr(new) if isinstance(new, float) else str(new))
                 elif function == "Average":
                     client.hincrbyfloat(key, f + ".s", vals[0])
                     client.hincrby(key, f + ".c", 1)
@@ -698,7 +732,7 @@ def test_a_read_adds_the_ladders_tiles_to_the_online_running_totals(client, fn):
             res = run_round(client, RoundSpec("r", reads_after=(rd,)), ["", "", key], [t, "", ""])
             want = fold(op, counted(writes, t, window_s))
             got = op.finalize(GEN.decode_read(rd, res[1]))
-            assert got == (want if function == "First" else pytest.approx(want, rel=1e-12)), i
+            assert got == (want if function in ("First", "Min", "Max") else pytest.approx(want, rel=1e-12)), i
     # the running members' key is the state key with keys.RUNNING_SUFFIX (scowl status and the demo's reset map it)
     assert client.type(key) == b"hash" and client.type(key + RUNNING_SUFFIX) == b"zset"
 
@@ -720,3 +754,55 @@ def test_a_decayed_read_merges_the_ladders_sums_with_the_online_members(client):
         if i in (100, 150, 299):
             res = run_round(client, RoundSpec("r", reads_after=(rd,)), ["", "", key], [t, "", ""])
             assert op.value_at(op.decode(res[1]), t) == pytest.approx(op.value_at(ir, t), rel=1e-12), i
+
+
+EXTREME_VALUES = {"int": st.integers(-3, 3), "string": st.sampled_from(["", "a", "ab", "b", "é"]),
+                  "float": st.sampled_from([-1.5, 0.0, 0.25, 2.0, 1e300])}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), function=st.sampled_from(["Min", "Max"]), vtype=st.sampled_from(sorted(EXTREME_VALUES)),
+       window_s=st.sampled_from([5, 60]))
+def test_min_max_running_deque_equals_the_oracle_in_any_arrival_order(client, data, function, vtype, window_s):
+    """Min and Max written online (lua.py mx_write, mx_late, mx_read: a monotonic deque whose popped members
+    are kept while a read up to L late can see them): writes in any arrival order, at most L late, with ties
+    of time and of value, and reads after each write at times up to L before the newest write, equal SPEC
+    §3.2's fold of the writes that arrived before the read (§3.3)."""
+    late_ms = 20_000
+    op = make_op(function, (vtype,), ("v",), window_s)
+    r = resolution_s(window_s)
+    w, write, read = write_read_scripts(client, op, window_s, late_ms)
+    times = data.draw(st.lists(st.one_of(st.integers(0, 40).map(lambda x: 1000 * x), st.integers(0, 40_000)),
+                               min_size=1, max_size=25))
+    writes = [(T0 + s, (data.draw(EXTREME_VALUES[vtype]),)) for s in times]
+    order = data.draw(st.permutations(range(len(writes))))
+    key = f"t:{{{uuid.uuid4().hex}}}"
+    arrived, newest = [], None
+    for i in order:
+        s, vals = writes[i]
+        if newest is not None and s < newest - late_ms:
+            continue  # beyond the allowed lateness: not exact by contract (SPEC §3.3)
+        write(keys=["", "", key], args=[s, "", "", *GEN.write_values(w, vals)])
+        arrived.append((s, vals))
+        newest = s if newest is None else max(newest, s)
+        for back in data.draw(st.lists(st.integers(0, late_ms), max_size=2)):
+            r_t = newest - back
+            res = read(keys=["", "", key], args=[r_t, "", ""])
+            assert res[0] & 2 == (2 if r_t < newest else 0)
+            got = op.finalize(GEN.decode_read(ReadSlot(op, window_s, r), res[1]))
+            assert got == fold(op, counted(sorted(arrived, key=lambda a: a[0]), r_t, window_s)), (r_t, arrived)
+
+
+@pytest.mark.parametrize("function,values,want", [("Max", [5, 3], 5), ("Min", [9, 10], 9), ("Max", [2, -1, 2], 2)])
+def test_min_max_keep_one_member_per_event_time(client, function, values, want):
+    """Writes at one ms, the later ones no better, leave the deque one member for that ms (mx_write): members
+    of one score sort by their text, so a second, worse one ('<ms>|10' before '<ms>|9') would be a read's
+    first member."""
+    op = make_op(function, ("int",), ("v",), 60)
+    w, write, read = write_read_scripts(client, op, 60, 0)
+    key = f"t:{{{uuid.uuid4().hex}}}"
+    for v in values:
+        write(keys=["", "", key], args=[T0, "", "", *GEN.write_values(w, [v])])
+    assert client.zrangebyscore(key + ":z", "-inf", 2**49) == [f"{T0}|{want}".encode()]
+    res = read(keys=["", "", key], args=[T0 + 1, "", ""])
+    assert op.finalize(GEN.decode_read(ReadSlot(op, 60, 1), res[1])) == want

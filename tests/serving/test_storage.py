@@ -43,6 +43,13 @@ v := $.v as int
 n := Max(v by k last 10 minutes)
 """
 
+TOPO_HLL = """
+event e
+k := $.k as string
+v := $.v as int
+n := HyperLogLog(v by k last 10 minutes)
+"""
+
 
 def test_old_running_totals_are_pruned(redis_url):
     """A Count's running totals (compiler.algebra.lua pc_write) keep what a read at the last time minus the
@@ -62,14 +69,40 @@ def test_old_running_totals_are_pruned(redis_url):
     assert len(scores) <= (600 + 120 + 361 + 7) // 7 + 2
 
 
-def test_old_tiles_are_pruned(redis_url):
+def test_old_deque_members_are_pruned(redis_url):
+    """A Max written online (compiler.algebra.lua mx_write) keeps its deque's members of the window a read at
+    the last time minus the allowed lateness sees, and the writes they popped whose popper came after that
+    time, plus up to a pruning period ((W + r + L) / 2, ops.prune_every_ms) of slack."""
     store = redis.Redis.from_url(redis_url)
     t0 = 1_700_000_000_000
     with client_for(TOPO_MAX, redis_url, allowed_lateness=120) as c:
         events = [{"_type": "e", "_time": t0 + i * 7_000, "k": "a", "v": i % 50} for i in range(600)]  # 70 min
         out = batch(c, events)
-    assert out[-1]["n"] == 49
-    key = store.keys("sc:{s1:a}:*")[0]
+    assert [o["n"] for o in out[-3:]] == [49, 49, 49]
+    (key,) = store.keys("sc:{s1:a}:*")
+    assert key.endswith(b":z") and store.type(key) == b"zset"
+    members = store.zrange(key, 0, -1, withscores=True)
+    last = t0 + 599 * 7_000
+    deque = [(m, s) for m, s in members if s < 2**49]
+    popped_ng = [s - 2**50 for _, s in members if s >= 2**49]
+    # the deque: falling values, the newest write last, nothing a read at last - L cannot see but slack
+    values = [int(m.split(b"|")[1]) for m, _ in deque]
+    assert values == sorted(values, reverse=True) and len(set(values)) == len(values) and deque[-1][1] == last
+    assert min(s for _, s in deque) >= last - (600 + 120 + 361 + 1 + 7) * 1000
+    assert popped_ng and min(popped_ng) > last - (120 + 361 + 1) * 1000
+    assert len(members) <= (600 + 120 + 361 + 7) // 7 + 2
+
+
+def test_old_tiles_are_pruned(redis_url):
+    """HyperLogLog, the one function whose online writes keep the tile ladder: tiles and raw buckets older
+    than a read at the last time minus the allowed lateness can use are pruned."""
+    store = redis.Redis.from_url(redis_url)
+    t0 = 1_700_000_000_000
+    with client_for(TOPO_HLL, redis_url, allowed_lateness=120) as c:
+        events = [{"_type": "e", "_time": t0 + i * 7_000, "k": "a", "v": i % 50} for i in range(600)]  # 70 min
+        out = batch(c, events)
+    assert round(out[-1]["n"]) == 50  # 86 writes of the 50 values in the window (linear counting: near exact)
+    (key,) = store.keys("sc:{s1:a}:*")
     fields = store.hkeys(key)
     # only tiles a read at the last time minus the allowed lateness (120 s) can still use survive (plus
     # <= (W + r + L)/2 of slack, ops.prune_every_ms), and raw tiles of the last 120 s (SPEC §3.3)
