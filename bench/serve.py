@@ -152,6 +152,41 @@ def demo_events(n: int) -> list[dict[str, Any]]:
     return events
 
 
+#: bodies per scowl row: more than a row sends at ~4k events/s (scowl_row never wraps to old times)
+CONTINUED_EVENTS = 200_000
+
+
+def continued(events: list[dict[str, Any]], at_least: int) -> list[dict[str, Any]]:
+    """``events`` (time order) followed by copies of themselves moved later, until there are ``at_least``.
+
+    Each copy is shifted by whole days past the previous one's last time,
+    so a row that outruns the loaded events goes on in time order instead
+    of re-sending the first events a month late (beyond the allowed
+    lateness: SPEC §3.3, and on running members a write that late shifts
+    every member after it). ``_id`` values get the copy's number appended.
+
+    Returns:
+        a new list of at least ``at_least`` events (``events`` itself if it is long enough or empty).
+    """
+    from compiler.typesystem import format_time, parse_time
+
+    if len(events) >= at_least or not events:
+        return events
+    first, last = parse_time(events[0]["_time"]), parse_time(events[-1]["_time"])
+    day = 86_400_000
+    span = (last - first) // day * day + day
+    out = list(events)
+    k = 0
+    while len(out) < at_least:
+        k += 1
+        for e in events:
+            c = dict(e, _time=format_time(parse_time(e["_time"]) + k * span))
+            if "_id" in c:
+                c["_id"] = f"{c['_id']}~{k}"
+            out.append(c)
+    return out
+
+
 def displaced(events: list[dict[str, Any]], late_ms: int, seed: int = 0) -> list[dict[str, Any]]:
     """``events`` (time order) in an arrival order where each is up to ``late_ms`` late (SPEC §3.3).
 
@@ -1016,7 +1051,7 @@ def main(argv: list[str] | None = None) -> None:
             if not result.plan:
                 raise SystemExit(result.render())
             states = states_per_event(result.plan, events)
-            bodies = [orjson.dumps(e) for e in events]
+            bodies = [orjson.dumps(e) for e in continued(events, CONTINUED_EVENTS)]
             try:
                 row, per_event = scowl_row(label, topo, store.url, bodies, states, opts, 1)
             except Exception as exc:  # noqa: BLE001 -- reported in the table
