@@ -91,7 +91,7 @@ each. ``bench/lua_ab.py`` against the ladder on the demo: 0.544x of Valkey's
 CPU per call (README, Benchmarks, ninth session).
 
 Online ``Min`` and ``Max`` writes keep a monotonic deque in the same sorted
-set (``mx_*``; tenth session: 0.897x of the call again): members
+set (``mx_*``; ``bench/lua_ab.py``: 0.897x the CPU per call before them): members
 ``<ms>|<value>``, scored by event time while no later write is as good, and
 by the time of a later one that is (plus 2^50) once popped, kept while a
 read up to ``L`` late can see them. A write in time order pops the members
@@ -1270,20 +1270,22 @@ local function fi_pick(a, b)
 end
 
 -- Min and Max states written online keep a monotonic deque with popped members (SPEC §3.2,
--- §3.3), not the tile ladder, in <key>:z. A write is alive for a read at time x from its own
--- time u until ng, the time of a later write at least as good (Max: >=; Min: <=; the
--- earliest, for writes in time order; none while there is none); the extreme of a read at t over tiles lo.. is the best alive
--- member at t with u in [lo, t] (a write dominated by a later one in [u, t] is not needed).
--- Members '<u>|<value>' (one per event time: of two at one ms the worse is dropped) are scored
--- u while alive at every later time (the deque: values strictly worse as u grows, its last
--- member the newest write), and ng + MX_OFF once popped, kept while a read up to L late can
--- see them (ng > t - L). A write in time order pops the deque's members it is as good as
--- (they are rescored: one ZADD with its own member) and appends itself; a read in time order
--- takes the deque's first member from tile lo on: two lookups whatever the window. A late
--- write at t is popped at once by the deque's first member after t if that is as good, else
--- pops the deque's members before t it is as good as (mx_late); a late read at t adds the
--- popped members with ng > t (at most the deque at t and L x the key's rate). Deque members of tiles ended before t - L are thinned to each
--- tile's first (its best: reads up to L late take such tiles whole).
+-- §3.3), not the tile ladder, in <key>:z. A write is alive for a read at time x from its
+-- own time u until ng, the time of a later write at least as good (Max: >=; Min: <=; the
+-- earliest one for writes in time order; none while there is none). The extreme of a read
+-- at t over tiles lo.. is the best member alive at t with u in [lo, t]: a write that a later
+-- one in [u, t] is as good as is not needed. Members '<u>|<value>' (one per event time: of
+-- two at one ms the worse is dropped) are scored u while alive at every later time (the
+-- deque: values strictly worse as u grows, its last member the newest write), and
+-- ng + MX_OFF once popped, kept while a read up to L late can see them (ng > t - L). A
+-- write in time order pops the deque's members it is as good as (they are rescored: one
+-- ZADD with its own member) and appends itself; a read in time order takes the deque's
+-- first member from tile lo on: two lookups whatever the window. A late write at t is
+-- popped at once by the deque's first member after t if that is as good, else pops the
+-- deque's members before t it is as good as (mx_late); a late read at t adds the popped
+-- members with ng > t (about the deque at t and L x the key's rate). Deque members of
+-- tiles that ended before t - L are thinned to each tile's first (its best: reads up to L
+-- late take such tiles whole).
 local MX_OFF = 1125899906842624
 local MX_SPLIT = '562949953421312'  -- 2^49: deque scores (event times) below, popped ones above
 
