@@ -83,6 +83,11 @@ member at or before ``t`` and the newest at or before the end of tile
 write adds its value to every member after it (at most ``L`` times its
 key's rate) and needs no raw entries, since the members themselves are per
 write within ``L`` (older ones are thinned to one per tile, ``pc_thin``).
+A write more than ``L`` late would shift up to the whole window's members:
+``Count``, ``Sum`` and ``Average`` write it into the tile ladder of the
+state's hash instead (``zr_write`` returns ``'L'``; ``_ladder_write``, the
+path ``HyperLogLog`` takes), ``Decayed*`` into the hash's decayed sums, and
+reads add the hash as they add backfill's.
 The hash under the state key keeps the tile ladder that backfill and the
 stream write (``writer.tilepass``, ``event.lua``) and that online writes
 made before this layout: a read adds its cover when the hash exists
@@ -329,11 +334,39 @@ local function raw_entries(text, each)
 end
 
 -- Partial aggregates of raw entries, one function per kind of state that keeps the tile
--- ladder online (HyperLogLog; the others keep running members): rf_<kind>(text, acc, arg)
+-- ladder online (HyperLogLog, and Count, Sum and Average writes more than L late; the others
+-- keep running members only): rf_<kind>(text, acc, arg)
 -- returns the partial of the entries of partial acc (a text; nil: none) and then those of
 -- text, as a text, which reads as the entries would: one more tile of the read's merge
 -- (raw_range). (A script makes a closure per local function it keeps, on every call, so it
 -- keeps only its own.)
+-- Count and int Sum: the exact sum (int_add_text)
+local function rf_int(text, acc)
+  raw_entries(text, function(ms, mt, p) acc = int_add_text(acc, p) end)
+  return acc
+end
+
+-- float Sum: the double sum in arrival order, as %.17g (as a tile's, float_text)
+local function rf_float(text, acc)
+  local x = acc and tonumber(acc)
+  raw_entries(text, function(ms, mt, p) x = x and x + tonumber(p) or tonumber(p) end)
+  return string.format('%.17g', x)
+end
+
+-- Average: '<sum> <count>'
+local function rf_avg(text, acc)
+  local x, c = nil, 0
+  if acc then
+    local sp = string.find(acc, ' ', 1, true)
+    x, c = tonumber(string.sub(acc, 1, sp - 1)), tonumber(string.sub(acc, sp + 1))
+  end
+  raw_entries(text, function(ms, mt, p)
+    x = x and x + tonumber(p) or tonumber(p)
+    c = c + 1
+  end)
+  return string.format('%.17g', x) .. ' ' .. string.format('%d', c)
+end
+
 -- HyperLogLog: the registers ';slot:rho..' (register-wise max)
 local function rf_hll(text, acc)
   local regs, order, parts = {}, {}, {}
@@ -1048,12 +1081,15 @@ end
 -- newest member m at or before t (ms its time; nil: none); shift(m, ms) a later member with
 -- the write added; per_ms: one member per event time (one at t is replaced), else one per
 -- write. Returns the newest member's ms before an in-order write (nil: none), false for a
--- late one.
+-- late one, and 'L' for one more than L late, which it leaves to the caller: shifting every
+-- later member would cost up to the whole window's members, where the tile ladder in the
+-- state's hash, which reads add, takes it at the cost of any write (the generated code).
 local function zr_write(z, t, ts, own, shift, per_ms)
   local top = redis.call('ZREVRANGE', z, 0, 0, 'WITHSCORES')
   local prev = top[2] and tonumber(top[2])
   if prev and prev > t then
     note_late(prev, t)
+    if prev - t > LATE then return 'L' end
     local at = redis.call('ZREVRANGEBYSCORE', z, ts, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
     local later = redis.call('ZRANGEBYSCORE', z, '(' .. ts, '+inf', 'WITHSCORES')
     local am = at[2] and tonumber(at[2])
@@ -1081,7 +1117,7 @@ end
 -- time) drop the members no read at t - L or later can use but the newest of them: those
 -- before the end of tile T(t - L - w) (w the window).
 local function zr_horizon(z, t, prev, r, w, every, thin)
-  if prev == false then return end
+  if prev == false or prev == 'L' then return end
   local floor = math.floor
   if thin and prev then
     local a, b = floor((prev - LATE) / r), floor((t - LATE) / r)
@@ -1098,11 +1134,14 @@ local function pc_own(m) return string.format(PC_PAD, (m and tonumber(m) or 0) +
 local function pc_shift(m) return string.format(PC_PAD, tonumber(m) + 1) end
 
 -- A Count write at t (text ts) into state key: resolution r, window w, pruning period
--- every, expiry ttl (ms, text)
+-- every, expiry ttl (ms, text). Returns true for a write more than L late (zr_write: the
+-- caller writes it into the ladder)
 local function pc_write(key, t, ts, r, w, every, ttl)
   local z = key .. ':z'
-  zr_horizon(z, t, zr_write(z, t, ts, pc_own, pc_shift, false), r, w, every, true)
+  local prev = zr_write(z, t, ts, pc_own, pc_shift, false)
+  zr_horizon(z, t, prev, r, w, every, true)
   redis.call('PEXPIRE', z, ttl)
+  return prev == 'L'
 end
 
 -- The online writes a Count read at t (text ts) counts: those of resolution tiles lo..hi
@@ -1166,8 +1205,10 @@ local function rs_write(key, kind, v, t, ts, r, w, every, ttl)
   local z = key .. ':z'
   local function own(m) return ts .. '|' .. rs_add(kind, rs_payload(m), v) end
   local function shift(m, ms) return ms .. '|' .. rs_add(kind, rs_payload(m), v) end
-  zr_horizon(z, t, zr_write(z, t, ts, own, shift, true), r, w, every, true)
+  local prev = zr_write(z, t, ts, own, shift, true)
+  zr_horizon(z, t, prev, r, w, every, true)
   redis.call('PEXPIRE', z, ttl)
+  return prev == 'L'
 end
 
 -- The payloads (newest at or before t, newest at or before the end of tile lo - 1) of a
@@ -1465,8 +1506,13 @@ local function dr_write(key, t, ts, v, w, every, ttl)
     return dr_text(ms, nv, nw)
   end
   -- a read up to L late needs no member before the newest one at or before t - L
-  zr_horizon(z, t, zr_write(z, t, ts, own, shift, true), 1, 0, every, false)
+  local prev = zr_write(z, t, ts, own, shift, true)
+  zr_horizon(z, t, prev, 1, 0, every, false)
   redis.call('PEXPIRE', z, ttl)
+  if prev == 'L' then  -- more than L late: into the hash's decayed sums (dr_read adds them)
+    decay_merge(key, ts, x, 1, w)
+    redis.call('PEXPIRE', key, ttl)
+  end
 end
 
 -- A Decayed read at t (text ts): the online members' partial { ms, sv, sw } at t merged with
@@ -1492,6 +1538,13 @@ end
 
 -- the update functions rmw applies (common.lua's, with the field's index)
 local function u_hll(cur, i, slot, rho) return hll_text(cur, slot, rho) end
+local function u_count(cur) return string.format('%d', (tonumber(cur) or 0) + 1) end
+local function u_isum(cur, i, v) return int_add_text(cur, v) end
+local function u_float(cur, i, v) return float_text(cur, v) end
+local function u_average(cur, i, v)
+  if i % 2 == 1 then return float_text(cur, v) end
+  return string.format('%d', (tonumber(cur) or 0) + 1)
+end
 
 """
 
@@ -1706,13 +1759,16 @@ class LuaGenerator:
         # prune fields no read at time >= t - L can use once a prune_every_ms
         every, cutoff = prune_every_ms(w.window_s, w.resolution_s, lateness_ms), f"t - {keep_ms}"
         # running members in the state's sorted set <key>:z (module docstring): the call sets its expiry
+        # a Count, Sum or Average write more than L late goes into the ladder (zr_write)
+        ladder = (["  " + x for x in self._ladder_write(s, w, key, every, cutoff, ttl_ms)] + ["end"]
+                  if isinstance(op, (CountOp, SumOp, AverageOp)) else [])
         if isinstance(op, CountOp):  # running counts, one member per write (pc_write)
-            body.append(f"pc_write({key}, t, ts, {res_ms}, {window_ms}, {every}, '{ttl_ms}')")
-            return lines + ["  " + x for x in body] + ["end"]
+            body.append(f"if pc_write({key}, t, ts, {res_ms}, {window_ms}, {every}, '{ttl_ms}') then")
+            return lines + ["  " + x for x in body + ladder] + ["end"]
         if isinstance(op, (SumOp, AverageOp)):  # running totals, one member per event time (rs_write)
             kind = "a" if isinstance(op, AverageOp) else "i" if op.is_int else "f"
-            body.append(f"rs_write({key}, '{kind}', v1, t, ts, {res_ms}, {window_ms}, {every}, '{ttl_ms}')")
-            return lines + ["  " + x for x in body] + ["end"]
+            body.append(f"if rs_write({key}, '{kind}', v1, t, ts, {res_ms}, {window_ms}, {every}, '{ttl_ms}') then")
+            return lines + ["  " + x for x in body + ladder] + ["end"]
         if isinstance(op, FirstOp):  # the earliest write of each tile (fi_write)
             body.append(f"fi_write({key}, t, ts, v1, {res_ms}, {window_ms}, '{ttl_ms}')")
             return lines + ["  " + x for x in body] + ["end"]
@@ -1724,29 +1780,52 @@ class LuaGenerator:
             body.append(f"dr_write({key}, t, ts, v1, {op.window_ms}, {max(lateness_ms // 2, 1000)}, '{ttl_ms}')")
             return lines + ["  " + x for x in body] + ["end"]
         # the tile ladder in the state's hash: HyperLogLog; CountUnique and Latest* their own fields
-        fields = self._tile_fields(s, w) if op.tiled else []
-        rmw = None  # (update function, its arguments): one HMGET + one HSET for every level
-        entry = "v1"  # a tiled write's raw entry: its one-write tile text (raw_tiles)
-        rf = None  # the partial of a closed chunk of its raw entries (rf_<kind>, its arg)
         if isinstance(op, HyperLogLogOp):
-            rmw, entry, rf = "u_hll, v1, v2", "';' .. v1 .. ':' .. v2", "rf_hll, nil"
-        elif isinstance(op, CountUniqueOp):
+            body += self._ladder_write(s, w, key, every, cutoff, ttl_ms)
+            return lines + ["  " + x for x in body] + ["end"]
+        if isinstance(op, CountUniqueOp):
             body.append(f"cu_write({key}, v1, t, ts, t - {keep_ms})")
         elif isinstance(op, LatestOp):
             body.append(f"latest({key}, ts, v1)")
         else:
             raise NotImplementedError(f"no Lua write for {type(op).__name__}")
-        if op.tiled:
-            q = s.const(f"math.floor(t / {res_ms})")
-            raw, rsize = _raw_code(w.resolution_s), raw_bucket_s(w.resolution_s) * 1000
-            rawf = s.const(f"'{raw}' .. string.format('%d', math.floor(t / {rsize}))")
-            book = (f"t, ts, {q}, {ord(LEVEL_CODE[w.resolution_s])}, {every}, {cutoff}, {rsize}, "
-                    f"'{raw}', {rawf}, {entry}, {rf}")
-            if rmw is None:
-                raise NotImplementedError(f"no Lua tile update for {type(op).__name__}")
-            body.append(f"rmw({key}, {{{', '.join(fields)}}}, {book}, {rmw})")
         body.append(f"redis.call('PEXPIRE', {key}, '{ttl_ms}')")  # a string: Lua numbers print as %.17g
         return lines + ["  " + x for x in body] + ["end"]
+
+    def _ladder_write(self, s: _Script, w: WriteSlot, key: str, every: int, cutoff: str, ttl_ms: int) -> list[str]:
+        """Lua lines writing ``w`` into the tile ladder of its state's hash (``rmw``: every level, raw entries, pruning).
+
+        Online writes of ``HyperLogLog`` and those of ``Count``, ``Sum`` and
+        ``Average`` more than ``L`` late (module docstring) take this path.
+
+        Raises:
+            NotImplementedError: a function with no tile update.
+        """
+        op = w.op
+        fields = self._tile_fields(s, w)
+        entry = "v1"  # the write's raw entry: its one-write tile text (raw_tiles)
+        rf = "rf_int, nil"  # the partial of a closed chunk of its raw entries (rf_<kind>, its arg)
+        if isinstance(op, HyperLogLogOp):
+            rmw, entry, rf = "u_hll, v1, v2", "';' .. v1 .. ':' .. v2", "rf_hll, nil"
+        elif isinstance(op, CountOp):
+            rmw, entry = "u_count", "'1'"
+        elif isinstance(op, SumOp) and op.is_int:  # int sums: exact text addition (past 2^53 and 2^63)
+            rmw = "u_isum, v1"
+        elif isinstance(op, SumOp):
+            rmw, rf = "u_float, v1", "rf_float, nil"
+        elif isinstance(op, AverageOp):
+            fields = [s.const(f"{f} .. '{c}'") for f in fields for c in (".s", ".c")]
+            rmw, rf = "u_average, v1", "rf_avg, nil"
+        else:
+            raise NotImplementedError(f"no Lua tile update for {type(op).__name__}")
+        res_ms = w.resolution_s * 1000
+        q = s.const(f"math.floor(t / {res_ms})")
+        raw, rsize = _raw_code(w.resolution_s), raw_bucket_s(w.resolution_s) * 1000
+        rawf = s.const(f"'{raw}' .. string.format('%d', math.floor(t / {rsize}))")
+        book = (f"t, ts, {q}, {ord(LEVEL_CODE[w.resolution_s])}, {every}, {cutoff}, {rsize}, "
+                f"'{raw}', {rawf}, {entry}, {rf}")
+        return [f"rmw({key}, {{{', '.join(fields)}}}, {book}, {rmw})",
+                f"redis.call('PEXPIRE', {key}, '{ttl_ms}')"]  # a string: Lua numbers print as %.17g
 
     # ------------------------------------------------------- Python side
     def write_arity(self, w: WriteSlot) -> int:

@@ -806,3 +806,51 @@ def test_min_max_keep_one_member_per_event_time(client, function, values, want):
     assert client.zrangebyscore(key + ":z", "-inf", 2**49) == [f"{T0}|{want}".encode()]
     res = read(keys=["", "", key], args=[T0 + 1, "", ""])
     assert op.finalize(GEN.decode_read(ReadSlot(op, 60, 1), res[1])) == want
+
+
+@pytest.mark.parametrize("fn", [("Count", ()), ("Sum", ("int",)), ("Sum", ("float",)), ("Average", ("float",)),
+                                ("DecayedSum", ("float",)), ("Max", ("int",)), ("First", ("string",))],
+                         ids=lambda f: f[0] + "".join(f[1]))
+def test_writes_more_than_the_allowed_lateness_late_leave_the_running_members_alone(client, fn):
+    """A write more than L late (SPEC §3.3) into a Count, Sum, Average or Decayed* state goes into the tile ladder
+    of its state's hash (lua.py zr_write 'L', LuaGenerator._ladder_write; Decayed*: the hash's decayed sums),
+    which reads add, instead of shifting every later running member: the members stay as they were, and
+    reads in time order and up to L late (one in the late write's own resolution tile) count it. Min, Max and
+    First take such writes in their own members at the cost of any late write."""
+    function, vtypes = fn
+    window_s, late_ms = 86400, 60_000
+    op = make_op(function, vtypes, ("v",) if vtypes else (), window_s)
+    r = resolution_s(window_s)
+    w, write, read = write_read_scripts(client, op, window_s, late_ms)
+    key = f"t:{{{uuid.uuid4().hex}}}"
+    newest = (T0 // 60_000 + 20) * 60_000 + 30_000 + late_ms  # newest - L lies mid-minute
+
+    def value(i):
+        return () if not vtypes else (f"v{i}",) if vtypes == ("string",) else (i % 9 - 3,) if vtypes == ("int",) \
+            else (i % 9 + 0.25,)
+
+    writes = []
+    for k in range(199, -1, -1):  # in time order, one write every 3 s up to newest
+        writes.append((newest - 3_000 * k, value(k)))
+        write(keys=["", "", key], args=[writes[-1][0], "", "", *GEN.write_values(w, writes[-1][1])])
+    before = client.zrange(key + ":z", 0, -1, withscores=True)
+    for j, back in enumerate((late_ms + 500, 2 * late_ms + 7, 400_000)):  # more than L late
+        writes.append((newest - back, value(1000 + j)))
+        res = write(keys=["", "", key], args=[writes[-1][0], "", "", *GEN.write_values(w, writes[-1][1])])
+        assert res[0] & 6 == 6  # flagged more than L late
+    running = function in ("Count", "Sum", "Average") or function.startswith("Decayed")
+    if running:
+        assert client.zrange(key + ":z", 0, -1, withscores=True) == before and client.exists(key)
+    in_time_order = sorted(writes, key=lambda a: a[0])
+    for r_t in (newest, newest - 1_000, newest - late_ms + 100):  # the last in the tile of the first late write
+        res = read(keys=["", "", key], args=[r_t, "", ""])
+        if function.startswith("Decayed"):
+            ir = None
+            for s_, vals in in_time_order:
+                if s_ <= r_t:
+                    ir = op.update(ir, vals, s_)
+            assert op.value_at(op.decode(res[1]), r_t) == pytest.approx(op.value_at(ir, r_t), rel=1e-12), r_t
+            continue
+        got = op.finalize(GEN.decode_read(ReadSlot(op, window_s, r), res[1]))
+        want = fold(op, counted(in_time_order, r_t, window_s))
+        assert got == (pytest.approx(want, rel=1e-12) if vtypes == ("float",) else want), r_t
