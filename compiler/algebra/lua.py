@@ -1733,13 +1733,6 @@ class LuaGenerator:
             return [f"out[o] = present({cov})"]
         raise NotImplementedError(f"no Lua read for {type(op).__name__}")
 
-    def _tile_fields(self, s: _Script, w: WriteSlot) -> list[str]:
-        """Lua names of the write's tile field prefixes (one per level), hoisted per level."""
-        out = []
-        for size in levels_s(w.window_s):
-            out.append(s.const(f"'{LEVEL_CODE[size]}' .. string.format('%d', math.floor(t / {size * 1000}))"))
-        return out
-
     def _write(self, s: _Script, w: WriteSlot, k: int, lateness_ms: int) -> list[str]:
         op = w.op
         key = f"KEYS[{k}]"
@@ -1760,7 +1753,8 @@ class LuaGenerator:
         every, cutoff = prune_every_ms(w.window_s, w.resolution_s, lateness_ms), f"t - {keep_ms}"
         # running members in the state's sorted set <key>:z (module docstring): the call sets its expiry
         # a Count, Sum or Average write more than L late goes into the ladder (zr_write)
-        ladder = (["  " + x for x in self._ladder_write(s, w, key, every, cutoff, ttl_ms)] + ["end"]
+        # (its field names inline, not hoisted: every call would compute them, for a rare branch)
+        ladder = (["  " + x for x in self._ladder_write(s, w, key, every, cutoff, ttl_ms, hoist=False)] + ["end"]
                   if isinstance(op, (CountOp, SumOp, AverageOp)) else [])
         if isinstance(op, CountOp):  # running counts, one member per write (pc_write)
             body.append(f"if pc_write({key}, t, ts, {res_ms}, {window_ms}, {every}, '{ttl_ms}') then")
@@ -1792,17 +1786,25 @@ class LuaGenerator:
         body.append(f"redis.call('PEXPIRE', {key}, '{ttl_ms}')")  # a string: Lua numbers print as %.17g
         return lines + ["  " + x for x in body] + ["end"]
 
-    def _ladder_write(self, s: _Script, w: WriteSlot, key: str, every: int, cutoff: str, ttl_ms: int) -> list[str]:
+    def _ladder_write(self, s: _Script, w: WriteSlot, key: str, every: int, cutoff: str, ttl_ms: int,
+                      hoist: bool = True) -> list[str]:
         """Lua lines writing ``w`` into the tile ladder of its state's hash (``rmw``: every level, raw entries, pruning).
 
         Online writes of ``HyperLogLog`` and those of ``Count``, ``Sum`` and
         ``Average`` more than ``L`` late (module docstring) take this path.
 
+        Args:
+            hoist: field names and tile indexes as script-level locals
+                (:meth:`_Script.const`, computed once per call and shared by
+                slots), else inline in the lines (a branch seldom taken).
+
         Raises:
             NotImplementedError: a function with no tile update.
         """
         op = w.op
-        fields = self._tile_fields(s, w)
+        const = s.const if hoist else (lambda text: f"({text})")
+        fields = [const(f"'{LEVEL_CODE[size]}' .. string.format('%d', math.floor(t / {size * 1000}))")
+                  for size in levels_s(w.window_s)]
         entry = "v1"  # the write's raw entry: its one-write tile text (raw_tiles)
         rf = "rf_int, nil"  # the partial of a closed chunk of its raw entries (rf_<kind>, its arg)
         if isinstance(op, HyperLogLogOp):
@@ -1814,14 +1816,14 @@ class LuaGenerator:
         elif isinstance(op, SumOp):
             rmw, rf = "u_float, v1", "rf_float, nil"
         elif isinstance(op, AverageOp):
-            fields = [s.const(f"{f} .. '{c}'") for f in fields for c in (".s", ".c")]
+            fields = [const(f"{f} .. '{c}'") for f in fields for c in (".s", ".c")]
             rmw, rf = "u_average, v1", "rf_avg, nil"
         else:
             raise NotImplementedError(f"no Lua tile update for {type(op).__name__}")
         res_ms = w.resolution_s * 1000
-        q = s.const(f"math.floor(t / {res_ms})")
+        q = const(f"math.floor(t / {res_ms})")
         raw, rsize = _raw_code(w.resolution_s), raw_bucket_s(w.resolution_s) * 1000
-        rawf = s.const(f"'{raw}' .. string.format('%d', math.floor(t / {rsize}))")
+        rawf = const(f"'{raw}' .. string.format('%d', math.floor(t / {rsize}))")
         book = (f"t, ts, {q}, {ord(LEVEL_CODE[w.resolution_s])}, {every}, {cutoff}, {rsize}, "
                 f"'{raw}', {rawf}, {entry}, {rf}")
         return [f"rmw({key}, {{{', '.join(fields)}}}, {book}, {rmw})",
