@@ -73,8 +73,9 @@ a read ~12-40), in a sorted set beside the state's hash, ``<state key>:z``
 (:data:`compiler.algebra.keys.RUNNING_SUFFIX`), scored by event time: one
 member per write (``Count``: the zero-padded number of writes up to it,
 ``pc_*``) or per event time (``Sum``, ``Average``: ``<ms>|<total>``, an exact
-decimal text for int sums, a double-double ``<hi> <lo>`` for floats,
-``<count> <hi> <lo>`` for ``Average``, ``rs_*``; ``Decayed*``: the decayed
+decimal text for int sums, the exact sum as non-overlapping partials
+``<p1> <p2> ..`` for floats (Shewchuk's expansion, ``ex_add``),
+``<count> <p1> ..`` for ``Average``, ``rs_*``; ``Decayed*``: the decayed
 sums weighed at that time, ``dr_*``), or per tile its earliest write
 (``First*``, ``fi_*``). A read is the difference of two lookups, the newest
 member at or before ``t`` and the newest at or before the end of tile
@@ -1158,19 +1159,47 @@ end
 -- Sum and Average states written online keep running totals too, one member of <key>:z
 -- per event time: '<ms>|<total>' scored ms, the total of the writes up to that ms (by time;
 -- writes of one ms are all counted or none, SPEC §3.2's s <= t). Kinds: 'i' an int Sum (the
--- total an exact decimal text: int_add_text), 'f' a float Sum ('<hi> <lo>', a double-double:
--- the sum of the doubles added without rounding error beyond ~2^-106 of the total, so the
--- difference of two totals is the window's sum to far better than SPEC §3.3's 1e-9), 'a' an
--- Average ('<count> <hi> <lo>'). Writes and reads as pc_write and pc_read (same thinning,
--- pruning and lateness), a write at an ms that has a member replaces it.
+-- total an exact decimal text: int_add_text), 'f' a float Sum ('<p1> <p2> ..', the exact sum
+-- of the doubles as non-overlapping partials, Shewchuk's expansion as Python's math.fsum
+-- keeps it: usually one or two), 'a' an Average ('<count> <p1> <p2> ..'). A window's float sum
+-- is the difference of two totals, exact before its one rounding: a double-double total
+-- (the ninth session's '<hi> <lo>', still read as two partials) lost a window's sum far
+-- below ~2^-106 of the total (a window of 4.6e-203 after a total of 16.6 read 0.0). Writes
+-- and reads as pc_write and pc_read (same thinning, pruning and lateness), a write at an ms
+-- that has a member replaces it.
 
--- double-double (hi, lo) plus a double x (Knuth's TwoSum, then renormalised)
-local function dd_add(hi, lo, x)
-  local s = hi + x
-  local bb = s - hi
-  local e = (hi - (s - bb)) + (x - bb) + lo
-  local h = s + e
-  return h, e - (h - s)
+-- adds double x to the partials ps (a list of doubles whose sum is exact), in place, keeping
+-- the sum exact: each step an error-free two-sum (Shewchuk 1997; Python's msum recipe)
+local function ex_add(ps, x)
+  local n, i, abs = #ps, 0, math.abs
+  for j = 1, n do
+    local y = ps[j]
+    if abs(x) < abs(y) then x, y = y, x end
+    local hi = x + y
+    local lo = y - (hi - x)
+    if lo ~= 0 then
+      i = i + 1
+      ps[i] = lo
+    end
+    x = hi
+  end
+  for j = n, i + 2, -1 do ps[j] = nil end
+  ps[i + 1] = x
+  return ps
+end
+
+-- the partials of a payload text from character k on (' '-separated doubles)
+local function ex_parse(p, k)
+  local ps = {}
+  for x in string.gmatch(string.sub(p, k), '%S+') do ps[#ps + 1] = tonumber(x) end
+  return ps
+end
+
+-- the partials as text ('%.17g' round-trips each)
+local function ex_text(ps)
+  local out = {}
+  for j = 1, #ps do out[j] = string.format('%.17g', ps[j]) end
+  return table.concat(out, ' ')
 end
 
 -- the payload of a member '<ms>|<payload>' (nil: nil)
@@ -1181,23 +1210,17 @@ end
 
 -- the payload of kind plus value v (text): payload nil is an empty total
 local function rs_add(kind, p, v)
-  local fmt = string.format
   if kind == 'i' then return int_add_text(p, v) end
   local x = tonumber(v)
-  local c, hi, lo = 0, 0.0, 0.0
-  if p then
-    if kind == 'a' then
+  if kind == 'a' then
+    local c, ps = 0, {}
+    if p then
       local s1 = string.find(p, ' ', 1, true)
-      local s2 = string.find(p, ' ', s1 + 1, true)
-      c, hi, lo = tonumber(string.sub(p, 1, s1 - 1)), tonumber(string.sub(p, s1 + 1, s2 - 1)), tonumber(string.sub(p, s2 + 1))
-    else
-      local s1 = string.find(p, ' ', 1, true)
-      hi, lo = tonumber(string.sub(p, 1, s1 - 1)), tonumber(string.sub(p, s1 + 1))
+      c, ps = tonumber(string.sub(p, 1, s1 - 1)), ex_parse(p, s1 + 1)
     end
+    return string.format('%d', c + 1) .. ' ' .. ex_text(ex_add(ps, x))
   end
-  hi, lo = dd_add(hi, lo, x)
-  if kind == 'a' then return fmt('%d', c + 1) .. ' ' .. fmt('%.17g', hi) .. ' ' .. fmt('%.17g', lo) end
-  return fmt('%.17g', hi) .. ' ' .. fmt('%.17g', lo)
+  return ex_text(ex_add(p and ex_parse(p, 1) or {}, x))
 end
 
 -- A Sum or Average write of value v (text) at t (text ts): as pc_write
@@ -1221,19 +1244,20 @@ local function rs_range(key, t, ts, lo, hi, r)
   return rs_payload(a), rs_payload(zr_before(z, lo * r - 1))
 end
 
--- the window's sum of a float payload difference (a minus b; nil: an empty total), as a double
-local function dd_diff(a, b, skip)
+-- the window's sum of a float payload difference (a minus b; nil: an empty total; skip: an
+-- Average's, after its count), as a double: the exact difference, rounded once (its partials
+-- added from the largest, within an ulp)
+local function ex_diff(a, b, skip)
   local function parts(p)
-    if not p then return 0.0, 0.0 end
-    local s1 = string.find(p, ' ', 1, true)
-    if skip then s1 = string.find(p, ' ', s1 + 1, true) end
-    local s0 = skip and string.find(p, ' ', 1, true) or 0
-    return tonumber(string.sub(p, s0 + 1, s1 - 1)), tonumber(string.sub(p, s1 + 1))
+    if not p then return {} end
+    return ex_parse(p, skip and string.find(p, ' ', 1, true) + 1 or 1)
   end
-  local ah, al = parts(a)
-  local bh, bl = parts(b)
-  local h, l = dd_add(ah, al, -bh)
-  return h + (l - bl)
+  local ps = parts(a)
+  local bs = parts(b)
+  for j = 1, #bs do ex_add(ps, -bs[j]) end
+  local x = 0.0
+  for j = #ps, 1, -1 do x = x + ps[j] end
+  return x
 end
 
 -- an int Sum read: the exact difference as a text, in a list (the decoder adds texts exactly),
@@ -1260,7 +1284,7 @@ local function rs_avg(a, b, x)
     c = tonumber(string.sub(a, 1, string.find(a, ' ', 1, true) - 1))
     if b then c = c - tonumber(string.sub(b, 1, string.find(b, ' ', 1, true) - 1)) end
   end
-  local s = a and dd_diff(a, b, true) or 0.0
+  local s = a and ex_diff(a, b, true) or 0.0
   if x then
     s = s + tonumber(x[1])
     c = c + x[2]
@@ -1719,7 +1743,7 @@ class LuaGenerator:
                 return lines + ["out[o] = rs_avg(a, b, x)"]
             if op.is_int:
                 return lines + ["out[o] = rs_isum(a, b, x)"]
-            return lines + ["out[o] = string.format('%.17g', (a and dd_diff(a, b) or 0.0) + (x and tonumber(x) or 0.0))"]
+            return lines + ["out[o] = string.format('%.17g', (a and ex_diff(a, b) or 0.0) + (x and tonumber(x) or 0.0))"]
         if isinstance(op, (MinOp, MaxOp)):  # the online deque's best, and the ladder's if any (mx_read)
             args = f"'{_extreme_kind(op)}', {'true' if isinstance(op, MinOp) else 'false'}"
             return [f"local a = mx_read({key}, t, ts, lo, hi, {r_ms}, {args})",

@@ -854,3 +854,21 @@ def test_writes_more_than_the_allowed_lateness_late_leave_the_running_members_al
         got = op.finalize(GEN.decode_read(ReadSlot(op, window_s, r), res[1]))
         want = fold(op, counted(in_time_order, r_t, window_s))
         assert got == (pytest.approx(want, rel=1e-12) if vtypes == ("float",) else want), r_t
+
+
+@pytest.mark.parametrize("function", ["Sum", "Average"])
+def test_a_tiny_window_sum_after_a_large_total_keeps_its_digits(client, function):
+    """A float window sum many orders below the running total before it (lua.py rs_add, ex_diff: the totals are
+    exact expansions, not double-doubles, which read this window as 0.0; found by hypothesis in a fresh
+    clone) is the window's sum (SPEC §3.3: within 1e-9 relative)."""
+    op = make_op(function, ("float",), ("v",), 10)
+    w, write, _ = write_read_scripts(client, op, 10, 0)
+    rd = ReadSlot(op, 10, 1, has_after=True)
+    key = f"t:{{{uuid.uuid4().hex}}}"
+    writes = [(T0, 1.0), (T0, 15.6), (T0 + 1000, 4.6064371756155255e-203), (T0 + 2000, -3e-210)]
+    for s_, v in writes:
+        write(keys=["", "", key], args=[s_, "", "", *GEN.write_values(w, [v])])
+    res = run_round(client, RoundSpec("r", reads_after=(rd,)), ["", "", key], [T0 + 2000, "", "", T0])
+    got = op.finalize(GEN.decode_read(rd, res[1]))
+    window = [4.6064371756155255e-203, -3e-210]  # after T0: T(s) > T(a)
+    assert got == pytest.approx(sum(window) / (len(window) if function == "Average" else 1), rel=1e-12, abs=0)
