@@ -1050,15 +1050,33 @@ local function zrem_all(z, dead)
   end
 end
 
--- of resolution tiles lo..hi (size r ms), keep only each tile's newest member
-local function pc_thin(z, lo, hi, r)
+-- ZADD of score/member pairs, in calls of at most 500 pairs (Lua's unpack limit)
+local function zadd_all(z, adds)
+  for i = 1, #adds, 1000 do redis.call('ZADD', z, unpack(adds, i, math.min(i + 999, #adds))) end
+end
+
+-- of resolution tiles lo..hi (size r ms), keep only each tile's newest member (first: its
+-- first, Min/Max's deque, whose first member of a tile is the tile's best)
+local function pc_thin(z, lo, hi, r, first)
   local ms = redis.call('ZRANGEBYSCORE', z, string.format('%d', lo * r), string.format('%d', hi * r + r - 1),
                         'WITHSCORES')
   local dead, floor = {}, math.floor
   for i = 1, #ms - 2, 2 do
-    if floor(tonumber(ms[i + 1]) / r) == floor(tonumber(ms[i + 3]) / r) then dead[#dead + 1] = ms[i] end
+    if floor(tonumber(ms[i + 1]) / r) == floor(tonumber(ms[i + 3]) / r) then
+      dead[#dead + 1] = first and ms[i + 2] or ms[i]
+    end
   end
   if #dead > 0 then zrem_all(z, dead) end
+end
+
+-- After an in-order write at t whose state's newest member was at prev (nil: none): thin the
+-- tiles (size r ms) that ended before t - L since prev, on a key written at least once a
+-- tile (pc_thin, first as there)
+local function zr_thin(z, t, prev, r, first)
+  if not prev then return end
+  local floor = math.floor
+  local a, b = floor((prev - LATE) / r), floor((t - LATE) / r)
+  if b > a and floor(t / r) - floor(prev / r) <= 1 then pc_thin(z, a, b - 1, r, first) end
 end
 
 -- The newest member of running members z at or before t (text ts), noting a later one
@@ -1104,7 +1122,7 @@ local function zr_write(z, t, ts, own, shift, per_ms)
     if #old > 0 then zrem_all(z, old) end
     new[#new + 1] = ts
     new[#new + 1] = own(at[1], am)
-    for i = 1, #new, 1000 do redis.call('ZADD', z, unpack(new, i, math.min(i + 999, #new))) end
+    zadd_all(z, new)
     return false
   end
   if per_ms and prev == t then redis.call('ZREM', z, top[1]) end
@@ -1120,10 +1138,7 @@ end
 local function zr_horizon(z, t, prev, r, w, every, thin)
   if prev == false or prev == 'L' then return end
   local floor = math.floor
-  if thin and prev then
-    local a, b = floor((prev - LATE) / r), floor((t - LATE) / r)
-    if b > a and floor(t / r) - floor(prev / r) <= 1 then pc_thin(z, a, b - 1, r) end
-  end
+  if thin then zr_thin(z, t, prev, r, false) end
   if not prev or floor(t / every) ~= floor(prev / every) then
     local edge = (floor((t - LATE - w) / r) + 1) * r - 1
     local base = redis.call('ZREVRANGEBYSCORE', z, string.format('%d', edge), '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
@@ -1365,19 +1380,25 @@ local function mx_ge(a, b, kind, want_less)
   return not less(a, b, kind)
 end
 
--- of the deque's tiles lo..hi (size r ms), keep only each tile's first member
-local function mx_thin(z, lo, hi, r)
-  local fmt = string.format
-  local ms = redis.call('ZRANGEBYSCORE', z, fmt('%d', lo * r), fmt('%d', hi * r + r - 1), 'WITHSCORES')
-  local dead, floor = {}, math.floor
-  for i = 3, #ms, 2 do
-    if floor(tonumber(ms[i + 1]) / r) == floor(tonumber(ms[i - 1]) / r) then dead[#dead + 1] = ms[i] end
+-- Pops the deque's members that v (at t) is as good as, newest first, from the batch b
+-- (ZREVRANGEBYSCORE .. WITHSCORES LIMIT 0 4 of z) on, fetching the members before it as
+-- needed: appends each to adds rescored toff (t + MX_OFF), or removes one at t itself.
+-- Returns false if a member at t is better than v (v then changes nothing).
+local function mx_pop(z, b, v, t, toff, adds, kind, want_less)
+  while true do
+    for i = 1, #b, 2 do
+      local u, x = mx_parse(b[i])
+      if not mx_ge(v, x, kind, want_less) then return u ~= t end
+      if u == t then
+        redis.call('ZREM', z, b[i])
+      else
+        adds[#adds + 1] = toff
+        adds[#adds + 1] = b[i]
+      end
+    end
+    if #b < 8 then return true end
+    b = redis.call('ZREVRANGEBYSCORE', z, '(' .. b[8], '-inf', 'WITHSCORES', 'LIMIT', 0, 4)
   end
-  if #dead > 0 then zrem_all(z, dead) end
-end
-
-local function mx_add(z, adds)
-  for i = 1, #adds, 1000 do redis.call('ZADD', z, unpack(adds, i, math.min(i + 999, #adds))) end
 end
 
 -- A late Min/Max write of v (text) at t (text ts) into z, before the deque's newest member.
@@ -1402,23 +1423,12 @@ local function mx_late(z, v, t, ts, kind, want_less)
   if ng then
     adds[1] = fmt('%d', ng + MX_OFF)
   else
-    local toff, edge = fmt('%d', t + MX_OFF), '(' .. ts
-    while true do
-      local b = redis.call('ZREVRANGEBYSCORE', z, edge, '-inf', 'LIMIT', 0, 8)
-      local stop = #b < 8
-      for i = 1, #b do
-        local _, x = mx_parse(b[i])
-        if not mx_ge(v, x, kind, want_less) then stop = true; break end
-        adds[#adds + 1] = toff
-        adds[#adds + 1] = b[i]
-        edge = '(' .. string.sub(b[i], 1, string.find(b[i], '|', 1, true) - 1)
-      end
-      if stop then break end
-    end
+    local before = redis.call('ZREVRANGEBYSCORE', z, '(' .. ts, '-inf', 'WITHSCORES', 'LIMIT', 0, 4)
+    mx_pop(z, before, v, t, fmt('%d', t + MX_OFF), adds, kind, want_less)
     adds[#adds + 1] = ts
   end
   adds[#adds + 1] = ts .. '|' .. v
-  mx_add(z, adds)
+  zadd_all(z, adds)
 end
 
 -- A Min/Max write of v (text) at t (text ts): kind n/i/s, resolution r, window w, pruning
@@ -1432,31 +1442,13 @@ local function mx_write(key, v, t, ts, kind, want_less, r, w, every, ttl)
     note_late(prev, t)
     mx_late(z, v, t, ts, kind, want_less)
   else
-    local toff = fmt('%d', t + MX_OFF)
-    local adds, keep = {}, true
-    local i = 1
-    while tail[i] do
-      local u, x = mx_parse(tail[i])
-      if not mx_ge(v, x, kind, want_less) then
-        if u == t then keep = false end  -- a better member at the same time
-        break
-      end
-      if u == t then redis.call('ZREM', z, tail[i]) else adds[#adds + 1] = toff; adds[#adds + 1] = tail[i] end
-      i = i + 2
-      if not tail[i] and #tail == 8 then  -- all four popped: the members before them
-        tail = redis.call('ZREVRANGEBYSCORE', z, '(' .. tail[8], '-inf', 'WITHSCORES', 'LIMIT', 0, 4)
-        i = 1
-      end
-    end
-    if keep then
+    local adds = {}
+    if mx_pop(z, tail, v, t, fmt('%d', t + MX_OFF), adds, kind, want_less) then
       adds[#adds + 1] = ts
       adds[#adds + 1] = ts .. '|' .. v
     end
-    if #adds > 0 then mx_add(z, adds) end
-    if prev then
-      local a, b = floor((prev - LATE) / r), floor((t - LATE) / r)
-      if b > a and floor(t / r) - floor(prev / r) <= 1 then mx_thin(z, a, b - 1, r) end
-    end
+    if #adds > 0 then zadd_all(z, adds) end
+    zr_thin(z, t, prev, r, true)
     if not prev or floor(t / every) ~= floor(prev / every) then
       -- what no read at t - L or later uses: deque tiles before T(t - L - w) + 1, popped with ng <= t - L
       redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. fmt('%d', (floor((t - LATE - w) / r) + 1) * r))

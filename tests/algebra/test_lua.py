@@ -872,3 +872,30 @@ def test_a_tiny_window_sum_after_a_large_total_keeps_its_digits(client, function
     got = op.finalize(GEN.decode_read(rd, res[1]))
     window = [4.6064371756155255e-203, -3e-210]  # after T0: T(s) > T(a)
     assert got == pytest.approx(sum(window) / (len(window) if function == "Average" else 1), rel=1e-12, abs=0)
+
+
+def test_a_max_deque_is_thinned_to_each_old_tiles_best(client):
+    """Falling values keep every write in a Max's deque (none pops another); past the allowed lateness its
+    tiles are thinned to their first member (lua.py zr_thin with first: the tile's best), so memory stays one
+    member a tile there and reads, which take old tiles whole, still see each tile's maximum."""
+    window_s, late_ms = 3600, 10_000
+    op = make_op("Max", ("int",), ("v",), window_s)
+    w, write, read = write_read_scripts(client, op, window_s, late_ms)
+    key = f"t:{{{uuid.uuid4().hex}}}"
+    writes = [(T0 + 100 * i, (10_000 - i,)) for i in range(600)]  # one a 100 ms for a minute, falling
+    for s_, vals in writes:
+        write(keys=["", "", key], args=[s_, "", "", *GEN.write_values(w, vals)])
+    newest = writes[-1][0]
+    deque = [int(score) for _, score in client.zrangebyscore(key + ":z", "-inf", 2**49, withscores=True)]
+    old = [s_ for s_ in deque if s_ // 1000 < (newest - late_ms) // 1000 - 1]
+    assert old and len({s_ // 1000 for s_ in old}) == len(old)  # one member a thinned (1 s) tile
+    assert len(deque) > late_ms // 100  # the last L: every write
+    for back in (0, late_ms - 1):
+        r_t = newest - back
+        res = read(keys=["", "", key], args=[r_t, "", ""])
+        assert op.finalize(GEN.decode_read(ReadSlot(op, window_s, 1), res[1])) == fold(op, counted(writes, r_t, window_s))
+    # a 1-minute window's edge inside the thinned tiles: the first write of its first tile
+    op60 = make_op("Max", ("int",), ("v",), 60)
+    res = client.eval(GEN.script(RoundSpec("r", reads_after=(ReadSlot(op60, 60, 1),), lateness_ms=late_ms)), 3,
+                      "", "", key, newest + 5_000, "", "")
+    assert op60.finalize(GEN.decode_read(ReadSlot(op60, 60, 1), res[1])) == fold(op60, counted(writes, newest + 5_000, 60))
