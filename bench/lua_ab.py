@@ -64,10 +64,12 @@ def capture(root: Path, events_n: int, out: Path) -> None:
     out.write_bytes(pickle.dumps(calls))
 
 
-def _send(client, shas: dict, calls: list, batch: int) -> None:
+def _send(client, loaded: dict, calls: list, batch: int) -> None:
+    """Send ``calls`` pipelined, ``batch`` a round trip, as ``loaded`` says (``lua_calls.load_sources``)."""
     pipe = client.pipeline(transaction=False)
     for i, (_, _, src, keys, argv) in enumerate(calls):
-        pipe.evalsha(shas[src], len(keys), *keys, *argv)
+        command, name = loaded[src]
+        pipe.execute_command(command, name, len(keys), *keys, *argv)
         if i % batch == batch - 1:
             pipe.execute()
     pipe.execute()
@@ -92,7 +94,7 @@ def main() -> None:
 
     # (imported here, not at the top: the capture subprocesses import each checkout's own modules)
     sys.path.insert(0, str(ROOT))
-    from bench.lua_calls import cpu_s
+    from bench.lua_calls import cpu_s, load_sources
     from scowl.embedded import EmbeddedStore
 
     sides = {"base": args.base.resolve(), "this checkout": ROOT}
@@ -120,8 +122,9 @@ def main() -> None:
             shas: dict = {}
             for name, client in clients.items():
                 client.flushall()
-                shas[name] = {c[2]: client.script_load(c[2]) for c in prefix[name]}
-                shas[name].update({c[2]: client.script_load(c[2]) for cs in chunks[name].values() for c in cs})
+                # each side's scripts as its Store runs them: functions where generated with the marker
+                shas[name] = load_sources(client, [c[2] for c in prefix[name]]
+                                          + [c[2] for cs in chunks[name].values() for c in cs])
                 _send(client, shas[name], prefix[name], 500)
             for j in range(-(-args.capture // args.chunk)):
                 for name in (list(sides) if j % 2 == 0 else list(sides)[::-1]):  # each side first in turn

@@ -100,17 +100,59 @@ def cpu_s(client) -> float:
     return info["used_cpu_user"] + info["used_cpu_sys"]
 
 
+#: the no-op floor as a function library (``FCALL``), beside ``return 1`` for ``EVALSHA``
+NOOP = "return 1"
+_NOOP_LIBRARY = "#!lua name=scowl_bench_noop\nredis.register_function('scowl_bench_noop', function() return 1 end)\n"
+
+
+def load_sources(client, sources) -> dict[str, tuple[str, str]]:
+    """Load each script source as ``serving.store.Store`` runs it: ``{source: (command, name)}``.
+
+    A generated round script with the per-call marker (``compiler.algebra.script.as_function``)
+    becomes a function library (``FUNCTION LOAD``, then ``FCALL name``); any other source
+    (an older checkout's, :data:`NOOP` when the others are scripts) a script (``EVALSHA sha``).
+    """
+    from compiler.algebra.script import as_function
+
+    loaded: dict[str, tuple[str, str]] = {}
+    sources = list(dict.fromkeys(sources))
+    functions = False
+    for src in sources:
+        if src == NOOP:
+            continue
+        try:
+            name, library = as_function(src)
+        except ValueError:
+            loaded[src] = ("EVALSHA", client.script_load(src))
+            continue
+        client.execute_command("FUNCTION", "LOAD", "REPLACE", library)
+        loaded[src] = ("FCALL", name)
+        functions = True
+    if NOOP in sources:
+        if functions:
+            client.execute_command("FUNCTION", "LOAD", "REPLACE", _NOOP_LIBRARY)
+            loaded[NOOP] = ("FCALL", "scowl_bench_noop")
+        else:
+            loaded[NOOP] = ("EVALSHA", client.script_load(NOOP))
+    return loaded
+
+
 def replay_us(client, calls: list[tuple[str, str, list, list]], batch: int, script: str | None = None) -> float:
-    """Replay ``calls`` pipelined; return Valkey CPU µs per call (``script``: run this source instead)."""
-    shas: dict[str, str] = {}
-    for _, src, _, _ in calls:
-        src = script or src
-        if src not in shas:
-            shas[src] = client.script_load(src)
+    """Replay ``calls`` pipelined; return Valkey CPU µs per call (``script``: run this source instead,
+    as the calls' own run: a function when they are functions)."""
+    srcs = [src for _, src, _, _ in calls]
+    loaded = load_sources(client, srcs + ([script] if script else []))
+    if script is not None:
+        kind = "FCALL" if any(loaded[s][0] == "FCALL" for s in srcs) else "EVALSHA"
+        if loaded[script][0] != kind:  # the floor runs as the calls do
+            loaded[script] = ("FCALL", "scowl_bench_noop") if kind == "FCALL" else ("EVALSHA", client.script_load(script))
+            if kind == "FCALL":
+                client.execute_command("FUNCTION", "LOAD", "REPLACE", _NOOP_LIBRARY)
     before = cpu_s(client)
     pipe = client.pipeline(transaction=False)
     for i, (_, src, keys, argv) in enumerate(calls):
-        pipe.evalsha(shas[script or src], len(keys), *keys, *argv)
+        command, name = loaded[script or src]
+        pipe.execute_command(command, name, len(keys), *keys, *argv)
         if i % batch == batch - 1:
             pipe.execute()
     pipe.execute()

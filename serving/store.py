@@ -1,10 +1,14 @@
 """The Redis side of serving: one script call per round (SPEC §5.2).
 
 ``Store.run(script, keys, argv)`` runs one generated round script
-(``compiler.algebra.lua``) with ``EVALSHA``, so an event costs one network
-round trip in the common case; after a ``NOSCRIPT`` error (the store
-restarted or flushed its scripts: the call did not run) it is sent again
-with ``EVAL``, which loads the script. Commands are packed by hiredis
+(``compiler.algebra.lua``) as a Valkey function, so an event costs one
+network round trip in the common case: ``FCALL`` of the script's library
+(``compiler.algebra.script.as_function``: its prelude runs once, at load,
+not per call as under ``EVALSHA``), and after a ``Function not found`` error
+(the store restarted or flushed its functions: the call did not run)
+``FUNCTION LOAD`` and ``FCALL`` again. A store that refuses functions (before
+Redis 7, an ACL without them) runs the script with ``EVALSHA`` instead, and
+after a ``NOSCRIPT`` error with ``EVAL``, which loads it. Commands are packed by hiredis
 (:class:`_HiredisPacking`) and sent on connections the store keeps itself
 (:meth:`Store._execute`), not through ``Redis.execute_command``: per call it
 took a pool lock, a socket readiness check, metrics and events, ~40% of the
@@ -39,10 +43,10 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import NoPermissionError, NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from compiler.algebra.script import online_min_script
+from compiler.algebra.script import as_function, online_min_script
 from compiler.algebra.storekeys import ID_PREFIX, ONLINE_KEY
 
 _log = logging.getLogger("scowl.store")
@@ -111,6 +115,18 @@ def _store_errors():
         raise _client_failure(e) from e
 
 
+def _function_missing(e: ResponseError) -> bool:
+    """Whether an ``FCALL`` error says the function is not loaded, or functions are not available.
+
+    ``Function not found`` (a restart without persistence, ``FUNCTION
+    FLUSH``, a node that never had it); ``unknown command`` (a server before
+    Redis 7); ``NOPERM`` (an ACL without ``FCALL``). In each the call did
+    not run. Any other error (the script's own) is the call's answer.
+    """
+    text = str(e)
+    return isinstance(e, NoPermissionError) or text.startswith("Function not found") or "unknown command" in text
+
+
 def _client_failure(e: Exception) -> StoreUnavailable:
     """A failure inside the Redis client rather than from the server, logged with its traceback.
 
@@ -158,6 +174,9 @@ class Store:
         self.online_script: Any = None
         #: idle connections of the standalone hot path (:meth:`_execute`), most recently used last
         self._idle: list = []
+        #: whether round scripts run as Valkey functions (``FCALL``, :func:`as_function`): ``None``
+        #: until a library is first loaded, ``False`` once the store refused one (then ``EVALSHA``)
+        self.functions: bool | None = None
 
     def _deadline(self):
         """``asyncio.timeout(timeout_s)`` around one store call (raises ``TimeoutError`` when it passes).
@@ -226,7 +245,7 @@ class Store:
 
     async def run(self, script: str, keys: Sequence[str], argv: Sequence[Any],
                   layout: Sequence[tuple[int, bool]] | None = None) -> list:
-        """Run a round script once (``EVALSHA``; ``EVAL`` after a ``NOSCRIPT`` error).
+        """Run a round script once (``FCALL`` of its library; ``EVALSHA`` where functions are refused).
 
         In a cluster the round is split by hash slot (:func:`split_by_slot`):
         one call per slot, all sent at once, their replies merged into the
@@ -284,10 +303,71 @@ class Store:
             if nodes:
                 extra["target_nodes"] = nodes[0]
         execute = self.client.execute_command if self.cluster else self._execute
+        fn = self._function(script) if self.functions is not False else None
+        if fn is not None:
+            name, library = fn
+            try:
+                return await execute("FCALL", name, len(keys), *keys, *argv, **extra)
+            except ResponseError as e:
+                if not _function_missing(e):
+                    raise
+            # not loaded (a restart, FUNCTION FLUSH, a new node) or not supported: this call did not run
+            if await self._load_function(library):
+                return await execute("FCALL", name, len(keys), *keys, *argv, **extra)
         try:
             return await execute("EVALSHA", sha, len(keys), *keys, *argv, **extra)
         except NoScriptError:  # the store (node) restarted or flushed its scripts: this call did not run
             return await execute("EVAL", script, len(keys), *keys, *argv, **extra)
+
+    @staticmethod
+    def _function(script: str) -> tuple[str, str] | None:
+        """``as_function(script)``: ``(function name, library source)``; ``None`` for a script not generated
+        by ``compiler.algebra.lua`` (it runs with ``EVALSHA``)."""
+        try:
+            return as_function(script)
+        except ValueError:
+            return None
+
+    async def _load_function(self, library: str, conn: Any = None) -> bool:
+        """``FUNCTION LOAD`` a round's library (``as_function``) on the store, every primary of a cluster.
+
+        A library already loaded is left as it is (its name is its source's
+        SHA-1). The first refusal other than that (a server before Redis 7,
+        an ACL without ``FUNCTION``, a library that does not compile) turns
+        functions off for this store: round scripts then run with
+        ``EVALSHA`` as before, and the refusal is logged once.
+
+        Args:
+            library: the library source.
+            conn: a standalone connection to send it on (default: one of :meth:`_execute`'s).
+
+        Returns:
+            Whether the library is loaded (else :attr:`functions` is now ``False``).
+
+        Raises:
+            redis.exceptions.ConnectionError, OSError: as for any command (the caller maps them).
+        """
+        try:
+            if self.cluster:
+                for node in self.client.get_primaries():
+                    try:
+                        await self.client.execute_command("FUNCTION", "LOAD", library, target_nodes=node)
+                    except ResponseError as e:
+                        if "already exists" not in str(e):
+                            raise
+            elif conn is not None:
+                await conn.send_packed_command(conn.pack_command("FUNCTION", "LOAD", library), check_health=False)
+                await conn.read_response()
+            else:
+                await self._execute("FUNCTION", "LOAD", library)
+        except ResponseError as e:
+            if "already exists" in str(e):
+                return True
+            _log.warning("the store refuses Valkey functions (%s): round scripts run with EVALSHA", e)
+            self.functions = False
+            return False
+        self.functions = True
+        return True
 
     async def _execute(self, *args: Any) -> Any:
         """Send one command on a connection of the standalone hot path and return its reply.
@@ -348,11 +428,13 @@ class Store:
         atomic, as :meth:`run` called once per call would, but with one
         round trip for them all (``POST /batch``,
         ``serving.evaluate.Evaluator.process_batch``). Each distinct script
-        of the calls goes first, ``SCRIPT LOAD`` in the same pipeline, so no
-        call meets ``NOSCRIPT`` (a call retried with ``EVAL`` would run out
-        of order), even after a ``SCRIPT FLUSH`` (loading a script the
-        store holds costs it a SHA1 of the text, ~1% of a demo chunk's
-        time). The deadline (``timeout_s``) covers the whole pipeline.
+        of the calls goes first, its library's ``FUNCTION LOAD`` (or, where
+        the store refuses functions, ``SCRIPT LOAD``) in the same pipeline,
+        so no call meets a missing function or ``NOSCRIPT`` (a call retried
+        would run out of order), even after ``FUNCTION FLUSH`` or ``SCRIPT
+        FLUSH`` (loading a library the store holds costs it ~25 µs: it
+        checks the name before compiling). The deadline (``timeout_s``)
+        covers the whole pipeline.
 
         Args:
             calls: ``(script, keys, argv)`` per call, as :meth:`run` takes them.
@@ -378,16 +460,28 @@ class Store:
         try:
             with _store_errors():
                 conn = await self._take()
-                cmds: list[tuple] = []
-                scripts: dict[str, None] = {}
-                for script, keys, argv in calls:
-                    scripts[script] = None
-                    cmds.append(("EVALSHA", self._sha(script), len(keys), *keys, *argv))
-                cmds[:0] = [("SCRIPT", "LOAD", script) for script in scripts]
+                scripts = list(dict.fromkeys(script for script, _, _ in calls))
+                fns = [self._function(script) for script in scripts]
                 async with self._deadline():
+                    if self.functions is None and all(fns):
+                        for fn in fns:  # finds out whether the store takes functions
+                            await self._load_function(fn[1], conn)
+                    cmds: list[tuple] = []
+                    if self.functions and all(fns):
+                        named = {script: fn[0] for script, fn in zip(scripts, fns)}
+                        cmds += [("FUNCTION", "LOAD", fn[1]) for fn in fns]
+                        cmds += [("FCALL", named[script], len(keys), *keys, *argv) for script, keys, argv in calls]
+                    else:
+                        cmds += [("SCRIPT", "LOAD", script) for script in scripts]
+                        cmds += [("EVALSHA", self._sha(script), len(keys), *keys, *argv)
+                                 for script, keys, argv in calls]
                     await conn.send_packed_command(conn.pack_commands(cmds), check_health=False)
                     for _ in scripts:
-                        await conn.read_response()
+                        try:
+                            await conn.read_response()
+                        except ResponseError as e:  # a library loaded before (FUNCTION LOAD leaves it)
+                            if "already exists" not in str(e):
+                                raise
                     for _ in calls:
                         replies.append(await conn.read_response())
         except StoreUnavailable as e:

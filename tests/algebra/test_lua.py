@@ -899,3 +899,58 @@ def test_a_max_deque_is_thinned_to_each_old_tiles_best(client):
     res = client.eval(GEN.script(RoundSpec("r", reads_after=(ReadSlot(op60, 60, 1),), lateness_ms=late_ms)), 3,
                       "", "", key, newest + 5_000, "", "")
     assert op60.finalize(GEN.decode_read(ReadSlot(op60, 60, 1), res[1])) == fold(op60, counted(writes, newest + 5_000, 60))
+
+
+def test_the_prelude_state_a_call_changes_is_set_anew_by_each_call():
+    """A Valkey function library runs the prelude once (``script.as_function``), so every top-level
+    local that code inside a function assigns or fills must be one ``_PER_CALL_STATE`` resets."""
+    import re
+
+    from compiler.algebra import lua as lua_module
+    from compiler.algebra.script import _chunks
+
+    prelude = common_script() + lua_module._PRELUDE
+    names = set().union(*(names for names, _ in _chunks(prelude)))
+    # code inside functions: the indented lines, without comments
+    inner = "\n".join(re.sub(r"--.*", "", line) for line in prelude.splitlines() if line[:1] in (" ", "\t"))
+    changed = {n for n in names
+               if re.search(rf"(?m)^(?!\s*local\b).*(?<![\w.]){n}\s*(\[[^\]]*\])?\s*(,\s*[\w\[\]]+\s*)*=(?!=)", inner)
+               or re.search(rf"table\.insert\(\s*{n}\b", inner)}
+    assert changed, "the scan finds nothing: it no longer reads the prelude"
+    listed = {x for name, line in lua_module._PER_CALL_STATE for x in re.findall(r"\w+(?=\s*[,=])", line)}
+    assert changed <= listed, changed - listed
+
+
+def test_a_generated_script_as_a_function_library_answers_as_the_script(redis_url):
+    """``as_function`` of a round script, loaded with ``FUNCTION LOAD``: ``FCALL`` gives what ``EVAL`` gives,
+    call after call (its per-call state reset: a late write's flag must not stick to the next call)."""
+    from compiler.algebra.script import as_function
+
+    gen = LuaGenerator()
+    mx, count = make_op("Max", ("float",), window_s=3600), make_op("Count", (), window_s=3600)
+    spec = RoundSpec(name="t", reads_before=(), lateness_ms=3_600_000,
+                     writes=(WriteSlot(mx, 3600, 60), WriteSlot(count, 3600, 1)),
+                     reads_after=(ReadSlot(mx, 3600, 60), ReadSlot(count, 3600, 1)))
+    script = gen.script(spec)
+    name, library = as_function(script)
+    client = redis.Redis.from_url(redis_url)
+    client.execute_command("FUNCTION", "LOAD", "REPLACE", library)
+    t0 = 1_700_000_000_000
+    calls = [(t0 + dt, v) for dt, v in [(0, "5"), (60_000, "3"), (30_000, "9"), (120_000, "1"), (90_000, "2")]]
+    replies = {}
+    for mode in ("eval", "fcall"):
+        client.flushdb()
+        out = []
+        for t, v in calls:
+            keys = ["", "", "sc:{a}:m", "sc:{a}:c", "sc:{a}:m", "sc:{a}:c"]
+            argv = [str(t), "", "", *gen.write_values(spec.writes[0], (float(v),)),
+                    *gen.write_values(spec.writes[1], ())]
+            if mode == "eval":
+                out.append(client.eval(script, len(keys), *keys, *argv))
+            else:
+                out.append(client.execute_command("FCALL", name, len(keys), *keys, *argv))
+        replies[mode] = out
+    assert replies["fcall"] == replies["eval"]
+    flags = [r[0] for r in replies["fcall"]]
+    assert flags[2] != 1 and flags[3] == 1  # the late call is flagged, the next in-order one is not
+    client.close()
