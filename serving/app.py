@@ -57,6 +57,8 @@ def create_app(plan: Plan, settings: Settings | None = None, redis_url: str | No
                       on_mode=lambda cluster: setattr(evaluator, "cluster", cluster))
         try:
             await store.connect()  # standalone or cluster (SPEC §5.1)
+            # libraries of earlier plans make every call's Lua garbage collection dearer (Store.retire_functions)
+            await store.retire_functions(evaluator.scripts())
         except StoreUnavailable:
             pass  # down at start-up: /ready says so, and the next call asks again
         app.state.store = store

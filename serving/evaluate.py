@@ -702,6 +702,14 @@ class Evaluator:
         #: events per pipelined chunk of :meth:`process_batch` (``SCOWL_BATCH_PIPELINE``; 0: none)
         self.pipeline = pipeline
 
+    def scripts(self) -> list[str]:
+        """Return the Lua source of every round script this evaluator may run: each event type's
+        rounds and their dry-run rounds (``serving.store.Store.retire_functions`` keeps these)."""
+        out: list[str] = []
+        for program in self.programs.values():
+            out += [rd.script for rd in program.rounds] + [rd.script for rd in program.dry_rounds()]
+        return out
+
     def parse(self, body: Any) -> tuple[EventProgram, int, str | None]:
         """Validate an event object; return its program, event time (ms) and ``_id``.
 

@@ -35,7 +35,7 @@ import asyncio
 import hashlib
 import logging
 from contextlib import contextmanager
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import hiredis
 import redis.asyncio as aioredis
@@ -311,9 +311,20 @@ class Store:
             except ResponseError as e:
                 if not _function_missing(e):
                     raise
-            # not loaded (a restart, FUNCTION FLUSH, a new node) or not supported: this call did not run
-            if await self._load_function(library):
-                return await execute("FCALL", name, len(keys), *keys, *argv, **extra)
+            # not loaded (a restart, FUNCTION FLUSH, a new node, another process's retire_functions) or
+            # not supported: this call did not run. Twice: a library retired between its load and the call.
+            for attempt in (1, 2):
+                if not await self._load_function(library):
+                    break
+                try:
+                    return await execute("FCALL", name, len(keys), *keys, *argv, **extra)
+                except NoPermissionError as e:  # loading allowed, calling not: scripts then
+                    _log.warning("the store refuses FCALL (%s): round scripts run with EVALSHA", e)
+                    self.functions = False
+                    break
+                except ResponseError as e:
+                    if attempt == 2 or not _function_missing(e):
+                        raise
         try:
             return await execute("EVALSHA", sha, len(keys), *keys, *argv, **extra)
         except NoScriptError:  # the store (node) restarted or flushed its scripts: this call did not run
@@ -506,6 +517,54 @@ class Store:
         if argv[2] != "" and keys[1] and (out[0] == 1 or not calls):
             await self.client.xadd(keys[1], {"event": argv[2]})
         return out
+
+    async def retire_functions(self, scripts: Iterable[str]) -> int:
+        """Delete the function libraries of round scripts other than ``scripts`` (``scowl_*``; every primary).
+
+        Each generated round script is a library named after its source
+        (:func:`as_function`), so every change of a topology or of the
+        allowed lateness leaves the previous libraries loaded, and the
+        store's Lua heap grows. A larger heap costs every call: Valkey steps
+        Lua's garbage collector every 50 calls, and the marking walks the
+        whole heap (demo calls, ``bench/lua_calls.py``-style replay: 111.5 µs
+        each beside the demo's own libraries, 124.6 beside 20 more of the wide
+        topology's, 132.9 beside 40). The app calls this at start-up with its
+        plan's scripts. A library another process still uses (a second
+        topology on the store, an older version during a rolling deploy) is
+        loaded again by that process's next call (``Function not found``).
+        Best effort: a store that refuses functions, or fails, keeps them.
+
+        Args:
+            scripts: the round scripts to keep (``serving.evaluate.Evaluator.scripts``).
+
+        Returns:
+            How many libraries were deleted (over all primaries).
+        """
+        keep = {fn[0] for fn in map(self._function, scripts) if fn is not None}
+        deleted = 0
+        try:
+            if self.client is None:
+                await self.connect()
+            nodes = self.client.get_primaries() if self.cluster else [None]
+            for node in nodes:
+                extra = {"target_nodes": node} if node is not None else {}
+                with _store_errors():
+                    async with self._deadline():
+                        listed = await self.client.execute_command("FUNCTION", "LIST", "LIBRARYNAME", "scowl_*",
+                                                                   **extra)
+                        for lib in listed or []:
+                            info = lib if isinstance(lib, dict) else dict(zip(lib[::2], lib[1::2]))
+                            name = info.get(b"library_name", info.get("library_name"))
+                            name = name.decode() if isinstance(name, bytes) else name
+                            if name and name.startswith("scowl_") and name not in keep:
+                                try:
+                                    await self.client.execute_command("FUNCTION", "DELETE", name, **extra)
+                                    deleted += 1
+                                except ResponseError:  # deleted meanwhile by another process
+                                    pass
+        except (StoreUnavailable, ResponseError) as e:
+            _log.info("function libraries left as they are: %s", e)
+        return deleted
 
     async def record_online(self, starts: Mapping[str, int]) -> None:
         """Lower the online-writer start times of some states to ``starts`` (module docstring).
