@@ -954,3 +954,56 @@ def test_a_generated_script_as_a_function_library_answers_as_the_script(redis_ur
     flags = [r[0] for r in replies["fcall"]]
     assert flags[2] != 1 and flags[3] == 1  # the late call is flagged, the next in-order one is not
     client.close()
+
+
+@pytest.mark.parametrize("topology", ["examples/flights", "bench/topology_wide"])
+def test_every_round_script_of_a_large_topology_loads_as_a_function_library(redis_url, topology):
+    """Lua 5.1 gives a function 60 upvalues and a chunk 200 locals: the library form of every round
+    script (``script.as_function``: prelude names, cached globals and hoisted constant tables become
+    upvalues of its function) must load, for the 70-state wide topology too, dry runs included."""
+    from pathlib import Path
+
+    from compiler import compile_dir
+    from compiler.algebra.script import as_function
+    from serving.evaluate import Evaluator
+
+    plan = compile_dir(Path(__file__).resolve().parents[2] / topology).plan
+    client = redis.Redis.from_url(redis_url)
+    scripts = Evaluator(plan, run=None).scripts()
+    assert len(scripts) >= 2 * len(plan.events)  # rounds and dry rounds
+    for script in scripts:
+        name, library = as_function(script)
+        assert client.execute_command("FUNCTION", "LOAD", "REPLACE", library) == name.encode()
+    client.function_flush()
+    client.close()
+
+
+def test_a_round_with_every_level_list_stays_within_lua_s_upvalue_limit(redis_url):
+    """Reads at every window size from 30 s to a year and three resolutions: every distinct constant
+    table (tile sizes, level codes, components) there is. Its library's function keeps to
+    ``MAX_HOISTED_UPVALUES`` upvalues (Lua allows 60), loads, and answers as the script."""
+    from compiler.algebra.lua import MAX_HOISTED_UPVALUES
+    from compiler.algebra.script import as_function, code_names, top_level_names
+
+    reads = []
+    for function, vtypes in [("Count", ()), ("Average", ("float",)), ("Min", ("float",)), ("First", ("string",))]:
+        for window_s in (30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800, 86400, 172800, 604800,
+                         1209600, 2592000, 7776000, 31536000):
+            for res in (1, 60, 3600):
+                if window_s > res:
+                    reads.append(ReadSlot(make_op(function, vtypes, window_s=window_s), window_s, res))
+    script = LuaGenerator().script(RoundSpec(name="t", reads_before=(), writes=(), reads_after=tuple(reads),
+                                             lateness_ms=3_600_000))
+    head, _, body = script.partition("\n-- once per call:\n")
+    hoisted = [line for line in head.splitlines() if line.startswith("local c") and " = {" in line]
+    assert len(hoisted) >= 15
+    assert len(code_names(body) & top_level_names(head)) <= MAX_HOISTED_UPVALUES <= 60
+    name, library = as_function(script)
+    client = redis.Redis.from_url(redis_url)
+    assert client.execute_command("FUNCTION", "LOAD", "REPLACE", library) == name.encode()
+    keys = ["", ""] + [f"sc:{{k}}:{i}" for i in range(len(reads))]
+    argv = ["1700000000000", "", ""]
+    assert client.execute_command("FCALL", name, len(keys), *keys, *argv) == \
+        client.eval(script, len(keys), *keys, *argv)
+    client.function_flush()
+    client.close()
