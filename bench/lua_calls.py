@@ -139,15 +139,9 @@ def load_sources(client, sources) -> dict[str, tuple[str, str]]:
 
 def replay_us(client, calls: list[tuple[str, str, list, list]], batch: int, script: str | None = None) -> float:
     """Replay ``calls`` pipelined; return Valkey CPU µs per call (``script``: run this source instead,
-    as the calls' own run: a function when they are functions)."""
-    srcs = [src for _, src, _, _ in calls]
-    loaded = load_sources(client, srcs + ([script] if script else []))
-    if script is not None:
-        kind = "FCALL" if any(loaded[s][0] == "FCALL" for s in srcs) else "EVALSHA"
-        if loaded[script][0] != kind:  # the floor runs as the calls do
-            loaded[script] = ("FCALL", "scowl_bench_noop") if kind == "FCALL" else ("EVALSHA", client.script_load(script))
-            if kind == "FCALL":
-                client.execute_command("FUNCTION", "LOAD", "REPLACE", _NOOP_LIBRARY)
+    :data:`NOOP` for the floor)."""
+    # the floor (NOOP) runs as the calls do: a function when they are functions (load_sources)
+    loaded = load_sources(client, [src for _, src, _, _ in calls] + ([script] if script else []))
     before = cpu_s(client)
     pipe = client.pipeline(transaction=False)
     for i, (_, src, keys, argv) in enumerate(calls):
@@ -253,7 +247,7 @@ def main(argv: list[str] | None = None) -> None:
                 client.function_flush()
                 client.script_flush()
                 replay_us(client, prefix, 500)
-                noop = min(noop, replay_us(client, cs, args.batch, script="return 1"))
+                noop = min(noop, replay_us(client, cs, args.batch, script=NOOP))
                 real = min(real, replay_us(client, cs, args.batch))
             return noop, real
 

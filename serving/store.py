@@ -127,6 +127,11 @@ def _function_missing(e: ResponseError) -> bool:
     return isinstance(e, NoPermissionError) or text.startswith("Function not found") or "unknown command" in text
 
 
+def _already_loaded(e: ResponseError) -> bool:
+    """Whether a ``FUNCTION LOAD`` error says the library is loaded already (same name: same source)."""
+    return "already exists" in str(e)
+
+
 def _client_failure(e: Exception) -> StoreUnavailable:
     """A failure inside the Redis client rather than from the server, logged with its traceback.
 
@@ -306,25 +311,22 @@ class Store:
         fn = self._function(script) if self.functions is not False else None
         if fn is not None:
             name, library = fn
-            try:
-                return await execute("FCALL", name, len(keys), *keys, *argv, **extra)
-            except ResponseError as e:
-                if not _function_missing(e):
-                    raise
-            # not loaded (a restart, FUNCTION FLUSH, a new node, another process's retire_functions) or
-            # not supported: this call did not run. Twice: a library retired between its load and the call.
-            for attempt in (1, 2):
-                if not await self._load_function(library):
-                    break
+            # a missing function (a restart, FUNCTION FLUSH, a new node, another process's retire_functions)
+            # or none at all: the call did not run; load and call again, twice at most (a library retired
+            # between its load and the call)
+            for attempt in range(3):
                 try:
                     return await execute("FCALL", name, len(keys), *keys, *argv, **extra)
-                except NoPermissionError as e:  # loading allowed, calling not: scripts then
-                    _log.warning("the store refuses FCALL (%s): round scripts run with EVALSHA", e)
-                    self.functions = False
-                    break
+                except NoPermissionError as e:
+                    if attempt:  # loading allowed, calling not: scripts then
+                        _log.warning("the store refuses FCALL (%s): round scripts run with EVALSHA", e)
+                        self.functions = False
+                        break
                 except ResponseError as e:
                     if attempt == 2 or not _function_missing(e):
                         raise
+                if not await self._load_function(library):
+                    break
         try:
             return await execute("EVALSHA", sha, len(keys), *keys, *argv, **extra)
         except NoScriptError:  # the store (node) restarted or flushed its scripts: this call did not run
@@ -339,7 +341,7 @@ class Store:
         except ValueError:
             return None
 
-    async def _load_function(self, library: str, conn: Any = None) -> bool:
+    async def _load_function(self, library: str) -> bool:
         """``FUNCTION LOAD`` a round's library (``as_function``) on the store, every primary of a cluster.
 
         A library already loaded is left as it is (its name is its source's
@@ -350,7 +352,6 @@ class Store:
 
         Args:
             library: the library source.
-            conn: a standalone connection to send it on (default: one of :meth:`_execute`'s).
 
         Returns:
             Whether the library is loaded (else :attr:`functions` is now ``False``).
@@ -364,15 +365,12 @@ class Store:
                     try:
                         await self.client.execute_command("FUNCTION", "LOAD", library, target_nodes=node)
                     except ResponseError as e:
-                        if "already exists" not in str(e):
+                        if not _already_loaded(e):
                             raise
-            elif conn is not None:
-                await conn.send_packed_command(conn.pack_command("FUNCTION", "LOAD", library), check_health=False)
-                await conn.read_response()
             else:
                 await self._execute("FUNCTION", "LOAD", library)
         except ResponseError as e:
-            if "already exists" in str(e):
+            if _already_loaded(e):
                 return True
             _log.warning("the store refuses Valkey functions (%s): round scripts run with EVALSHA", e)
             self.functions = False
@@ -476,7 +474,7 @@ class Store:
                 async with self._deadline():
                     if self.functions is None and all(fns):
                         for fn in fns:  # finds out whether the store takes functions
-                            await self._load_function(fn[1], conn)
+                            await self._load_function(fn[1])
                     cmds: list[tuple] = []
                     if self.functions and all(fns):
                         named = {script: fn[0] for script, fn in zip(scripts, fns)}
@@ -491,7 +489,7 @@ class Store:
                         try:
                             await conn.read_response()
                         except ResponseError as e:  # a library loaded before (FUNCTION LOAD leaves it)
-                            if "already exists" not in str(e):
+                            if not _already_loaded(e):
                                 raise
                     for _ in calls:
                         replies.append(await conn.read_response())
@@ -556,7 +554,7 @@ class Store:
                             info = lib if isinstance(lib, dict) else dict(zip(lib[::2], lib[1::2]))
                             name = info.get(b"library_name", info.get("library_name"))
                             name = name.decode() if isinstance(name, bytes) else name
-                            if name and name.startswith("scowl_") and name not in keep:
+                            if name not in keep:  # LIBRARYNAME matched scowl_* only
                                 try:
                                     await self.client.execute_command("FUNCTION", "DELETE", name, **extra)
                                     deleted += 1

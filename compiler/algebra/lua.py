@@ -144,7 +144,7 @@ from compiler.algebra.ops import (
     parse_log_member,
     values_json,
 )
-from compiler.algebra.script import code_names, common_script, shake, top_level_names
+from compiler.algebra.script import CALL_MARKER, code_names, common_script, shake, top_level_names
 from compiler.algebra.windows import ALLOWED_LATENESS_S, LEVEL_CODE, counted_range, levels_s, raw_bucket_s
 from compiler.runtime import EvalError, check_int
 
@@ -1599,11 +1599,6 @@ class _Script:
         return name
 
 
-#: The line of a generated script after which its code runs once per call; what precedes it
-#: (the prelude's functions and constants) a Valkey function library runs once, at load
-#: (``compiler.algebra.script.as_function``).
-CALL_MARKER = "-- once per call:"
-
 #: Library functions the generated code calls most, each read once per call into a top-level local
 #: (a function library's upvalue; ``_G`` and field lookups per use otherwise, ``luaH_get`` ~5% of
 #: a departure's Valkey CPU in ``perf``). Set at the start of a call, not at load: a library's top
@@ -1696,9 +1691,12 @@ class LuaGenerator:
         # the shared functions this round's code can reach (script.shake: each one costs a closure per call)
         prelude = shake(common_script() + f"\nlocal LATE = {int(spec.lateness_ms)}\n" + _PRELUDE,
                         code + "\n" + "\n".join(s.consts) + "\nlate_flag")
+        # state the prelude keeps for one call, set anew by each (a Valkey function's prelude runs once)
+        resets = [line for name, line in _PER_CALL_STATE if re.search(rf"^local {name}\b", prelude, re.M)]
         # constant tables (tile sizes, level codes, components) before the marker: a function library
         # makes them once, at load (script.as_function), within Lua's 60 upvalues of its function
-        upvalues = len(code_names(code) & top_level_names(prelude)) + len(_CACHED_GLOBALS) + len(_PER_CALL_STATE) + 1
+        upvalues = len(code_names("\n".join([code, *resets, "late_flag"])) & top_level_names(prelude)) \
+            + len(_CACHED_GLOBALS)
         static, consts = [], ["local K = {}"]
         for text, name in s.consts.items():
             if (not name.startswith("K[") and text.startswith("{") and not _IDENT.search(_STRING.sub("", text))
@@ -1708,8 +1706,6 @@ class LuaGenerator:
             else:
                 consts.append(f"{'' if name.startswith('K[') else 'local '}{name} = {text}")
         main = "\n".join(head + consts + body + ["out[1] = out[1] + late_flag", "return out", ""])
-        # state the prelude keeps for one call, set anew by each (a Valkey function's prelude runs once)
-        resets = [line for name, line in _PER_CALL_STATE if re.search(rf"^local {name}\b", prelude, re.M)]
         names = ", ".join(local for _, local in _CACHED_GLOBALS)
         text = "\n".join([f"local {names}", prelude, *static, CALL_MARKER,
                           f"if not {_CACHED_GLOBALS[0][1]} then {names} = {', '.join(g for g, _ in _CACHED_GLOBALS)} end",

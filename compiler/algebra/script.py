@@ -129,8 +129,10 @@ def shake(prelude: str, body: str) -> str:
     return "".join(text for (names, text), k in zip(chunks, keep) if k)
 
 
-#: Marks the start of a generated script's per-call code (``compiler.algebra.lua.CALL_MARKER``).
-_CALL_MARKER = "\n-- once per call:\n"
+#: The line of a generated round script (``compiler.algebra.lua``) after which its code runs once
+#: per call; what precedes it (the prelude's functions and constants) a function library runs once,
+#: at load (:func:`as_function`).
+CALL_MARKER = "-- once per call:"
 
 
 @lru_cache(maxsize=256)
@@ -165,9 +167,9 @@ def as_function(script: str) -> tuple[str, str]:
 
     Source: Redis 7 functions (``FUNCTION LOAD``, ``FCALL``; Valkey 8 the same).
     """
-    head, marker, body = script.partition(_CALL_MARKER)
+    head, marker, body = script.partition(f"\n{CALL_MARKER}\n")
     if not marker:
-        raise ValueError("not a generated round script: no '-- once per call:' line")
+        raise ValueError(f"not a generated round script: no {CALL_MARKER!r} line")
     name = "scowl_" + hashlib.sha1(script.encode()).hexdigest()
     return name, "".join([f"#!lua name={name}\n", head, "\nlocal function call(KEYS, ARGV)\n", body,
                           f"\nend\nredis.register_function('{name}', call)\n"])
