@@ -17,12 +17,17 @@ batches (no per-row Python):
 * ``Min``/``Max``: a sparse table of dense value ranks (range minimum in
   ``O(1)`` per read after ``O(m log m)``), the value taken back by rank;
 * ``CountUnique``: the writes in ``[lo, hi)`` whose previous write with the
-  same key and value lies before ``lo``, counted with a merge-sort tree
-  (Wesley & Xu's distinct counting; what DuckDB and Hyper use for windowed
-  ``COUNT(DISTINCT)``): ``O(log^2 m)`` per read, vectorised over reads;
+  same key and value lies before ``lo`` (Wesley & Xu's distinct counting;
+  what DuckDB and Hyper use for windowed ``COUNT(DISTINCT)``),
+  :func:`count_distinct`: for sliding ranges (``lo`` rising with ``hi``:
+  windows, ``limit``) each repeated write adds to one interval of reads
+  (two binary searches and a difference array, ``O((m + q) log q)``);
+  other ranges (``after``) count with a merge-sort tree
+  (:func:`count_below`, ``O(log^2 m)`` per read), vectorised over reads;
 * ``HyperLogLog``: the number of registers with value ``>= v`` is the
   number of distinct slots among the writes in range with ``rho >= v``: one
-  distinct count per ``v`` over a subsequence that halves with each ``v``;
+  distinct count per ``v`` over a subsequence that halves with each ``v``
+  (up to the greatest ``rho`` written, ~20 rows of counts, not 54);
   the register histogram then gives Ertl's estimate with the same double
   operations as ``compiler.algebra.ops.hll_estimate`` (its ``sigma``/``tau``
   taken from tables computed by those very functions), so online and replay
@@ -56,7 +61,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["Batch", "EPOCH_WINDOWS", "KERNELS", "Kernel", "count_below", "range_ranks_min"]
+__all__ = ["Batch", "EPOCH_WINDOWS", "KERNELS", "Kernel", "count_below", "count_distinct", "range_ranks_min"]
 
 #: Length, in windows, of the epochs the decayed prefix sums are anchored on.
 EPOCH_WINDOWS = 300
@@ -173,6 +178,49 @@ def count_below(vals: np.ndarray, lo: np.ndarray, hi: np.ndarray, bound: np.ndar
             break
         block *= 2
         level = np.sort(level.reshape(size // block, block), axis=1, kind="stable").ravel()
+    return out
+
+
+def count_distinct(prev: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """For each query ``q``: how many ``k`` in ``[lo[q], hi[q])`` have ``prev[k] < lo[q]`` (distinct values in range).
+
+    ``prev[k]`` is the index of the previous occurrence of ``k``'s value
+    (``-1`` for none), so the count is the number of distinct values of
+    ``[lo, hi)`` (:func:`count_below` with ``bound = lo``). When the ranges,
+    ordered by ``hi``, have non-decreasing ``lo`` too -- sliding windows
+    over one write order, however many keys share it (their writes lie in
+    disjoint runs), with ``limit`` -- each ``k`` with ``prev[k] >= 0`` lies
+    *repeated* in the queries from the first whose ``hi`` passes ``k`` to
+    the last whose ``lo`` is at most ``prev[k]``: one interval of queries,
+    found by two binary searches, so ``O((m + q) log q)`` with a difference
+    array; the count is ``hi - lo`` less the repeats. Other ranges (``after``
+    raising ``lo`` read by read) take :func:`count_below`'s merge-sort tree.
+
+    Args:
+        prev: int64, ``-1 <= prev[k] < k``.
+        lo, hi: int64 query ranges (``0 <= lo <= hi <= len(prev)``).
+
+    Returns:
+        int64 counts, one per query.
+
+    Source: the sliding-window form of distinct counting over
+    previous-occurrence indexes (Wesley & Xu, "Incremental Computation of
+    Common Windowed Holistic Aggregates", VLDB 2016, section 4).
+    """
+    n = len(lo)
+    if n == 0 or len(prev) == 0:
+        return np.zeros(n, dtype=np.int64)
+    order = np.lexsort((lo, hi))
+    slo, shi = lo[order], hi[order]
+    if n > 1 and bool((slo[1:] < slo[:-1]).any()):
+        return count_below(prev, lo, hi, lo)
+    k = np.flatnonzero(prev >= 0)
+    first = np.searchsorted(shi, k, "right")  # the first query whose range reaches past k
+    last = np.searchsorted(slo, prev[k], "right")  # queries before it start at or before prev[k]
+    live = first < last
+    repeats = np.cumsum(np.bincount(first[live], minlength=n + 1) - np.bincount(last[live], minlength=n + 1))[:n]
+    out = np.empty(n, dtype=np.int64)
+    out[order] = (shi - slo) - repeats
     return out
 
 
@@ -376,7 +424,8 @@ def _hll(kid, slot, rho, lo, hi) -> np.ndarray:
 
     tau, sigma = _hll_tables()
     q = len(lo)
-    at_least = np.zeros((HLL_Q + 3, q), dtype=np.int64)  # at_least[v]: registers >= v
+    # at_least[v]: registers >= v, for v = 1.. while some write has rho >= v (above: 0 for every read)
+    at_least = [np.zeros(q, dtype=np.int64)]
     for v in range(1, HLL_Q + 2):
         keep = rho >= v
         if not keep.any():
@@ -385,12 +434,20 @@ def _hll(kid, slot, rho, lo, hi) -> np.ndarray:
         np.cumsum(keep, out=pos[1:])
         sub_lo, sub_hi = pos[lo], pos[hi]
         prev = _previous(kid[keep], slot[keep])
-        at_least[v] = count_below(prev, sub_lo, sub_hi, sub_lo)
-    c = at_least[:-1] - at_least[1:]  # c[v] = registers == v, for v >= 1
+        at_least.append(count_distinct(prev, sub_lo, sub_hi))
+    top = len(at_least) - 1  # the greatest v with a row
+    at_least.append(np.zeros(q, dtype=np.int64))
     c0 = HLL_M - at_least[1]
-    z = HLL_M * tau[c[HLL_Q + 1]]
-    for k in range(HLL_Q, 0, -1):
-        z = 0.5 * (z + c[k])
+    # ops.hll_estimate's double operations, read by read: z = m * tau(1 - c[q+1] / m), halved with each c[k]
+    # from k = q down; every c[k] above `top` is 0, and so is tau(1.0), so z is exactly 0.0 until k = top
+    if top >= HLL_Q + 1:
+        z = HLL_M * tau[at_least[HLL_Q + 1] - at_least[HLL_Q + 2]]
+        start = HLL_Q
+    else:
+        z = np.zeros(q, dtype=np.float64)
+        start = top
+    for k in range(start, 0, -1):
+        z = 0.5 * (z + (at_least[k] - at_least[k + 1]))
     z = z + HLL_M * sigma[c0]
     with np.errstate(divide="ignore"):
         est = (HLL_M * HLL_M / (2.0 * math.log(2.0))) / z
@@ -544,7 +601,7 @@ class _CountUnique(Kernel):
     def __call__(self, b):
         vid = pc.dictionary_encode(b.column("u")).indices.to_numpy(zero_copy_only=False).astype(np.int64)
         prev = _previous(b.w_kid, vid)
-        return pa.array(count_below(prev, b.lo, b.hi, b.lo), pa.int64())
+        return pa.array(count_distinct(prev, b.lo, b.hi), pa.int64())
 
 
 class _HyperLogLog(Kernel):

@@ -71,7 +71,7 @@ from hypothesis import strategies as st
 
 from compiler.algebra.ops import hll_estimate
 from compiler.algebra.arrow import EPOCH_WINDOWS
-from compiler.algebra.arrow import count_below, range_ranks_min, range_sums
+from compiler.algebra.arrow import count_below, count_distinct, range_ranks_min, range_sums
 from writer.sweep import SweepSpec, sweep_table
 
 #: Functions whose ``a`` is not specified when ``n == 0`` (the caller substitutes the empty value).
@@ -357,6 +357,39 @@ def test_count_below_equals_direct_count(case):
     got = count_below(_i64(vals), _i64(q[0] for q in qs), _i64(q[1] for q in qs), _i64(q[2] for q in qs))
     assert got.dtype == np.int64
     assert got.tolist() == [sum(1 for v in vals[lo:hi] if v < b) for lo, hi, b in qs]
+
+
+@st.composite
+def distinct_queries(draw):
+    """Writes of a few keys (in runs, as a bucket's sort leaves them) with previous-occurrence indexes, and
+    queries: sliding windows in any order (the fast path) or arbitrary ranges (the merge-sort tree)."""
+    keys = sorted(draw(st.lists(st.integers(0, 3), max_size=120)))
+    vals = draw(st.lists(st.integers(0, 5), min_size=len(keys), max_size=len(keys)))
+    prev, last = [], {}
+    for i, kv in enumerate(zip(keys, vals)):
+        prev.append(last.get(kv, -1))
+        last[kv] = i
+    m = len(keys)
+    if draw(st.booleans()):  # windows of one width, or limit-like: lo and hi rise together
+        his = sorted(draw(st.lists(st.integers(0, m), max_size=25)))
+        width = draw(st.integers(0, m + 1))
+        los = [max(0, h - width) for h in his]
+        qs = draw(st.permutations(list(zip(los, his))))
+    else:
+        qs = [(min(a, b), max(a, b)) for a, b in draw(st.lists(st.tuples(st.integers(0, m), st.integers(0, m)),
+                                                               max_size=25))]
+    return prev, qs
+
+
+@settings(max_examples=400, deadline=None)
+@given(distinct_queries())
+def test_count_distinct_equals_direct_count(case):
+    """count_distinct counts the writes of ``[lo, hi)`` whose previous occurrence lies before ``lo`` (the
+    distinct values there), by the sweep of its sliding-window path or by the merge-sort tree."""
+    prev, qs = case
+    got = count_distinct(_i64(prev), _i64(q[0] for q in qs), _i64(q[1] for q in qs))
+    assert got.dtype == np.int64
+    assert got.tolist() == [sum(1 for k in range(lo, hi) if prev[k] < lo) for lo, hi in qs]
 
 
 @st.composite
