@@ -80,7 +80,8 @@ sums weighed at that time, ``dr_*``), or per tile its earliest write
 (``First*``, ``fi_*``). A read is the difference of two lookups, the newest
 member at or before ``t`` and the newest at or before the end of tile
 ``lo - 1``, whatever the window (one lookup for ``First*`` and
-``Decayed*``); a write in time order adds or replaces one member; a late
+``Decayed*``; the first needs none after the same call's own write in time
+order, which made the newest member: ``ZT``); a write in time order adds or replaces one member; a late
 write adds its value to every member after it (at most ``L`` times its
 key's rate) and needs no raw entries, since the members themselves are per
 write within ``L`` (older ones are thinned to one per tile, ``pc_thin``).
@@ -1079,9 +1080,16 @@ local function zr_thin(z, t, prev, r, first)
   if b > a and floor(t / r) - floor(prev / r) <= 1 then pc_thin(z, a, b - 1, r, first) end
 end
 
+-- The member an in-order write of this call added to running members z (zr_write): the newest
+-- of z, at the call's t, which a read of z in the same call takes without a lookup (the reads
+-- after the writes; reset by every call)
+local ZT = {}
+
 -- The newest member of running members z at or before t (text ts), noting a later one
 -- (note_late): its text and ms, or nil
 local function zr_at(z, t, ts)
+  local own = ZT[z]
+  if own then return own, t end
   local top = redis.call('ZREVRANGE', z, 0, 0, 'WITHSCORES')
   if not top[1] then return nil end
   local ms = tonumber(top[2])
@@ -1107,6 +1115,7 @@ local function zr_write(z, t, ts, own, shift, per_ms)
   local top = redis.call('ZREVRANGE', z, 0, 0, 'WITHSCORES')
   local prev = top[2] and tonumber(top[2])
   if prev and prev > t then
+    ZT[z] = nil
     note_late(prev, t)
     if prev - t > LATE then return 'L' end
     local at = redis.call('ZREVRANGEBYSCORE', z, ts, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
@@ -1126,7 +1135,9 @@ local function zr_write(z, t, ts, own, shift, per_ms)
     return false
   end
   if per_ms and prev == t then redis.call('ZREM', z, top[1]) end
-  redis.call('ZADD', z, ts, own(top[1], prev))
+  local m = own(top[1], prev)
+  redis.call('ZADD', z, ts, m)
+  ZT[z] = m
   return prev
 end
 
@@ -1620,7 +1631,7 @@ _STRING = re.compile(r"'(?:[^'\\]|\\.)*'")
 #: Top-level locals of the prelude that hold one call's state, with the statement that sets
 #: each anew at the start of a call (after :data:`CALL_MARKER`; as a function library's
 #: upvalues they would otherwise carry over from one call to the next).
-_PER_CALL_STATE = (("late_flag", "late_flag = 0"), ("CV", "CV, CX = {}, {}"))
+_PER_CALL_STATE = (("late_flag", "late_flag = 0"), ("CV", "CV, CX = {}, {}"), ("ZT", "ZT = {}"))
 
 
 class LuaGenerator:
