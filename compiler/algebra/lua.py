@@ -1080,9 +1080,10 @@ local function zr_thin(z, t, prev, r, first)
   if b > a and floor(t / r) - floor(prev / r) <= 1 then pc_thin(z, a, b - 1, r, first) end
 end
 
--- The member an in-order write of this call added to running members z (zr_write): the newest
--- of z, at the call's t, which a read of z in the same call takes without a lookup (the reads
--- after the writes; reset by every call)
+-- What an in-order write of this call left newest in sorted set z, at the call's t, so that a
+-- read of z in the same call (the reads after the writes) needs no lookup for it: the member
+-- it added to running members (zr_write), true for a Min/Max deque (mx_write) and a First's
+-- newest-write mark (fi_write). Reset by every call.
 local ZT = {}
 
 -- The newest member of running members z at or before t (text ts), noting a later one
@@ -1330,6 +1331,8 @@ local function fi_write(key, t, ts, json, r, w, ttl)
   local fmt = string.format
   if redis.call('ZADD', z, 'GT', 'CH', t + FI_OFF, '~') == 0 then
     note_late(tonumber(redis.call('ZSCORE', z, '~')) - FI_OFF, t)
+  else
+    ZT[z] = true  -- '~' is t + FI_OFF
   end
   local q0 = math.floor(t / r) * r
   local cur = redis.call('ZRANGEBYSCORE', z, fmt('%d', q0), fmt('%d', q0 + r - 1), 'WITHSCORES', 'LIMIT', 0, 1)
@@ -1346,9 +1349,11 @@ end
 local function fi_read(key, t, ts, lo, hi, r)
   if lo > hi then return nil end
   local z = key .. ':z'
-  local s = redis.call('ZSCORE', z, '~')
-  if not s then return nil end
-  note_late(tonumber(s) - FI_OFF, t)
+  if not ZT[z] then  -- else this call's write made '~' t + FI_OFF: nothing later
+    local s = redis.call('ZSCORE', z, '~')
+    if not s then return nil end
+    note_late(tonumber(s) - FI_OFF, t)
+  end
   return redis.call('ZRANGEBYSCORE', z, string.format('%d', lo * r), ts, 'LIMIT', 0, 1)[1]
 end
 
@@ -1459,6 +1464,7 @@ local function mx_write(key, v, t, ts, kind, want_less, r, w, every, ttl)
       adds[#adds + 1] = ts .. '|' .. v
     end
     if #adds > 0 then zadd_all(z, adds) end
+    ZT[z] = true  -- the deque's newest member is at t (this write's, or a better one of that ms)
     zr_thin(z, t, prev, r, true)
     if not prev or floor(t / every) ~= floor(prev / every) then
       -- what no read at t - L or later uses: deque tiles before T(t - L - w) + 1, popped with ng <= t - L
@@ -1473,8 +1479,12 @@ end
 local function mx_read(key, t, ts, lo, hi, r, kind, want_less)
   if lo > hi then return nil end
   local z = key .. ':z'
-  local top = redis.call('ZREVRANGEBYSCORE', z, '(' .. MX_SPLIT, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  if not top[2] then return nil end
+  local n = t  -- this call's write left the deque's newest member at t (mx_write: ZT)
+  if not ZT[z] then
+    local top = redis.call('ZREVRANGEBYSCORE', z, '(' .. MX_SPLIT, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if not top[2] then return nil end
+    n = tonumber(top[2])
+  end
   local lms = lo * r
   local a = redis.call('ZRANGEBYSCORE', z, string.format('%d', lms), ts, 'LIMIT', 0, 1)[1]
   local best = nil
@@ -1482,7 +1492,6 @@ local function mx_read(key, t, ts, lo, hi, r, kind, want_less)
     local _, x = mx_parse(a)
     best = x
   end
-  local n = tonumber(top[2])
   if n > t then  -- late: the popped members alive at t
     note_late(n, t)
     local p = redis.call('ZRANGEBYSCORE', z, '(' .. string.format('%d', t + MX_OFF), '+inf')

@@ -793,6 +793,56 @@ def test_min_max_running_deque_equals_the_oracle_in_any_arrival_order(client, da
             assert got == fold(op, counted(sorted(arrived, key=lambda a: a[0]), r_t, window_s)), (r_t, arrived)
 
 
+SAME_CALL = [("Count", ()), ("Sum", ("int",)), ("Average", ("float",)), ("DecayedCount", ()), ("Min", ("int",)),
+             ("Max", ("float",)), ("First", ("string",)), ("FirstTime", ())]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), fn=st.sampled_from(SAME_CALL), window_s=st.sampled_from([5, 60]))
+def test_a_read_after_its_own_write_in_one_call_equals_the_oracle_in_any_arrival_order(client, data, fn, window_s):
+    """An event that writes a state and reads it inclusively: the reads after the writes of one call take
+    what the call's own write left newest without a lookup when that write was in time order (lua.py ``ZT``),
+    and look it up when it was late. Writes in any arrival order up to L late, with ties of time and value,
+    each read at its own write's time in the same call (a function library, ``FCALL``: its per-call state
+    would carry over to the next call unless reset), equal SPEC §3.2's fold of the writes that arrived up to
+    it (§3.3); its late flag says whether a later write arrived before."""
+    from compiler.algebra.script import as_function
+
+    late_ms = 20_000
+    function, vtypes = fn
+    op = make_op(function, vtypes, ("v",) if vtypes else (), window_s)
+    r = resolution_s(window_s)
+    w, rd = WriteSlot(op, window_s, r), ReadSlot(op, window_s, r)
+    name, library = as_function(GEN.script(RoundSpec("wr", writes=(w,), reads_after=(rd,), lateness_ms=late_ms)))
+    client.execute_command("FUNCTION", "LOAD", "REPLACE", library)
+    small = {"int": st.integers(-3, 3), "float": st.sampled_from([-1.5, 0.0, 0.25, 2.0]),
+             "string": st.sampled_from(["a", "b", ""])}
+    times = data.draw(st.lists(st.one_of(st.integers(0, 30).map(lambda x: 1000 * x), st.integers(0, 30_000)),
+                               min_size=1, max_size=20))
+    writes = [(T0 + s, tuple(data.draw(small[t]) for t in vtypes)) for s in times]
+    order = data.draw(st.permutations(range(len(writes))))
+    key = f"t:{{{uuid.uuid4().hex}}}"
+    arrived, newest = [], None
+    for i in order:
+        t, vals = writes[i]
+        if newest is not None and t < newest - late_ms:
+            continue  # beyond the allowed lateness: not exact by contract (SPEC §3.3)
+        res = client.execute_command("FCALL", name, 4, "", "", key, key, t, "", "", *GEN.write_values(w, vals))
+        assert res[0] & 2 == (2 if newest is not None and t < newest else 0), (t, newest)
+        arrived.append((t, vals))
+        newest = t if newest is None else max(newest, t)
+        if function.startswith("Decayed"):  # every write up to t, no window
+            ir = None
+            for s, vals in sorted(arrived, key=lambda a: a[0]):
+                ir = op.update(ir, vals, s) if s <= t else ir
+            got = op.value_at(op.decode(res[1]), t)
+            assert got == pytest.approx(op.value_at(ir, t), rel=1e-9), (t, arrived)
+            continue
+        got = op.finalize(GEN.decode_read(rd, res[1]))
+        want = fold(op, counted(sorted(arrived, key=lambda a: a[0]), t, window_s))
+        assert got == pytest.approx(want, rel=1e-12) if isinstance(want, float) else got == want, (t, arrived)
+
+
 @pytest.mark.parametrize("function,values,want", [("Max", [5, 3], 5), ("Min", [9, 10], 9), ("Max", [2, -1, 2], 2)])
 def test_min_max_keep_one_member_per_event_time(client, function, values, want):
     """Writes at one ms, the later ones no better, leave the deque one member for that ms (mx_write): members
