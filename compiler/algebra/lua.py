@@ -80,8 +80,9 @@ sums weighed at that time, ``dr_*``), or per tile its earliest write
 (``First*``, ``fi_*``). A read is the difference of two lookups, the newest
 member at or before ``t`` and the newest at or before the end of tile
 ``lo - 1``, whatever the window (one lookup for ``First*`` and
-``Decayed*``; the first needs none after the same call's own write in time
-order, which made the newest member: ``ZT``); a write in time order adds or replaces one member; a late
+``Decayed*``; the first needs none after the same call's own write in
+time order, which made the newest member: ``ZT``); a write in time order
+adds or replaces one member; a late
 write adds its value to every member after it (at most ``L`` times its
 key's rate) and needs no raw entries, since the members themselves are per
 write within ``L`` (older ones are thinned to one per tile, ``pc_thin``).
