@@ -760,6 +760,22 @@ EXTREME_VALUES = {"int": st.integers(-3, 3), "string": st.sampled_from(["", "a",
                   "float": st.sampled_from([-1.5, 0.0, 0.25, 2.0, 1e300])}
 
 
+def arrival_order(data, values, late_ms: int, span_s: int, most: int) -> list:
+    """Writes ``(time ms, values())`` at whole seconds and at any ms of ``span_s`` seconds after ``T0``, ties
+    included, in a drawn arrival order, less those more than ``late_ms`` before the newest that arrived
+    earlier (beyond the allowed lateness: not exact by contract, SPEC §3.3)."""
+    times = data.draw(st.lists(st.one_of(st.integers(0, span_s).map(lambda x: 1000 * x),
+                                         st.integers(0, span_s * 1000)), min_size=1, max_size=most))
+    writes = [(T0 + s, values()) for s in times]
+    out, newest = [], None
+    for i in data.draw(st.permutations(range(len(writes)))):
+        t, vals = writes[i]
+        if newest is None or t >= newest - late_ms:
+            out.append((t, vals))
+            newest = t if newest is None else max(newest, t)
+    return out
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), function=st.sampled_from(["Min", "Max"]), vtype=st.sampled_from(sorted(EXTREME_VALUES)),
        window_s=st.sampled_from([5, 60]))
@@ -772,16 +788,9 @@ def test_min_max_running_deque_equals_the_oracle_in_any_arrival_order(client, da
     op = make_op(function, (vtype,), ("v",), window_s)
     r = resolution_s(window_s)
     w, write, read = write_read_scripts(client, op, window_s, late_ms)
-    times = data.draw(st.lists(st.one_of(st.integers(0, 40).map(lambda x: 1000 * x), st.integers(0, 40_000)),
-                               min_size=1, max_size=25))
-    writes = [(T0 + s, (data.draw(EXTREME_VALUES[vtype]),)) for s in times]
-    order = data.draw(st.permutations(range(len(writes))))
     key = f"t:{{{uuid.uuid4().hex}}}"
     arrived, newest = [], None
-    for i in order:
-        s, vals = writes[i]
-        if newest is not None and s < newest - late_ms:
-            continue  # beyond the allowed lateness: not exact by contract (SPEC §3.3)
+    for s, vals in arrival_order(data, lambda: (data.draw(EXTREME_VALUES[vtype]),), late_ms, 40, 25):
         write(keys=["", "", key], args=[s, "", "", *GEN.write_values(w, vals)])
         arrived.append((s, vals))
         newest = s if newest is None else max(newest, s)
@@ -817,16 +826,9 @@ def test_a_read_after_its_own_write_in_one_call_equals_the_oracle_in_any_arrival
     client.execute_command("FUNCTION", "LOAD", "REPLACE", library)
     small = {"int": st.integers(-3, 3), "float": st.sampled_from([-1.5, 0.0, 0.25, 2.0]),
              "string": st.sampled_from(["a", "b", ""])}
-    times = data.draw(st.lists(st.one_of(st.integers(0, 30).map(lambda x: 1000 * x), st.integers(0, 30_000)),
-                               min_size=1, max_size=20))
-    writes = [(T0 + s, tuple(data.draw(small[t]) for t in vtypes)) for s in times]
-    order = data.draw(st.permutations(range(len(writes))))
     key = f"t:{{{uuid.uuid4().hex}}}"
     arrived, newest = [], None
-    for i in order:
-        t, vals = writes[i]
-        if newest is not None and t < newest - late_ms:
-            continue  # beyond the allowed lateness: not exact by contract (SPEC §3.3)
+    for t, vals in arrival_order(data, lambda: tuple(data.draw(small[vt]) for vt in vtypes), late_ms, 30, 20):
         res = client.execute_command("FCALL", name, 4, "", "", key, key, t, "", "", *GEN.write_values(w, vals))
         assert res[0] & 2 == (2 if newest is not None and t < newest else 0), (t, newest)
         arrived.append((t, vals))
