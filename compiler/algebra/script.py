@@ -16,20 +16,15 @@ from importlib.resources import files
 #: a top-level ``local`` statement of a Lua prelude (``local function f(``, ``local a, b =``)
 _TOP_LOCAL = re.compile(r"^local\s+(?:function\s+([A-Za-z_]\w*)|([A-Za-z_][\w\s,]*?)\s*=)", re.M)
 _NAME = re.compile(r"[A-Za-z_]\w*")
-#: a Lua string literal (kept) or a ``--`` comment to the end of its line (dropped) by :func:`_code_names`
+#: a Lua string literal (kept) or a ``--`` comment to the end of its line (dropped) by :func:`code_names`
 _STRING_OR_COMMENT = re.compile(r"""'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"|--[^\n]*""")
 
 
-def _code_names(text: str) -> set[str]:
-    """Return the names ``text`` uses in code: comments do not count (a comment naming a function
-    must not keep it, and its closure, in every script)."""
+def code_names(text: str) -> set[str]:
+    """Return the names Lua code ``text`` uses outside comments (string contents count): a comment
+    naming a function must not keep it, and its closure, in every script (:func:`shake`)."""
     code = _STRING_OR_COMMENT.sub(lambda m: "" if m.group(0).startswith("--") else m.group(0), text)
     return set(_NAME.findall(code))
-
-
-def code_names(text: str) -> set[str]:
-    """Return the names Lua code ``text`` uses outside comments (string contents count)."""
-    return _code_names(text)
 
 
 def top_level_names(prelude: str) -> set[str]:
@@ -116,7 +111,7 @@ def shake(prelude: str, body: str) -> str:
         The kept statements, in their order.
     """
     chunks = _chunks(prelude)
-    wanted = _code_names(body)
+    wanted = code_names(body)
     keep = [False] * len(chunks)
     changed = True
     while changed:
@@ -124,7 +119,7 @@ def shake(prelude: str, body: str) -> str:
         for i, (names, text) in enumerate(chunks):
             if not keep[i] and (not names or names & wanted):
                 keep[i] = True
-                wanted |= _code_names(text)
+                wanted |= code_names(text)
                 changed = True
     return "".join(text for (names, text), k in zip(chunks, keep) if k)
 
