@@ -93,6 +93,14 @@ def test_replay_command_layout_encodings_and_values(spark, tmp_path, redis_url):
         assert str(item.field(0).type) == "string" and str(item.field(1).type) == "int64"
     last = pay.schema.field("last_pair").type
     assert [last.field(i).name for i in range(last.num_fields)] == ["user", "big"]
+    # written as writer.replay.PARQUET_OPTIONS says: zstd pages, no dictionary pages
+    for part in (tmp_path / "out" / "pay").glob("*.parquet"):
+        meta = pq.ParquetFile(part).metadata
+        for g in range(meta.num_row_groups):
+            for c in range(meta.num_columns):
+                chunk = meta.row_group(g).column(c)
+                assert chunk.compression == "ZSTD", (part.name, chunk.path_in_schema, chunk.compression)
+                assert chunk.dictionary_page_offset is None, (part.name, chunk.path_in_schema, chunk.encodings)
     probe = pq.read_table(tmp_path / "out" / "probe")
     assert probe.column_names == ["_seq", "_time", "user", "n_pay"]  # no _id given for probes
     rows = {r["_seq"]: ("pay", r) for r in pay.to_pylist()} | {r["_seq"]: ("probe", r) for r in probe.to_pylist()}
