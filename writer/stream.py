@@ -258,7 +258,7 @@ def dir_raw(batch: DataFrame) -> tuple[DataFrame, list[DataFrame]]:
         :func:`raw_events`), ``_raw``, ``_file``, ``_block``, ``_mid`` (no
         ``_seq`` yet); nothing persisted (the caller persists ``raw``).
     """
-    df = batch.where(F.length(F.trim(F.col("_raw"))) > 0)
+    df = batch.where(F.octet_length(F.trim(F.col("_raw"))) > 0)  # as writer.sources._numbered
     return envelope_columns(df, "_raw", "_file", "_block", F.monotonically_increasing_id().alias("_mid")), []
 
 
