@@ -76,6 +76,7 @@ __all__ = [
     "json_path",
     "input_column",
     "input_column_with_error",
+    "variant_token",
     "time_column",
     "parse_time_column",
     "format_time_column",
@@ -911,9 +912,57 @@ def _common_token(kind: Column, text: Column, type_name: str) -> tuple[Column, C
     return None
 
 
+#: ``schema_of_variant`` kinds whose ``to_json`` text is ``variant_get(.., 'string')``'s (a double's
+#: ``Infinity`` once its quotes are dropped): :func:`variant_token`
+_TO_JSON_KINDS = ("BOOLEAN", "DOUBLE", *("TINYINT", "SMALLINT", "INT", "BIGINT"))
+
+
+def variant_token(variant: Column, path: tuple[str | int, ...]) -> tuple[Column, Column]:
+    """The kind and text of the JSON token at ``path`` of a parsed payload, to compute once per row.
+
+    ``kind`` is ``schema_of_variant`` of the token (``BIGINT``,
+    ``DECIMAL(p,s)``, ``DOUBLE``, ``BOOLEAN``, ``STRING``, ``OBJECT<..>``,
+    ``ARRAY<..>``, ``VOID`` for JSON null; null when the path is not
+    found), ``text`` the text ``try_variant_get(.., 'string')`` gives.
+
+    Spark 4.3's ``variant_get`` of a scalar, to any type, builds a
+    ``Literal`` and a ``Cast`` expression for every row and evaluates it
+    (``VariantGet.cast``; 35% of a replay's input parsing by JFR samples,
+    2026-11-30). For a number or a boolean, ``to_json`` of the token writes
+    the same text with no expression (a long's digits, a decimal's plain
+    digits, ``Double.toString``, ``true``/``false``; a double's infinity
+    quoted, so quotes are dropped); strings keep ``variant_get`` (``to_json``
+    would wrap each in a Jackson generator to escape it: dearer than the
+    ``Cast``), as do objects, arrays and JSON null. Equal on thousands of
+    generated tokens (``tests/conformance/test_coercion.py``). Select both
+    columns in a projection of their own and pass them to
+    :func:`input_column_with_error` as ``token``: the input rules read the
+    text several times, and copying its ``CASE`` into each use cost more
+    than the ``Cast`` saved.
+
+    Args:
+        variant: a ``VARIANT`` column (``try_parse_json`` of a payload, or a part of it).
+        path: the token's path in it (empty: the variant itself).
+
+    Returns:
+        ``(kind, text)``, two string columns.
+
+    Raises:
+        ValueError: a path Spark cannot express (:func:`json_path`).
+    """
+    F = _functions()
+    at = json_path(path)
+    token = variant if not path else F.try_variant_get(variant, at, "variant")
+    kind = F.schema_of_variant(token)
+    by_json = _flag(kind.isin(*_TO_JSON_KINDS) | kind.startswith("DECIMAL"))
+    text = F.when(by_json, F.translate(F.to_json(token), '"', "")).otherwise(F.try_variant_get(variant, at, "string"))
+    return kind, text
+
+
 def input_column_with_error(
-    raw_json: Column, spec: InputSpec, type_name: str, parsed: bool = False,
+    raw_json: Column | None, spec: InputSpec, type_name: str, parsed: bool = False,
     raw_text: Column | None = None, raw_path: tuple[str | int, ...] | None = None,
+    token: tuple[Column, Column] | None = None,
 ) -> tuple[Column, Column]:
     """Spark twin of :func:`read_input`: the typed value and an error flag.
 
@@ -936,6 +985,10 @@ def input_column_with_error(
             the input's whole path in it: a JSON ``-0.0`` then reads as
             ``-0.0`` (``'-0.0'`` as a string), as in Python, where the parse
             alone reads 0. Without ``parsed``, ``raw_json`` is the text.
+        token: the token's ``(kind, text)`` columns, computed by
+            :func:`variant_token` over the parse at ``spec.path`` (then
+            ``raw_json`` is not read and may be ``None``; ``parsed`` is
+            implied).
 
     Returns:
         ``(value, error)``: value typed per :data:`SPARK_TYPES` (null on
@@ -949,21 +1002,25 @@ def input_column_with_error(
     if type_name not in INPUT_TYPES:
         raise ValueError(f"not an input type: {type_name!r}")
     path = json_path(spec.path)
-    variant = raw_json if parsed else F.try_parse_json(raw_json)
-    # an empty path reads the variant itself (a field the writer took out of the payload first)
-    kind = F.schema_of_variant(variant if not spec.path else F.try_variant_get(variant, path, "variant"))
-    text = F.try_variant_get(variant, path, "string")
-    # kind and text are small expressions over one try_parse_json, which Spark's
-    # subexpression elimination evaluates once per row; inlining beat let() here.
-    if parsed:
-        token = None if raw_text is None else _raw_token_text(raw_text, spec.path if raw_path is None else raw_path)
+    if token is not None:
+        kind, text = token
     else:
-        token = _raw_token_text(raw_json, spec.path)
-    return _input_body(kind, text, spec, type_name, token)
+        variant = raw_json if parsed else F.try_parse_json(raw_json)
+        # an empty path reads the variant itself (a field the writer took out of the payload first)
+        kind = F.schema_of_variant(variant if not spec.path else F.try_variant_get(variant, path, "variant"))
+        text = F.try_variant_get(variant, path, "string")
+        # kind and text are small expressions over one try_parse_json, which Spark's
+        # subexpression elimination evaluates once per row; inlining beat let() here.
+    if parsed or token is not None:
+        raw_token = None if raw_text is None else _raw_token_text(raw_text, spec.path if raw_path is None else raw_path)
+    else:
+        raw_token = _raw_token_text(raw_json, spec.path)
+    return _input_body(kind, text, spec, type_name, raw_token)
 
 
-def input_column(raw_json: Column, spec: InputSpec, type_name: str, parsed: bool = False,
-                 raw_text: Column | None = None, raw_path: tuple[str | int, ...] | None = None) -> Column:
+def input_column(raw_json: Column | None, spec: InputSpec, type_name: str, parsed: bool = False,
+                 raw_text: Column | None = None, raw_path: tuple[str | int, ...] | None = None,
+                 token: tuple[Column, Column] | None = None) -> Column:
     """The typed value of one input feature read from the raw event JSON (Spark).
 
     Same results as :func:`read_input` with errors as null, except the lossy
@@ -975,10 +1032,10 @@ def input_column(raw_json: Column, spec: InputSpec, type_name: str, parsed: bool
         spec: the input (path, optional, default).
         type_name: one of :data:`INPUT_TYPES`.
         parsed: ``raw_json`` is already parsed (see :func:`input_column_with_error`).
-        raw_text, raw_path: see :func:`input_column_with_error`.
+        raw_text, raw_path, token: see :func:`input_column_with_error`.
 
     Returns:
         Column typed per :data:`SPARK_TYPES`.
     """
-    value, _ = input_column_with_error(raw_json, spec, type_name, parsed, raw_text, raw_path)
+    value, _ = input_column_with_error(raw_json, spec, type_name, parsed, raw_text, raw_path, token)
     return value

@@ -9,6 +9,7 @@ depends on an aggregate: a dependency stage, SPEC §5.6) come from
 
 from __future__ import annotations
 
+import hashlib
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 from pyspark.sql import Column, DataFrame
@@ -16,7 +17,7 @@ from pyspark.sql import functions as F
 
 from compiler.codegen.spark import compile_column
 from compiler.plan import EventPlan, Feature, InputSpec, Plan
-from compiler.typesystem import input_column
+from compiler.typesystem import input_column, variant_token
 from writer.session import configure, memo_column
 from writer.sources import seq_join_keys
 
@@ -44,6 +45,12 @@ def _ddl_name(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def _token_name(path: tuple[str | int, ...], part: int) -> str:
+    """The column of an input path's token kind (``part`` 0) or text (1) in :func:`input_columns`, named
+    after the path (memoised columns refer to it by name)."""
+    return f"_tok{part}_{hashlib.sha1(repr(path).encode()).hexdigest()[:16]}"
+
+
 def input_columns(df: DataFrame, keep: list[str], inputs: Mapping[str, Feature]) -> DataFrame:
     """``df`` reduced to ``keep`` plus one column per input feature, each event's JSON ``_raw`` parsed once.
 
@@ -56,8 +63,10 @@ def input_columns(df: DataFrame, keep: list[str], inputs: Mapping[str, Feature])
     ``try_variant_get(payload, '$', 'struct<k1 variant, ..>')`` finds
     each field once (by exact, case-sensitive key), where a path lookup per
     input decodes the object's keys one by one, twice per input (kind and
-    text). Each input then reads the rest of its path from its field
-    (``compiler.typesystem.input_column`` over the field, ``parsed``): a
+    text). The next projection takes each input path's token from its
+    field, its kind and text (``compiler.typesystem.variant_token``), and
+    each input reads them (``compiler.typesystem.input_column`` with
+    ``token``): a
     missing field, a payload that is not an object and malformed JSON are
     all a null field, read as missing, as a lookup by the whole path
     reads them. An input whose path starts with an array index reads the
@@ -83,17 +92,25 @@ def input_columns(df: DataFrame, keep: list[str], inputs: Mapping[str, Feature])
         # an input by array index reads the whole parse: parse in one projection, take the fields in the next
         df = df.select(*keep, parsed.alias("_v"))
         keep, parsed = [*keep, "_v"], F.col("_v")
+    paths = sorted({f.input.path for f in inputs.values() if _by_field(f)}, key=repr)
     if firsts:
         struct = "struct<" + ", ".join(f"{_ddl_name(k)} variant" for k in firsts) + ">"
         df = df.select(*keep, F.try_variant_get(parsed, "$", struct).alias("_s"))
+        # each path's token kind and text in a projection of their own (compiler.typesystem.variant_token):
+        # the input rules read the text several times, and Spark keeps a projection whose outputs are used
+        # more than once and are not cheap (CollapseProject) rather than copy them into each use
+        tokens = [memo_column(("input-token", repr(p)), lambda p=p: variant_token(F.col("_s").getField(p[0]), p[1:]))
+                  for p in paths]
+        df = df.select(*keep, *[c.alias(_token_name(p, i)) for p, kt in zip(paths, tokens) for i, c in enumerate(kt)])
     raw = F.col("_raw")
 
     def column(f: Feature) -> Column:
         if _by_field(f):
             rest = InputSpec(f.input.path[1:], f.input.optional, f.input.default, f.input.has_default)
+            p = f.input.path
             return memo_column(("input-field", repr(f.input), f.type),
-                               lambda: input_column(F.col("_s").getField(f.input.path[0]), rest, f.type, parsed=True,
-                                                    raw_text=raw, raw_path=f.input.path))
+                               lambda: input_column(None, rest, f.type, raw_text=raw, raw_path=p,
+                                                    token=(F.col(_token_name(p, 0)), F.col(_token_name(p, 1)))))
         return memo_column(("input", repr(f.input), f.type),
                            lambda: input_column(F.col("_v"), f.input, f.type, parsed=True, raw_text=raw))
 

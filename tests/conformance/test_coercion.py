@@ -330,3 +330,55 @@ def test_writer_inputs_match_path_lookups(spark):
                 if f.input in {s for p, s, _t in SHAPES if p == payloads[k]} and not same(got[k][n], py):
                     failures.append(f"{f.type} {payloads[k]} {f.input}: spark={got[k][n]!r} python={py!r}")
     assert not failures, "\n".join(failures[:20])
+
+
+def _json_number_tokens(n: int, seed: int) -> list[str]:
+    """JSON number tokens of every shape ``parse_json`` stores differently: 64-bit integers, integers
+    beyond them (decimals), plain decimals of 1-38 digits and scales, exponents (doubles), overflow."""
+    import random
+
+    rnd = random.Random(seed)
+    toks = ["0", "-0", "1", "-1", "0.0", "-0.0", "1.5", "1e5", "1E5", "1e-7", "1.0e-7", "0.0000001", "100.00",
+            "123456789012345678901234567890", "1.23456789012345678901234567890123456789",
+            "3.14159265358979323846264338327950288419716939937510", "9223372036854775807",
+            "9223372036854775808", "-9223372036854775809", "1e400", "-1e400", "-1e-400", "4.9e-324",
+            "1.7976931348623157e308", "2.5e+3", "123e-2", "-0e0", "0e10", "12345678901234567890.5"]
+    for _ in range(n):
+        k = rnd.random()
+        if k < 0.3:
+            toks.append(str(rnd.randint(-10 ** rnd.randint(1, 25), 10 ** rnd.randint(1, 25))))
+        elif k < 0.55:
+            toks.append(repr(rnd.uniform(-1e6, 1e6) * 10 ** rnd.randint(-30, 30)))
+        elif k < 0.8:
+            toks.append(f"{'-' if rnd.random() < 0.3 else ''}{rnd.randint(0, 10 ** rnd.randint(1, 20))}."
+                        f"{rnd.randint(0, 10 ** rnd.randint(1, 25)):0{rnd.randint(1, 25)}d}")
+        else:
+            toks.append(f"{rnd.randint(-999, 999)}e{rnd.randint(-330, 330)}")
+    return toks
+
+
+def test_variant_token_text_equals_variant_get_string(spark):
+    """``compiler.typesystem.variant_token``'s text (``to_json`` for numbers and booleans) is the text
+    ``try_variant_get(.., 'string')`` gives, on every kind of JSON token, read whole and by a path."""
+    from pyspark.sql import functions as F
+
+    from compiler.typesystem import variant_token
+
+    toks = _json_number_tokens(3000, seed=20261130)
+    toks += ["true", "false", "null", '"x"', '"null"', '"12"', '""', "[1, 2]", '{"a": 1}', "[]", "{}",
+             '"a\\"b"', '"tab\\there"', '"\\u00e9t\\u00e9"', '"été"', '"\\ud83d\\ude00"', '"line\\nbreak"']
+    df = spark.createDataFrame([(t, '{"a": %s}' % t) for t in toks], "tok string, raw string")
+    parsed = F.try_parse_json("raw")
+    field = F.try_variant_get(parsed, "$", "struct<a variant>").getField("a")
+    kind_f, text_f = variant_token(field, ())
+    kind_p, text_p = variant_token(parsed, ("a",))
+    got = df.select(
+        "tok", kind_f.alias("kind"), kind_p.alias("kind_p"),
+        F.try_variant_get(field, "$", "string").alias("want_field"), text_f.alias("got_field"),
+        F.try_variant_get(parsed, "$.a", "string").alias("want_path"), text_p.alias("got_path"),
+    ).collect()
+    kinds = {r["kind"].split("(")[0].split("<")[0] for r in got}
+    assert {"BIGINT", "DECIMAL", "DOUBLE", "BOOLEAN", "STRING", "VOID", "ARRAY"} <= kinds, kinds
+    assert all(r["kind"] == r["kind_p"] for r in got)
+    bad = [r for r in got if r["got_field"] != r["want_field"] or r["got_path"] != r["want_path"]]
+    assert not bad, bad[:10]
