@@ -914,7 +914,7 @@ def _common_token(kind: Column, text: Column, type_name: str) -> tuple[Column, C
 
 #: ``schema_of_variant`` kinds whose ``to_json`` text is ``variant_get(.., 'string')``'s (a double's
 #: ``Infinity`` once its quotes are dropped): :func:`variant_token`
-_TO_JSON_KINDS = ("BOOLEAN", "DOUBLE", *("TINYINT", "SMALLINT", "INT", "BIGINT"))
+_TO_JSON_KINDS = ("BOOLEAN", "DOUBLE", *_INT_KINDS)
 
 
 def variant_token(variant: Column, path: tuple[str | int, ...]) -> tuple[Column, Column]:
