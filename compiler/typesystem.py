@@ -961,34 +961,30 @@ def variant_token(variant: Column, path: tuple[str | int, ...]) -> tuple[Column,
 
 def input_column_with_error(
     raw_json: Column | None, spec: InputSpec, type_name: str, parsed: bool = False,
-    raw_text: Column | None = None, raw_path: tuple[str | int, ...] | None = None,
-    token: tuple[Column, Column] | None = None,
+    raw_text: Column | None = None, token: tuple[Column, Column] | None = None,
 ) -> tuple[Column, Column]:
     """Spark twin of :func:`read_input`: the typed value and an error flag.
 
     The payload is parsed with ``try_parse_json`` (a VARIANT; malformed JSON
-    reads as missing), the token kind comes from ``schema_of_variant`` and
-    the text from ``variant_get(…, 'string')``, so strings, numbers, booleans
-    and objects are told apart exactly as Python sees them.
+    reads as missing), and the token's kind (``schema_of_variant``) and text
+    come from :func:`variant_token`, so strings, numbers, booleans and
+    objects are told apart exactly as Python sees them.
 
     Args:
         raw_json: ``StringType`` column with the event's raw JSON text, or,
             with ``parsed``, a ``VARIANT`` column from ``try_parse_json`` of it
-            (the writer parses each event once for all of its inputs), or a
-            part of such a parse (``writer.features.input_columns`` passes a
-            top-level field with the rest of the path).
+            (the writer parses each event once for all of its inputs).
         spec: the input (path, optional, default); an empty path reads
             ``raw_json`` itself.
         type_name: one of :data:`INPUT_TYPES`.
         parsed: ``raw_json`` is already parsed.
-        raw_text: with ``parsed``, the event's raw JSON text, and ``raw_path``
-            the input's whole path in it: a JSON ``-0.0`` then reads as
-            ``-0.0`` (``'-0.0'`` as a string), as in Python, where the parse
-            alone reads 0. Without ``parsed``, ``raw_json`` is the text.
-        token: the token's ``(kind, text)`` columns, computed by
-            :func:`variant_token` over the parse at ``spec.path`` (then
-            ``raw_json`` is not read and may be ``None``; ``parsed`` is
-            implied).
+        raw_text: with ``parsed`` or ``token``, the event's raw JSON text: a
+            JSON ``-0.0`` at ``spec.path`` then reads as ``-0.0`` (``'-0.0'``
+            as a string), as in Python, where the parse alone reads 0.
+            Without either, ``raw_json`` is the text.
+        token: the ``(kind, text)`` columns of the payload's token at
+            ``spec.path``, from :func:`variant_token` (then ``raw_json`` is
+            not read and may be ``None``).
 
     Returns:
         ``(value, error)``: value typed per :data:`SPARK_TYPES` (null on
@@ -1001,26 +997,20 @@ def input_column_with_error(
     F = _functions()
     if type_name not in INPUT_TYPES:
         raise ValueError(f"not an input type: {type_name!r}")
-    path = json_path(spec.path)
-    if token is not None:
-        kind, text = token
-    else:
-        variant = raw_json if parsed else F.try_parse_json(raw_json)
-        # an empty path reads the variant itself (a field the writer took out of the payload first)
-        kind = F.schema_of_variant(variant if not spec.path else F.try_variant_get(variant, path, "variant"))
-        text = F.try_variant_get(variant, path, "string")
-        # kind and text are small expressions over one try_parse_json, which Spark's
-        # subexpression elimination evaluates once per row; inlining beat let() here.
+    json_path(spec.path)  # raises for a path Spark cannot express
+    # without token (the tests' path lookups), each use of the text copies its expression: the writer
+    # passes token columns (writer.features.input_columns)
+    kind, text = token if token is not None else variant_token(raw_json if parsed else F.try_parse_json(raw_json),
+                                                               spec.path)
     if parsed or token is not None:
-        raw_token = None if raw_text is None else _raw_token_text(raw_text, spec.path if raw_path is None else raw_path)
+        raw_token = None if raw_text is None else _raw_token_text(raw_text, spec.path)
     else:
         raw_token = _raw_token_text(raw_json, spec.path)
     return _input_body(kind, text, spec, type_name, raw_token)
 
 
 def input_column(raw_json: Column | None, spec: InputSpec, type_name: str, parsed: bool = False,
-                 raw_text: Column | None = None, raw_path: tuple[str | int, ...] | None = None,
-                 token: tuple[Column, Column] | None = None) -> Column:
+                 raw_text: Column | None = None, token: tuple[Column, Column] | None = None) -> Column:
     """The typed value of one input feature read from the raw event JSON (Spark).
 
     Same results as :func:`read_input` with errors as null, except the lossy
@@ -1032,10 +1022,10 @@ def input_column(raw_json: Column | None, spec: InputSpec, type_name: str, parse
         spec: the input (path, optional, default).
         type_name: one of :data:`INPUT_TYPES`.
         parsed: ``raw_json`` is already parsed (see :func:`input_column_with_error`).
-        raw_text, raw_path, token: see :func:`input_column_with_error`.
+        raw_text, token: see :func:`input_column_with_error`.
 
     Returns:
         Column typed per :data:`SPARK_TYPES`.
     """
-    value, _ = input_column_with_error(raw_json, spec, type_name, parsed, raw_text, raw_path, token)
+    value, _ = input_column_with_error(raw_json, spec, type_name, parsed, raw_text, token)
     return value

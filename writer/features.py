@@ -63,14 +63,13 @@ def input_columns(df: DataFrame, keep: list[str], inputs: Mapping[str, Feature])
     ``try_variant_get(payload, '$', 'struct<k1 variant, ..>')`` finds
     each field once (by exact, case-sensitive key), where a path lookup per
     input decodes the object's keys one by one, twice per input (kind and
-    text). The next projection takes each input path's token from its
-    field, its kind and text (``compiler.typesystem.variant_token``), and
-    each input reads them (``compiler.typesystem.input_column`` with
-    ``token``): a
-    missing field, a payload that is not an object and malformed JSON are
-    all a null field, read as missing, as a lookup by the whole path
-    reads them. An input whose path starts with an array index reads the
-    parsed payload by its whole path.
+    text). The next projection takes each input path's token, its kind
+    and text (``compiler.typesystem.variant_token``), from its field, or,
+    for a path that starts with an array index, from the parsed payload by
+    the whole path; each input reads them (``compiler.typesystem.input_column``
+    with ``token``). A missing field, a payload that is not an object and
+    malformed JSON are all a null field, read as missing, as a lookup by
+    the whole path reads them.
 
     Args:
         df: a frame with ``_raw`` (the event's JSON text).
@@ -92,27 +91,29 @@ def input_columns(df: DataFrame, keep: list[str], inputs: Mapping[str, Feature])
         # an input by array index reads the whole parse: parse in one projection, take the fields in the next
         df = df.select(*keep, parsed.alias("_v"))
         keep, parsed = [*keep, "_v"], F.col("_v")
-    paths = sorted({f.input.path for f in inputs.values() if _by_field(f)}, key=repr)
     if firsts:
         struct = "struct<" + ", ".join(f"{_ddl_name(k)} variant" for k in firsts) + ">"
         df = df.select(*keep, F.try_variant_get(parsed, "$", struct).alias("_s"))
-        # each path's token kind and text in a projection of their own (compiler.typesystem.variant_token):
-        # the input rules read the text several times, and Spark keeps a projection whose outputs are used
-        # more than once and are not cheap (CollapseProject) rather than copy them into each use
-        tokens = [memo_column(("input-token", repr(p)), lambda p=p: variant_token(F.col("_s").getField(p[0]), p[1:]))
-                  for p in paths]
-        df = df.select(*keep, *[c.alias(_token_name(p, i)) for p, kt in zip(paths, tokens) for i, c in enumerate(kt)])
+
+    def token(p: tuple[str | int, ...]) -> tuple[Column, Column]:
+        # a path by field from its field (taken out above), one by array index from the whole parse
+        if p and isinstance(p[0], str):
+            return variant_token(F.col("_s").getField(p[0]), p[1:])
+        return variant_token(F.col("_v"), p)
+
+    # each path's token kind and text in a projection of their own (compiler.typesystem.variant_token):
+    # the input rules read the text several times, and Spark keeps a projection whose outputs are used
+    # more than once and are not cheap (CollapseProject) rather than copy them into each use
+    paths = sorted({f.input.path for f in inputs.values()}, key=repr)
+    tokens = [memo_column(("input-token", repr(p)), lambda p=p: token(p)) for p in paths]
+    df = df.select(*keep, *[c.alias(_token_name(p, i)) for p, kt in zip(paths, tokens) for i, c in enumerate(kt)])
     raw = F.col("_raw")
 
     def column(f: Feature) -> Column:
-        if _by_field(f):
-            rest = InputSpec(f.input.path[1:], f.input.optional, f.input.default, f.input.has_default)
-            p = f.input.path
-            return memo_column(("input-field", repr(f.input), f.type),
-                               lambda: input_column(None, rest, f.type, raw_text=raw, raw_path=p,
-                                                    token=(F.col(_token_name(p, 0)), F.col(_token_name(p, 1)))))
+        p = f.input.path
         return memo_column(("input", repr(f.input), f.type),
-                           lambda: input_column(F.col("_v"), f.input, f.type, parsed=True, raw_text=raw))
+                           lambda: input_column(None, f.input, f.type, raw_text=raw,
+                                                token=(F.col(_token_name(p, 0)), F.col(_token_name(p, 1)))))
 
     return df.select(*out, *[column(f).alias(name) for name, f in inputs.items()])
 
