@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import sys
 import zipfile
 
 import pyspark
 
-from writer.pydaemon import import_path
+from writer.pydaemon import PRELOAD, import_path, preload
 
 SITE = os.path.dirname(os.path.dirname(pyspark.__file__))  # where the installed pyspark lives
 
@@ -60,3 +61,27 @@ def test_workers_of_the_test_session_import_the_installed_pyspark(spark):
     rows = spark.range(4, numPartitions=2).mapInArrow(probe, "file string, archives long").collect()
     assert {r["file"] for r in rows} == {pyspark.__file__}
     assert {r["archives"] for r in rows} == {0}
+
+
+def test_preload_imports_what_it_can_and_skips_what_fails(tmp_path, monkeypatch):
+    (tmp_path / "scowl_preload_ok.py").write_text("VALUE = 1\n")
+    (tmp_path / "scowl_preload_bad.py").write_text("raise RuntimeError('broken on import')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    done = preload(("scowl_preload_bad", "scowl_preload_ok", "scowl_no_such_module"))
+    assert done == ["scowl_preload_ok"]
+    assert sys.modules["scowl_preload_ok"].VALUE == 1
+    assert "scowl_preload_bad" not in sys.modules
+
+
+def test_workers_start_with_the_preloaded_modules(spark):
+    import pyarrow as pa
+
+    def probe(batches):
+        import sys as worker_sys
+
+        loaded = [name for name in PRELOAD if name in worker_sys.modules]
+        for b in batches:
+            yield pa.RecordBatch.from_pydict({"loaded": [",".join(loaded)] * b.num_rows})
+
+    rows = spark.range(2, numPartitions=2).mapInArrow(probe, "loaded string").collect()
+    assert {r["loaded"] for r in rows} == {",".join(PRELOAD)}
