@@ -88,6 +88,7 @@ but no dependency stage can compute either first.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from typing import Iterable
 
@@ -102,10 +103,13 @@ from compiler.codegen.spark import compile_column, spark_ddl
 from compiler.plan import Feature, Plan
 from compiler.typesystem import SPARK_TYPES
 from writer.features import StagedFeatureError, needed_features, with_features
-from writer.session import checkpoint_without_codegen, co_partitioned, drop_checkpoint
+from writer.session import co_partitioned, drop_checkpoint, without_codegen
 from writer.sources import carried_columns, counted, seq_join_keys, seq_ranges
 from writer.sweep import PARTS_PER_WORD, GroupPart, SweepSpec, mask_bits, sweep_group
 from writer.writes import writes_of_state
+
+#: Driver threads :meth:`PointInTime.prepare` builds, plans and checkpoints event types' frames in.
+PREPARE_THREADS = 4
 
 __all__ = ["PointInTime", "dependency_stages", "staged_stage_count", "lookback_ms", "point_in_time"]
 
@@ -296,19 +300,33 @@ class PointInTime:
         """
         acc: dict[str, set[str]] = {}
         self._closure(needs, acc)
+        todo: dict[str, frozenset[str]] = {}
         for ev, names in sorted(acc.items()):
             have = self._base.get(ev)
             if have is not None and names <= have[0]:
                 continue
-            cols = frozenset(names | (have[0] if have is not None else set()))
+            todo[ev] = frozenset(names | (have[0] if have is not None else set()))
+
+        def build(ev: str) -> DataFrame:
             df = self.events.where(F.col("_type") == F.lit(ev)).select(*carried_columns(self.events), "_raw")
-            df = with_features(df, self.plan.events[ev], sorted(cols)).drop("_raw")
+            df = with_features(df, self.plan.events[ev], sorted(todo[ev])).drop("_raw")
             if self.ranges is not None:  # its range key (no exchange here: the frame joins with one, in frame())
                 df = df.withColumn("_p", self.ranges.key(F.col("_seq")))
-            df = checkpoint_without_codegen(df, self.storage)
+            return df.localCheckpoint(eager=True, storageLevel=self.storage)
+
+        # one driver thread per event type: one type's frame is built and planned (~0.5-1 s each, cold) while
+        # another's job runs. The session's settings are set once, around them all
+        with without_codegen(self.events.sparkSession):
+            if len(todo) > 1:
+                with ThreadPoolExecutor(min(len(todo), PREPARE_THREADS)) as pool:
+                    done = dict(zip(todo, pool.map(build, todo)))
+            else:
+                done = {ev: build(ev) for ev in todo}
+        for ev, cols in todo.items():
+            have = self._base.get(ev)
             if have is not None:
                 self._old.append(have[1])
-            self._base[ev] = (cols, df)
+            self._base[ev] = (cols, done[ev])
 
     def frame(self, event: str, names: Iterable[str]) -> DataFrame:
         """Every event of type ``event`` with the given features (aggregates included).

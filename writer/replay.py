@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -62,6 +63,9 @@ from writer.session import co_partitioned, without_adaptive
 from writer.sources import dense_seq_column, event_id, mark_repeated_ids, partition_of, read_events, seq_ranges, valid
 
 Progress = Callable[[str, int, int], None]
+
+#: Driver threads the event types' datasets are planned and written in (:func:`run_replay`).
+EMIT_THREADS = 4
 
 #: Options of every Parquet dataset :func:`run_replay` writes (``DataFrameWriter.option``): zstd
 #: compression (Spark's default is snappy) and no dictionary encoding (parquet-mr's default is on).
@@ -91,7 +95,9 @@ class ReplayReport:
         rejected_path: where they were written, if any.
         seconds: wall time per phase (``read``; ``features``: inputs and
             scalars parsed once; ``aggregates``: every point-in-time value,
-            one sweep per dependency stage; then one per event type written).
+            one sweep per dependency stage; then one per event type written,
+            from its planning to its last file: the types are written
+            concurrently, so these overlap).
     """
 
     out_dir: str
@@ -401,8 +407,9 @@ def replay_frames(plan: Plan, prepared: ReplayEvents, types: Sequence[str]) -> d
         out[ev] = df.localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
         return out[ev].count()
 
-    _replay(plan, prepared, list(dict.fromkeys(types)), ReplayReport(out_dir=""), lambda *a: None, keep)
-    return out
+    wanted = list(dict.fromkeys(types))
+    _replay(plan, prepared, wanted, ReplayReport(out_dir=""), lambda *a: None, keep)
+    return {ev: out[ev] for ev in wanted}  # in the order asked (they are computed concurrently)
 
 
 def in_seq_order(df: DataFrame, total: int) -> DataFrame:
@@ -449,16 +456,51 @@ def _replay(plan: Plan, prepared: ReplayEvents, wanted: list[str], report: Repla
     pit.prefetch({ev: [f.name for f in plan.events[ev].outputs] for ev in wanted})
     report.seconds["aggregates"] = time.perf_counter() - t1
     report_progress("replay", 0, len(wanted))
+    total = sum(prepared.present.values()) + prepared.rejected
+
+    def one(ev: str) -> tuple[str, int, float]:
+        t1 = time.perf_counter()
+        rows = emit(ev, _event_frame(pit, prepared.events, plan, ev, prepared.ids.get(ev, 0) > 0, total))
+        return ev, rows, time.perf_counter() - t1
+
     try:
-        for i, ev in enumerate(wanted, start=1):
-            t1 = time.perf_counter()
-            with co_partitioned(pit.events.sparkSession):  # the frames laid out by _seq: joined, in order, no exchange
-                report.rows[ev] = emit(ev, _event_frame(pit, prepared.events, plan, ev, prepared.ids.get(ev, 0) > 0,
-                                                          sum(prepared.present.values()) + prepared.rejected))
-            report.seconds[ev] = time.perf_counter() - t1
-            report_progress("replay", i, len(wanted))
+        # the frames laid out by _seq: joined, in order, no exchange (the session's settings, set once around the
+        # threads). One driver thread per type: a type's frame is planned while another's job runs, and a small
+        # type's tasks fill the cores a large type's last tasks leave idle
+        with co_partitioned(pit.events.sparkSession), ThreadPoolExecutor(min(len(wanted), EMIT_THREADS) or 1) as pool:
+            for i, (ev, rows, seconds) in enumerate(as_completed_results(pool, one, wanted), start=1):
+                report.rows[ev] = rows
+                report.seconds[ev] = seconds
+                report_progress("replay", i, len(wanted))
     finally:
         pit.release()
+
+
+def as_completed_results(pool: ThreadPoolExecutor, fn: Callable, items: Sequence):
+    """``fn(item)`` for every item, run in ``pool``, yielded as each finishes; the first error is raised once all
+    have finished (no job is left running behind the caller's back).
+
+    Args:
+        pool: the executor.
+        fn: a function of one item.
+        items: its arguments.
+
+    Yields:
+        ``fn``'s results, in completion order.
+
+    Raises:
+        Whatever the first failed call raised.
+    """
+    futures: list[Future] = [pool.submit(fn, x) for x in items]
+    error: BaseException | None = None
+    for fut in as_completed(futures):
+        if fut.exception() is not None:
+            error = error or fut.exception()
+            continue
+        if error is None:
+            yield fut.result()
+    if error is not None:
+        raise error
 
 
 def _event_frame(pit: PointInTime, events: DataFrame, plan: Plan, ev: str, has_id: bool, total: int) -> DataFrame:
