@@ -17,6 +17,7 @@ def test_results_come_as_each_call_finishes():
     def fn(x: str) -> str:
         if x == "slow":
             release.wait(5)
+            time.sleep(0.5)  # well after the fast call has returned
         else:
             release.set()
         return x.upper()
