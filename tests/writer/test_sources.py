@@ -173,3 +173,30 @@ def test_estimate_events_counts_small_files_footers_and_samples_large_ones(tmp_p
     assert estimate_events([str(tmp_path / "gz" / "bad.parquet")]) == 0
     with pytest.raises(SourceError, match="no input files match"):
         estimate_events([str(tmp_path / "nope*.jsonl")])
+
+
+def test_spark_hash_long_is_sparks_hash(spark):
+    import random
+
+    from pyspark.sql import functions as F
+
+    from writer.sources import spark_hash_long
+
+    rng = random.Random(7)
+    values = [0, 1, -1, 2**31 - 1, 2**31, -2**31, 2**32, 2**63 - 1, -2**63]
+    values += [rng.randrange(-2**63, 2**63) for _ in range(2000)] + list(range(-50, 50))
+    rows = spark.createDataFrame([(v,) for v in values], "x long").select("x", F.hash("x").alias("h")).collect()
+    assert [spark_hash_long(r["x"]) for r in rows] == [r["h"] for r in rows]
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 8, 200])
+def test_partition_keys_land_in_their_partitions(spark, parts):
+    from pyspark.sql import functions as F
+
+    from writer.sources import _partition_keys
+
+    keys = _partition_keys(spark, parts)
+    assert len(keys) == parts
+    df = spark.createDataFrame([(k, i) for i, k in enumerate(keys)], "k long, i int").repartition(parts, "k")
+    assert sorted((r["i"], r["p"]) for r in df.select("i", F.spark_partition_id().alias("p")).collect()) == \
+        [(i, i) for i in range(parts)]
