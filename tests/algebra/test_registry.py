@@ -166,3 +166,28 @@ def test_every_target_gives_the_python_fold(spark, client, function, types):
     else:
         assert _plain(lua) == _plain(want), (lua, want)
         assert _plain(replay) == _plain(want), (replay, want)
+
+
+def test_spark_hll_coupon_is_the_python_coupon(spark):
+    """``hll_coupon_columns`` (Spark) gives ``ops.hll_coupon``'s (slot, rho) for every item, and
+    ``hll_rho_column`` the rho of every leading-zero pattern (the all-zero word included)."""
+    import random
+
+    from pyspark.sql import functions as F
+
+    from compiler.algebra.ops import HLL_Q, hll_coupon
+    from compiler.algebra.spark import hll_coupon_columns, hll_rho_column
+
+    rng = random.Random(3)
+    items = [f"s{i}:{rng.random()}" for i in range(20000)] + ["", "é", "s1:a"]
+    slot, rho = hll_coupon_columns(F.col("item"))
+    got = spark.createDataFrame([(x,) for x in items], "item string").select(
+        "item", slot.alias("slot"), rho.alias("rho")).collect()
+    assert {r["item"]: (r["slot"], r["rho"]) for r in got} == {x: hll_coupon(x) for x in items}
+
+    words = [0, 1, 2, 3, (1 << HLL_Q) - 1] + [1 << b for b in range(HLL_Q)] + [(1 << b) | 1 for b in range(HLL_Q)]
+    words += [rng.getrandbits(rng.randrange(1, HLL_Q + 1)) for _ in range(2000)]
+    texts = [format(w, f"0{HLL_Q // 4}x") for w in words]
+    got = spark.createDataFrame([(t,) for t in texts], "digits string").select(
+        "digits", hll_rho_column(F.col("digits")).alias("rho")).collect()
+    assert {r["digits"]: r["rho"] for r in got} == {t: HLL_Q + 1 - int(t, 16).bit_length() for t in texts}
