@@ -382,3 +382,27 @@ def test_variant_token_text_equals_variant_get_string(spark):
     assert all(r["kind"] == r["kind_p"] for r in got)
     bad = [r for r in got if r["got_field"] != r["want_field"] or r["got_path"] != r["want_path"]]
     assert not bad, bad[:10]
+
+
+def test_format_time_column_matches_format_time(spark):
+    """The Spark formatter of times (replay's ``_time`` and time features) writes the API's text for every
+    time in years 0000-9999 -- ends of days, months, leap days, both ends of the range -- and null outside it."""
+    import random
+
+    from pyspark.sql import functions as F
+
+    from compiler.typesystem import MAX_TIME_MS, MIN_TIME_MS, format_time, format_time_column
+
+    rng = random.Random(11)
+    day = 86_400_000
+    values = [MIN_TIME_MS, MIN_TIME_MS + 1, MAX_TIME_MS, MAX_TIME_MS - 1, 0, -1, 1, 951_782_400_000 - 1,
+              951_782_400_000, 951_868_800_000, 4_107_542_400_000, -2_203_891_200_000]  # 2000-02-29, 2100-03-01, ...
+    values += [rng.randint(MIN_TIME_MS, MAX_TIME_MS) for _ in range(20000)]
+    values += [rng.randint(MIN_TIME_MS // day, MAX_TIME_MS // day) * day + off for off in (0, day - 1) for _ in range(500)]
+    outside = [MIN_TIME_MS - 1, MAX_TIME_MS + 1, -2**63, 2**63 - 1]
+    rows = spark.createDataFrame([(v,) for v in values + outside] + [(None,)], "ms long").select(
+        "ms", format_time_column(F.col("ms")).alias("text")).collect()
+    got = {r["ms"]: r["text"] for r in rows}
+    assert {v: got[v] for v in values} == {v: format_time(v) for v in values}
+    assert [got[v] for v in outside] == [None] * len(outside)
+    assert got[None] is None
