@@ -104,7 +104,9 @@ def encode_tuple_column(cols: Sequence[Column], types: Sequence[str]) -> Column:
     else:
         raw = F.lit("")
     esc = F.replace(F.replace(F.replace(raw, F.lit("%"), F.lit("%25")), F.lit("{"), F.lit("%7B")), F.lit("}"), F.lit("%7D"))
-    return F.when(F.length(esc) > MAX_KEY_CHARS, F.concat(F.lit("#"), F.substring(F.sha2(esc, 256), 1, 40))).otherwise(esc)
+    # characters are counted only when the bytes could be too many (no character takes less than a byte)
+    long_key = (F.octet_length(esc) > MAX_KEY_CHARS) & (F.length(esc) > MAX_KEY_CHARS)
+    return F.when(long_key, F.concat(F.lit("#"), F.substring(F.sha2(esc, 256), 1, 40))).otherwise(esc)
 
 
 def redis_key_column(encoded: Column, n_keys: int, definition_hash: str) -> Column:

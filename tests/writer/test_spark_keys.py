@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
-from compiler.algebra.keys import encode_key, redis_key
+from compiler.algebra.keys import MAX_KEY_CHARS, encode_key, redis_key
 from compiler.algebra.ops import _values_of_json, values_json
 from compiler.algebra.spark import encode_tuple_column, redis_key_column, values_json_column
 from compiler.typesystem import format_float, format_float_column
@@ -19,6 +19,9 @@ ROWS = [
     ("ünïcødé ✈", 2**62, False),
     ("", 7, True),
     ("x" * 300, 1, True),
+    # more bytes than MAX_KEY_CHARS in fewer characters (kept), and more characters too (hashed)
+    ("é" * (MAX_KEY_CHARS - 20), 1, True),
+    ("é" * (MAX_KEY_CHARS + 20), 1, True),
 ]
 
 
