@@ -264,12 +264,16 @@ def print_tables(console, rows, phases) -> None:
         table.add_row(name, f"{n:,}", f"{s_floor:.1f}", f"{n_floor / s_floor:,.0f}", f"{s:.1f}", f"{n / s:,.0f}",
                       f"{(n / s) / (n_floor / s_floor):.3f}x")
     console.print(table)
-    detail = Table(title="scowl replay phases (seconds, ReplayReport.seconds)")
-    for col in ("timeline", "read", "per event type", "total"):
+    detail = Table(title="scowl replay phases (seconds, ReplayReport.seconds)",
+                   caption="features: planned and started (their jobs end in aggregates); writing: the rest of "
+                           "the total; per event type: each type's writing, concurrent")
+    for col in ("timeline", "read", "features", "aggregates", "writing", "per event type", "total"):
         detail.add_column(col, justify="left" if col == "timeline" else "right")
     for name, n, sec, total in phases:
-        per = ", ".join(f"{k} {v:.1f}" for k, v in sec.items() if k != "read")
-        detail.add_row(name, f"{sec.get('read', 0):.1f}", per, f"{total:.1f}")
+        phased = ("read", "features", "aggregates")
+        writing = total - sum(sec.get(k, 0.0) for k in phased)
+        per = ", ".join(f"{k} {v:.1f}" for k, v in sec.items() if k not in phased)
+        detail.add_row(name, *[f"{sec.get(k, 0.0):.1f}" for k in phased], f"{writing:.1f}", per, f"{total:.1f}")
     console.print(detail)
 
 

@@ -88,7 +88,7 @@ but no dependency stage can compute either first.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from typing import Iterable
 
@@ -274,6 +274,9 @@ class PointInTime:
         #: (event, aggregate) -> the wide frame of its sweep stage (``_seq``, ``f_<name>``..)
         self._wide: dict[tuple[str, str], DataFrame] = {}
         self._stage0: dict[str, set[str]] = {}
+        #: driver threads computing stage-0 frames (:meth:`prepare`), and their computations not yet settled
+        self._threads: ThreadPoolExecutor | None = None
+        self._pending: list[Future] = []
         for ev, ep in plan.events.items():
             later: set[str] = set()
             for f in ep.features:  # dependency order
@@ -283,7 +286,7 @@ class PointInTime:
 
     # ----------------------------------------------------------------- public
     def prepare(self, needs: dict[str, Iterable[str]]) -> None:
-        """Make sure the stage-0 features every staged value below ``needs`` uses are computed.
+        """Start computing the stage-0 features every staged value below ``needs`` uses (:meth:`settle` waits).
 
         Inputs and scalars that depend on no aggregate are computed once per
         event type from the raw JSON, for all events, and checkpointed (the
@@ -291,12 +294,19 @@ class PointInTime:
         them once per aggregate would dominate the cost). Called by
         :meth:`frame`; call it first with every need to build each event
         type's frame once (a later need of more columns builds a wider frame).
+        Each frame is planned before this returns and computed in a driver
+        thread of its own (one job each); a job that reads it before that
+        one finishes waits for the partitions being computed (Spark's block
+        locks) or computes them, once. :meth:`prefetch` and
+        :meth:`release` wait for them all.
 
         Args:
             needs: event type -> feature names (any kind) that will be asked for.
 
         Raises:
             KeyError: an unknown event type or feature.
+            StagedFeatureError, compiler.codegen.UnsupportedError: from
+                ``writer.features.with_features`` (the first type's error).
         """
         acc: dict[str, set[str]] = {}
         self._closure(needs, acc)
@@ -307,26 +317,54 @@ class PointInTime:
                 continue
             todo[ev] = frozenset(names | (have[0] if have is not None else set()))
 
+        if not todo:
+            return
+
         def build(ev: str) -> DataFrame:
             df = self.events.where(F.col("_type") == F.lit(ev)).select(*carried_columns(self.events), "_raw")
             df = with_features(df, self.plan.events[ev], sorted(todo[ev])).drop("_raw")
             if self.ranges is not None:  # its range key (no exchange here: the frame joins with one, in frame())
                 df = df.withColumn("_p", self.ranges.key(F.col("_seq")))
-            return df.localCheckpoint(eager=True, storageLevel=self.storage)
+            return df.localCheckpoint(eager=False, storageLevel=self.storage)  # planned now, computed below
 
-        # one driver thread per event type: one type's frame is built and planned (~0.5-1 s each, cold) while
-        # another's job runs. The session's settings are set once, around them all
+        planned: dict[str, Future] = {ev: Future() for ev in todo}
+
+        def run(ev: str) -> None:
+            try:
+                df = build(ev)
+            except BaseException as e:
+                planned[ev].set_exception(e)
+                raise
+            planned[ev].set_result(df)
+            df._jdf.queryExecution().logical().rdd().count()  # the checkpoint's job: its blocks kept
+
+        # one driver thread per event type: a type's frame is built and planned (~0.5-1 s each, cold) while
+        # another's job runs, and the caller goes on (the key groups of prefetch are built) while they run;
+        # settle() waits for them. The session's settings are set once, around the planning
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="scowl-prepare")
         with without_codegen(self.events.sparkSession):
-            if len(todo) > 1:
-                with ThreadPoolExecutor(min(len(todo), PREPARE_THREADS)) as pool:
-                    done = dict(zip(todo, pool.map(build, todo)))
-            else:
-                done = {ev: build(ev) for ev in todo}
+            self._pending += [self._threads.submit(run, ev) for ev in todo]
+            done = {ev: planned[ev].result() for ev in todo}
         for ev, cols in todo.items():
             have = self._base.get(ev)
             if have is not None:
                 self._old.append(have[1])
             self._base[ev] = (cols, done[ev])
+
+    def settle(self) -> None:
+        """Wait until every frame :meth:`prepare` started computing is computed.
+
+        Raises:
+            Whatever the first failed computation raised.
+        """
+        pending, self._pending = self._pending, []
+        error = None
+        for fut in pending:
+            if fut.exception() is not None and error is None:
+                error = fut.exception()
+        if error is not None:
+            raise error
 
     def frame(self, event: str, names: Iterable[str]) -> DataFrame:
         """Every event of type ``event`` with the given features (aggregates included).
@@ -431,6 +469,7 @@ class PointInTime:
             The errors of :meth:`values`.
         """
         self._sweep_stages(needs)
+        self.settle()
 
     def _cycle_error(self, key: tuple[str, str]) -> StagedFeatureError:
         """The error for an aggregate whose value needs itself (the chain from ``key`` back to it)."""
@@ -510,6 +549,7 @@ class PointInTime:
                                                for g in range(len(todo))])
             if self.ranges is not None:  # Spark drops its repartition and sort where the gathering did them
                 rows = self.ranges.layout(rows, "r_seq")
+            self.settle()  # the stage-0 frames computed first (their jobs ran while the key groups were built)
             with self._keep_layout():
                 wide = rows.localCheckpoint(eager=True, storageLevel=self.storage)
             self._old.append(wide)
@@ -671,6 +711,12 @@ class PointInTime:
         checkpoints, which cannot be recomputed once freed. Without it, Spark
         frees them when the JVM garbage-collects them.
         """
+        for fut in self._pending:  # no job left running on what is freed
+            fut.exception()
+        self._pending = []
+        if self._threads is not None:
+            self._threads.shutdown()
+            self._threads = None
         for df in [*self._cache.values(), *(b[1] for b in self._base.values()), *self._old]:
             drop_checkpoint(df)
         self._cache.clear()

@@ -94,10 +94,11 @@ class ReplayReport:
         rejected: invalid records set aside.
         rejected_path: where they were written, if any.
         seconds: wall time per phase (``read``; ``features``: inputs and
-            scalars parsed once; ``aggregates``: every point-in-time value,
-            one sweep per dependency stage; then one per event type written,
-            from its planning to its last file: the types are written
-            concurrently, so these overlap).
+            scalars planned, their jobs started; ``aggregates``: the end of
+            those jobs and every point-in-time value, one sweep per
+            dependency stage; then one per event type written, from its
+            planning to its last file: the types are written concurrently,
+            so these overlap).
     """
 
     out_dir: str

@@ -204,3 +204,36 @@ def test_hll_estimate_column_matches_python(spark):
     df = spark.createDataFrame([(i, list(c.values())) for i, c in enumerate(cases)], "i int, rhos array<int>")
     got = dict(df.select("i", hll_estimate_column(df["rhos"]).alias("e")).collect())
     assert got == {i: hll_estimate(c) for i, c in enumerate(cases)}
+
+
+def test_prepare_computes_each_type_once_and_reports_the_first_error(spark, plan, tmp_path, monkeypatch):
+    """prepare plans every type's stage-0 frame and computes it in a thread of its own: settle() leaves each
+    one computed (a checkpoint: later jobs read its blocks), and a type whose frame cannot be built fails
+    prepare itself with that error, the other types' jobs finished before release frees anything."""
+    import writer.pointintime as pitmod
+
+    path = tmp_path / "e.jsonl"
+    path.write_text("\n".join(orjson.dumps(e).decode() for e in make_events(200)) + "\n")
+    events = read_events(spark, [path])
+    pit = PointInTime(events, plan)
+    pit.prepare({"login": ["user", "ip", "score"], "purchase": ["user", "total", "score"]})
+    pit.settle()
+    for ev in ("login", "purchase"):
+        frame = pit.frame(ev, ["user"])
+        assert frame._jdf.queryExecution().logical().rdd().isCheckpointed()
+    assert pit.frame("purchase", ["score"]).count() == sum(e["_type"] == "purchase" for e in make_events(200))
+    pit.release()
+
+    real = pitmod.with_features
+
+    def failing(df, event, names, staged=None):
+        if event.name == "purchase":
+            raise ValueError("purchase cannot be built")
+        return real(df, event, names, staged)
+
+    monkeypatch.setattr(pitmod, "with_features", failing)
+    pit = PointInTime(events, plan)
+    with pytest.raises(ValueError, match="purchase cannot be built"):
+        pit.prepare({"login": ["user"], "purchase": ["user"]})
+    pit.release()
+    assert pit._pending == []
