@@ -111,7 +111,7 @@ from writer.writes import writes_of_state
 #: Driver threads :meth:`PointInTime.prepare` builds, plans and checkpoints event types' frames in.
 PREPARE_THREADS = 4
 
-__all__ = ["PointInTime", "dependency_stages", "staged_stage_count", "lookback_ms", "point_in_time"]
+__all__ = ["PREPARE_THREADS", "PointInTime", "dependency_stages", "staged_stage_count", "lookback_ms", "point_in_time"]
 
 
 def lookback_ms(plan: Plan, event: str, names: Iterable[str]) -> int | None:
