@@ -321,23 +321,6 @@ def co_partitioned(spark: SparkSession):
         yield
 
 
-def checkpoint_without_codegen(df, storage, eager: bool = True):
-    """``localCheckpoint`` ``df`` :func:`without_codegen`; return the checkpointed DataFrame.
-
-    The physical plan is made here, without whole-stage code generation,
-    even when ``eager`` is false (the rows are then computed by the first job
-    that reads them). The checkpoint's lineage is short: DataFrames built on
-    it are analysed quickly, where every step over the wide plan re-checks it.
-
-    Args:
-        df: a ``pyspark.sql.DataFrame``.
-        storage: a ``pyspark.StorageLevel`` for the checkpointed blocks.
-        eager: compute it now (one job) or in the first job that reads it.
-    """
-    with without_codegen(df.sparkSession):
-        return df.localCheckpoint(eager=eager, storageLevel=storage)
-
-
 def drop_checkpoint(df) -> None:
     """Unpersist the blocks of a ``localCheckpoint`` DataFrame (best effort, internal API)."""
     try:
