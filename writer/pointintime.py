@@ -103,7 +103,7 @@ from compiler.codegen.spark import compile_column, spark_ddl
 from compiler.plan import Feature, Plan
 from compiler.typesystem import SPARK_TYPES
 from writer.features import StagedFeatureError, needed_features, with_features
-from writer.session import co_partitioned, drop_checkpoint, without_codegen
+from writer.session import co_partitioned, drop_checkpoint, with_job_tags, without_codegen
 from writer.sources import carried_columns, counted, seq_join_keys, seq_ranges
 from writer.sweep import PARTS_PER_WORD, GroupPart, SweepSpec, mask_bits, sweep_group
 from writer.writes import writes_of_state
@@ -298,7 +298,9 @@ class PointInTime:
         thread of its own (one job each); a job that reads it before that
         one finishes waits for the partitions being computed (Spark's block
         locks) or computes them, once. :meth:`prefetch` and
-        :meth:`release` wait for them all.
+        :meth:`release` wait for them all. The jobs carry the calling
+        thread's Spark job tags (``writer.session.with_job_tags``), so a
+        caller can cancel them.
 
         Args:
             needs: event type -> feature names (any kind) that will be asked for.
@@ -343,8 +345,9 @@ class PointInTime:
         # settle() waits for them. The session's settings are set once, around the planning
         if self._threads is None:
             self._threads = ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="scowl-prepare")
+        tagged = with_job_tags(run, self.events.sparkSession.sparkContext.getJobTags())  # the caller's job tags
         with without_codegen(self.events.sparkSession):
-            self._pending += [self._threads.submit(run, ev) for ev in todo]
+            self._pending += [self._threads.submit(tagged, ev) for ev in todo]
             done = {ev: planned[ev].result() for ev in todo}
         for ev, cols in todo.items():
             have = self._base.get(ev)

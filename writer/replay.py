@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import shutil
 import time
+import uuid
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,7 +60,7 @@ from pyspark.sql import functions as F
 from compiler.plan import EventPlan, Plan
 from compiler.typesystem import format_time_column, parse_type
 from writer.pointintime import PointInTime
-from writer.session import co_partitioned, without_adaptive
+from writer.session import co_partitioned, with_job_tags, without_adaptive
 from writer.sources import dense_seq_column, event_id, mark_repeated_ids, partition_of, read_events, seq_ranges, valid
 
 Progress = Callable[[str, int, int], None]
@@ -77,7 +78,7 @@ EMIT_THREADS = 4
 PARQUET_OPTIONS: dict[str, str] = {"compression": "zstd", "parquet.enable.dictionary": "false"}
 
 __all__ = ["EMIT_THREADS", "PARQUET_OPTIONS", "ReplayError", "ReplayEvents", "ReplayReport", "as_completed_results",
-           "in_seq_order", "output_column", "prepare_events", "replay_frames", "run_replay", "tuple_names"]
+           "cancel_jobs", "in_seq_order", "output_column", "prepare_events", "replay_frames", "run_replay", "tuple_names"]
 
 
 class ReplayError(ValueError):
@@ -448,15 +449,10 @@ def _replay(plan: Plan, prepared: ReplayEvents, wanted: list[str], report: Repla
     ``emit`` must materialise the frame (write or checkpoint it): the
     point-in-time values it is built on are released on return.
     """
+    sc = prepared.events.sparkSession.sparkContext
+    tag = f"scowl-replay-{uuid.uuid4().hex}"  # every job of this replay, in every driver thread
+    sc.addJobTag(tag)
     pit = PointInTime(prepared.events, plan, seq_total=sum(prepared.present.values()) + prepared.rejected)
-    t1 = time.perf_counter()
-    pit.prepare({ev: [f.name for f in plan.events[ev].outputs] for ev in wanted})
-    report.seconds["features"] = time.perf_counter() - t1
-    # every aggregate of every wanted type: one sweep per dependency stage
-    t1 = time.perf_counter()
-    pit.prefetch({ev: [f.name for f in plan.events[ev].outputs] for ev in wanted})
-    report.seconds["aggregates"] = time.perf_counter() - t1
-    report_progress("replay", 0, len(wanted))
     total = sum(prepared.present.values()) + prepared.rejected
 
     def one(ev: str) -> tuple[str, int, float]:
@@ -465,16 +461,62 @@ def _replay(plan: Plan, prepared: ReplayEvents, wanted: list[str], report: Repla
         return ev, rows, time.perf_counter() - t1
 
     try:
+        t1 = time.perf_counter()
+        pit.prepare({ev: [f.name for f in plan.events[ev].outputs] for ev in wanted})
+        report.seconds["features"] = time.perf_counter() - t1
+        # every aggregate of every wanted type: one sweep per dependency stage
+        t1 = time.perf_counter()
+        pit.prefetch({ev: [f.name for f in plan.events[ev].outputs] for ev in wanted})
+        report.seconds["aggregates"] = time.perf_counter() - t1
+        report_progress("replay", 0, len(wanted))
         # the frames laid out by _seq: joined, in order, no exchange (the session's settings, set once around the
         # threads). One driver thread per type: a type's frame is planned while another's job runs, and a small
         # type's tasks fill the cores a large type's last tasks leave idle
         with co_partitioned(pit.events.sparkSession), ThreadPoolExecutor(min(len(wanted), EMIT_THREADS) or 1) as pool:
-            for i, (ev, rows, seconds) in enumerate(as_completed_results(pool, one, wanted), start=1):
-                report.rows[ev] = rows
-                report.seconds[ev] = seconds
-                report_progress("replay", i, len(wanted))
-    finally:
+            try:
+                for i, (ev, rows, seconds) in enumerate(
+                        as_completed_results(pool, with_job_tags(one, [tag]), wanted), start=1):
+                    report.rows[ev] = rows
+                    report.seconds[ev] = seconds
+                    report_progress("replay", i, len(wanted))
+            except BaseException:
+                cancel_jobs(sc, tag)  # a stop signal: the threads' jobs end now, not once done
+                raise
+    except BaseException as e:
+        cancel_jobs(sc, tag)  # the features jobs still running in PointInTime's threads
+        if not isinstance(e, Exception):  # a stop signal, maybe amid a py4j call of this thread: no more calls here
+            raise
+        sc.removeJobTag(tag)
         pit.release()
+        raise
+    sc.removeJobTag(tag)
+    pit.release()
+
+
+def cancel_jobs(sc, tag: str) -> None:
+    """Cancel the Spark jobs tagged ``tag`` (``SparkContext.cancelJobsWithTag``), from a driver thread of its own.
+
+    A stop signal (``scowl.signals.Stopped``) can interrupt this thread in
+    the middle of a py4j call, whose answer then waits unread on this
+    thread's connection (py4j cleans a connection up for
+    ``KeyboardInterrupt`` only): a call made here would read it. A new
+    thread has a connection of its own.
+
+    Args:
+        sc: the ``SparkContext``.
+        tag: the job tag.
+    """
+    import threading
+
+    def cancel() -> None:
+        try:
+            sc.cancelJobsWithTag(tag)
+        except Exception:  # noqa: BLE001 - Spark already stopping: nothing left to cancel
+            pass
+
+    t = threading.Thread(target=cancel, name="scowl-cancel", daemon=True)
+    t.start()
+    t.join(timeout=30)
 
 
 def as_completed_results(pool: ThreadPoolExecutor, fn: Callable, items: Sequence):

@@ -321,6 +321,42 @@ def co_partitioned(spark: SparkSession):
         yield
 
 
+def with_job_tags(fn, tags):
+    """``fn`` made to run its Spark jobs under ``tags`` in whatever driver thread calls it.
+
+    Spark's job tags (``SparkContext.addJobTag``) are the calling thread's
+    own; a job started in a thread of a pool gets none of its creator's. The
+    wrapper adds ``tags`` for the call and removes them after, so
+    ``SparkContext.cancelJobsWithTag`` ends the jobs of every thread a
+    command started (a stop signal during ``scowl replay``).
+
+    Args:
+        fn: any callable.
+        tags: job tags (strings).
+
+    Returns:
+        A callable with ``fn``'s arguments and result.
+    """
+    from pyspark import SparkContext
+
+    tags = list(tags)
+
+    def run(*args, **kwargs):
+        sc = SparkContext._active_spark_context
+        if sc is None or not tags:
+            return fn(*args, **kwargs)
+        added = [t for t in tags if t not in sc.getJobTags()]
+        for t in added:
+            sc.addJobTag(t)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            for t in added:
+                sc.removeJobTag(t)
+
+    return run
+
+
 def drop_checkpoint(df) -> None:
     """Unpersist the blocks of a ``localCheckpoint`` DataFrame (best effort, internal API)."""
     try:

@@ -46,3 +46,33 @@ def test_first_error_is_raised_after_every_call_finished():
                 seen.append(r)
     assert sorted(finished) == ["a", "b"]
     assert seen == []  # nothing is handed on once a call failed
+
+
+def test_cancel_jobs_ends_the_tagged_jobs_of_another_thread(spark):
+    """A stop during a replay cancels the jobs its driver threads run: they carry the replay's tag
+    (``with_job_tags``), and ``cancel_jobs`` ends them at once."""
+    import uuid
+
+    from writer.replay import cancel_jobs
+    from writer.session import with_job_tags
+
+    tag = f"test-{uuid.uuid4().hex}"
+    errors: list[BaseException] = []
+
+    def long_job() -> None:
+        try:  # minutes of work on 2 cores, unless cancelled
+            spark.range(0, 10**12, numPartitions=2).selectExpr("sum(id)").collect()
+        except Exception as e:  # noqa: BLE001 - the cancellation is what the test looks for
+            errors.append(e)
+
+    sc = spark.sparkContext
+    thread = threading.Thread(target=with_job_tags(long_job, [tag]))
+    thread.start()
+    deadline = time.time() + 60
+    while not sc.statusTracker().getActiveJobsIds() and time.time() < deadline:
+        time.sleep(0.1)
+    assert tag not in sc.getJobTags()  # the tag is the other thread's only
+    cancel_jobs(sc, tag)
+    thread.join(60)
+    assert not thread.is_alive()
+    assert len(errors) == 1 and "CANCELLED" in str(errors[0]).upper()
