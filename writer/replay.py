@@ -452,14 +452,18 @@ def _replay(plan: Plan, prepared: ReplayEvents, wanted: list[str], report: Repla
     sc = prepared.events.sparkSession.sparkContext
     tag = f"scowl-replay-{uuid.uuid4().hex}"  # every job of this replay, in every driver thread
     sc.addJobTag(tag)
-    pit = PointInTime(prepared.events, plan, seq_total=sum(prepared.present.values()) + prepared.rejected)
     total = sum(prepared.present.values()) + prepared.rejected
+    pit = PointInTime(prepared.events, plan, seq_total=total)
+    # one driver thread per type: a type's frame is planned while another's job runs, and a small type's tasks
+    # fill the cores a large type's last tasks leave idle
+    pool = ThreadPoolExecutor(min(len(wanted), EMIT_THREADS) or 1, thread_name_prefix="scowl-emit")
 
     def one(ev: str) -> tuple[str, int, float]:
         t1 = time.perf_counter()
         rows = emit(ev, _event_frame(pit, prepared.events, plan, ev, prepared.ids.get(ev, 0) > 0, total))
         return ev, rows, time.perf_counter() - t1
 
+    stopped = False
     try:
         t1 = time.perf_counter()
         pit.prepare({ev: [f.name for f in plan.events[ev].outputs] for ev in wanted})
@@ -469,28 +473,23 @@ def _replay(plan: Plan, prepared: ReplayEvents, wanted: list[str], report: Repla
         pit.prefetch({ev: [f.name for f in plan.events[ev].outputs] for ev in wanted})
         report.seconds["aggregates"] = time.perf_counter() - t1
         report_progress("replay", 0, len(wanted))
-        # the frames laid out by _seq: joined, in order, no exchange (the session's settings, set once around the
-        # threads). One driver thread per type: a type's frame is planned while another's job runs, and a small
-        # type's tasks fill the cores a large type's last tasks leave idle
-        with co_partitioned(pit.events.sparkSession), ThreadPoolExecutor(min(len(wanted), EMIT_THREADS) or 1) as pool:
-            try:
-                for i, (ev, rows, seconds) in enumerate(
-                        as_completed_results(pool, with_job_tags(one, [tag]), wanted), start=1):
-                    report.rows[ev] = rows
-                    report.seconds[ev] = seconds
-                    report_progress("replay", i, len(wanted))
-            except BaseException:
-                cancel_jobs(sc, tag)  # a stop signal: the threads' jobs end now, not once done
-                raise
+        # the frames laid out by _seq: joined, in order, no exchange (the session's settings, set once around
+        # the threads)
+        with co_partitioned(pit.events.sparkSession):
+            for i, (ev, rows, seconds) in enumerate(as_completed_results(pool, with_job_tags(one, [tag]), wanted),
+                                                    start=1):
+                report.rows[ev] = rows
+                report.seconds[ev] = seconds
+                report_progress("replay", i, len(wanted))
     except BaseException as e:
-        cancel_jobs(sc, tag)  # the features jobs still running in PointInTime's threads
-        if not isinstance(e, Exception):  # a stop signal, maybe amid a py4j call of this thread: no more calls here
-            raise
-        sc.removeJobTag(tag)
-        pit.release()
+        cancel_jobs(sc, tag)  # the jobs still running in driver threads (features, datasets) end now, not once done
+        stopped = not isinstance(e, Exception)  # a stop signal, maybe amid a py4j call of this thread
         raise
-    sc.removeJobTag(tag)
-    pit.release()
+    finally:
+        pool.shutdown()
+        if not stopped:  # no more py4j calls from this thread after a stop signal (cancel_jobs)
+            sc.removeJobTag(tag)
+            pit.release()
 
 
 def cancel_jobs(sc, tag: str) -> None:

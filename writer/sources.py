@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import glob
 import os
+import struct
 from pathlib import Path
 from typing import Sequence
 
+import mmh3
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -263,7 +265,7 @@ def seq_ranges(spark: SparkSession, total: int) -> "SeqRanges":
         A :class:`SeqRanges`.
     """
     parts = max(1, int(spark.conf.get("spark.sql.shuffle.partitions") or 8))
-    return SeqRanges(parts, max(total, 1), tuple(_partition_keys(spark, parts)))
+    return SeqRanges(parts, max(total, 1), tuple(_partition_keys(parts)))
 
 
 class SeqRanges:
@@ -316,23 +318,12 @@ def seq_join_keys(left: DataFrame, right: DataFrame) -> list[str]:
 #: parts -> :func:`_partition_keys` (Spark's hash partitioning is the same function in every session)
 _KEYS: dict[int, list[int]] = {}
 
-_M32 = 0xFFFFFFFF
-
-
-def _mix_k1(k1: int) -> int:
-    k1 = (k1 * 0xCC9E2D51) & _M32
-    k1 = ((k1 << 15) | (k1 >> 17)) & _M32
-    return (k1 * 0x1B873593) & _M32
-
-
-def _mix_h1(h1: int, k1: int) -> int:
-    h1 ^= k1
-    h1 = ((h1 << 13) | (h1 >> 19)) & _M32
-    return (h1 * 5 + 0xE6546B64) & _M32
-
-
 def spark_hash_long(value: int, seed: int = 42) -> int:
-    """Spark's ``hash()`` of one ``long`` value: Murmur3 x86 32-bit, ``Murmur3_x86_32.hashLong``.
+    """Spark's ``hash()`` of one ``long`` value: Murmur3 x86 32-bit of its 8 little-endian bytes.
+
+    ``Murmur3_x86_32.hashLong`` mixes the low then the high 32 bits and
+    finishes with length 8: the reference MurmurHash3 of those bytes, which
+    ``mmh3`` computes.
 
     Args:
         value: a signed 64-bit integer.
@@ -343,19 +334,10 @@ def spark_hash_long(value: int, seed: int = 42) -> int:
 
     Source: Apache Spark, ``org.apache.spark.unsafe.hash.Murmur3_x86_32.hashLong`` (Austin Appleby's MurmurHash3).
     """
-    v = value & 0xFFFFFFFFFFFFFFFF
-    h1 = _mix_h1(seed & _M32, _mix_k1(v & _M32))
-    h1 = _mix_h1(h1, _mix_k1(v >> 32))
-    h1 ^= 8
-    h1 ^= h1 >> 16
-    h1 = (h1 * 0x85EBCA6B) & _M32
-    h1 ^= h1 >> 13
-    h1 = (h1 * 0xC2B2AE35) & _M32
-    h1 ^= h1 >> 16
-    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+    return mmh3.hash(struct.pack("<q", value), seed, signed=True)
 
 
-def _partition_keys(spark: SparkSession, parts: int) -> list[int]:
+def _partition_keys(parts: int) -> list[int]:
     """For each partition ``i < parts``, the smallest long ``>= 0`` that Spark's hash partitioning sends to ``i``.
 
     Hash partitioning sends a long ``x`` to ``pmod(hash(x), parts)``

@@ -195,7 +195,7 @@ def test_partition_keys_land_in_their_partitions(spark, parts):
 
     from writer.sources import _partition_keys
 
-    keys = _partition_keys(spark, parts)
+    keys = _partition_keys(parts)
     assert len(keys) == parts
     df = spark.createDataFrame([(k, i) for i, k in enumerate(keys)], "k long, i int").repartition(parts, "k")
     assert sorted((r["i"], r["p"]) for r in df.select("i", F.spark_partition_id().alias("p")).collect()) == \
