@@ -189,7 +189,7 @@ def format_duration_s(seconds: int) -> str:
     return "".join(parts)
 
 
-def start_spark(master: str | None = None, app_name: str = "scowl", events=None):
+def start_spark(master: str | None = None, app_name: str = "scowl", events=None, own_sigint: bool = True):
     """Start (or get) the Spark session with stop signals held back until it is up.
 
     Args:
@@ -199,6 +199,14 @@ def start_spark(master: str | None = None, app_name: str = "scowl", events=None)
             ``None`` (a stream): their estimated event count picks the JVM
             options (``writer.sources.estimate_events``,
             ``writer.session.java_options``).
+        own_sigint: keep this process's stop handler for SIGINT
+            (``scowl.signals.signals_stop``), so Ctrl-C stops the command as
+            SIGTERM does: the session is started from a driver thread, where
+            pyspark installs no handler of its own. ``False`` (``scowl
+            stream``): started in the calling thread, so pyspark's handler
+            takes SIGINT (cancel the jobs, raise ``KeyboardInterrupt``). Either
+            way a stop signal this process's handler takes cancels the
+            session's jobs first (``writer.session.stop_spark_jobs``).
 
     Returns:
         The ``pyspark.sql.SparkSession`` of ``writer.session.get_spark``.
@@ -209,13 +217,34 @@ def start_spark(master: str | None = None, app_name: str = "scowl", events=None)
     A stop signal during start-up is delivered once the session exists
     (``scowl.signals.stop_deferred``), so it never orphans Spark's JVM.
     """
-    from scowl.signals import stop_deferred
-    from writer.session import get_spark
+    import threading
+
+    from scowl.signals import add_stop_hook, stop_deferred
+    from writer.session import get_spark, stop_spark_jobs
     from writer.sources import SourceError, estimate_events
 
     try:
         n = estimate_events(events) if events is not None else None
     except SourceError as e:
         raise UserError(str(e)) from None
+    add_stop_hook(stop_spark_jobs)
     with stop_deferred():
-        return get_spark(master, app_name=app_name, events=n)
+        if not own_sigint or threading.current_thread() is not threading.main_thread():
+            return get_spark(master, app_name=app_name, events=n)
+        # started from a thread of its own: pyspark installs its SIGINT handler only when Spark starts in the
+        # main thread (and then at the end of SparkContext's set-up, where restoring ours afterwards leaves a
+        # window in which Ctrl-C met pyspark's handler, seen under load), so this process's handler stays
+        got: dict[str, object] = {}
+
+        def start() -> None:
+            try:
+                got["spark"] = get_spark(master, app_name=app_name, events=n)
+            except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
+                got["error"] = e
+
+        thread = threading.Thread(target=start, name="scowl-start-spark")
+        thread.start()
+        thread.join()  # a stop signal meanwhile is held back (stop_deferred) and delivered after the block
+        if "error" in got:
+            raise got["error"]  # type: ignore[misc]
+        return got["spark"]

@@ -15,12 +15,20 @@ server then dies with its parent, see ``scowl.embedded``).
 it stops accepting connections, finishes the requests in flight, and only
 then is :class:`Stopped` raised.
 
-Spark jobs (backfill, replay, stream) install pyspark's own SIGINT handler,
-which cancels the running jobs and raises ``KeyboardInterrupt``: Ctrl-C
-there runs the same clean-up and exits 130 (typer's code for it). ``scowl
-stream`` without ``--available-now`` runs until stopped, so there SIGTERM and
-SIGHUP end it like Ctrl-C (:func:`signals_request_stop`): the query stops, the
-summary is printed, exit 0.
+Starting Spark in the main thread installs pyspark's own SIGINT handler
+(cancel every job from the main thread, raise ``KeyboardInterrupt``).
+Backfill, replay and the demo start it from a thread instead
+(``scowl.common.start_spark``), so this module's handler stays and Ctrl-C
+stops them as SIGTERM does, and every stop signal first cancels
+their Spark jobs (:func:`add_stop_hook`, ``writer.session.stop_spark_jobs``):
+the signal usually lands while the main thread waits inside a py4j call
+for a job, and pyspark's handler, calling the JVM on that same connection,
+failed with a screen of tracebacks ("reentrant call"), where a SIGTERM
+waited for the job to end (up to the rest of a replay). ``scowl stream``
+keeps pyspark's SIGINT handler: without ``--available-now`` it runs until
+stopped, so there SIGTERM and SIGHUP end it like Ctrl-C
+(:func:`signals_request_stop`): the query stops, the summary is printed,
+exit 0.
 """
 
 from __future__ import annotations
@@ -55,6 +63,38 @@ class Stopped(BaseException):
     def name(self) -> str:
         """The signal's name, e.g. ``"SIGTERM"``."""
         return signal.Signals(self.signum).name
+
+
+#: What the first stop signal runs before it raises (:func:`add_stop_hook`).
+_hooks: list[Callable[[int, object], None]] = []
+
+
+def add_stop_hook(hook: Callable[[int, object], None]) -> None:
+    """Have the first stop signal call ``hook(signum, frame)`` in the main thread before it raises :class:`Stopped`.
+
+    For work the unwinding must not wait for: a Spark command cancels its
+    running jobs here (``writer.session.stop_spark_jobs``), from a thread,
+    rather than in its ``finally`` blocks, which run only after the main
+    thread's interrupted call returned. ``frame`` is the frame the signal
+    interrupted. A hook must return quickly and not raise (an exception
+    from it is dropped). Hooks stay for the life of the process (a
+    command runs once per process); adding the same hook again changes
+    nothing.
+
+    Args:
+        hook: a callable ``(signum, frame) -> None``.
+    """
+    if hook not in _hooks:
+        _hooks.append(hook)
+
+
+def _run_hooks(signum: int, frame) -> None:
+    """Call every :func:`add_stop_hook` hook, in order, dropping their exceptions."""
+    for hook in list(_hooks):
+        try:
+            hook(signum, frame)
+        except Exception:  # noqa: BLE001 - a hook must not keep the command from stopping
+            pass
 
 
 #: :func:`stop_deferred` nesting depth and the first stop signal that arrived meanwhile.
@@ -108,6 +148,7 @@ def _first_signal_raises(signals: tuple[int, ...], make: Callable[[int], BaseExc
             _deferral["pending"] = _deferral["pending"] or signum
             return
         stopping = True
+        _run_hooks(signum, frame)
         raise make(signum)
 
     previous = {sig: signal.signal(sig, handler) for sig in signals}

@@ -54,7 +54,9 @@ per writer event type), ``tiles`` (per state) and ``coverage``. With
 from __future__ import annotations
 
 import math
+import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,7 +72,7 @@ from compiler.plan import Plan, StateSpec
 from compiler.typesystem import format_time
 from writer.pointintime import staged_stage_count
 from writer.redisio import connect
-from writer.session import without_adaptive, without_codegen
+from writer.session import cancel_jobs, with_job_tags, without_adaptive, without_codegen
 from writer.sink import write_keys, write_partition
 from writer.sources import event_id, mark_repeated_ids, read_events, valid
 from writer.status import read_coverage, read_online_starts, record_coverage, state_features
@@ -409,8 +411,13 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
 
     forced = win.force
 
+    stopping = threading.Event()  # set when the run fails or is stopped: no state's write job starts after it
+
     def write(rows: DataFrame) -> int:
-        return int(rows.rdd.mapPartitions(lambda it: [write_partition(it, url, forced)]).sum())
+        batches = rows.rdd.mapPartitions(lambda it: [write_partition(it, url, forced)])
+        if stopping.is_set():
+            raise RuntimeError("backfill stopped")
+        return int(batches.sum())
 
     def write_state(st: StateSpec) -> tuple[str, int]:
         end = win.decay_end.get(st.definition_hash, we)
@@ -424,18 +431,23 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
     apart = [st for st in states if form(st) is None]
     progress("tiles", 0, len(states))
     done = 0
-    with ThreadPoolExecutor(max_workers=CONCURRENT_JOBS) as pool:
-        futures = [pool.submit(write_state, st) for st in apart]
+    tag = f"scowl-backfill-{uuid.uuid4().hex}"  # the write jobs of every pool thread (writer.session.with_job_tags)
+    pool = ThreadPoolExecutor(max_workers=CONCURRENT_JOBS)
+    try:
+        futures = [pool.submit(with_job_tags(write_state, [tag]), st) for st in apart]
         if together:
             def write_together() -> tuple[None, dict[str, int]]:
                 parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
                 rows = state_rows_all(frames, together, ws, we, key_partitions=parts)
                 per_g: dict[int, int] = {}
-                for counts in rows.rdd.mapPartitions(lambda it: [write_keys(it, url, forced)]).collect():
+                batches = rows.rdd.mapPartitions(lambda it: [write_keys(it, url, forced)])  # planned (seconds, cold)
+                if stopping.is_set():
+                    raise RuntimeError("backfill stopped")
+                for counts in batches.collect():
                     for g, n in counts.items():
                         per_g[g] = per_g.get(g, 0) + n
                 return None, {st.definition_hash: per_g.get(g, 0) for g, st in enumerate(together)}
-            futures.append(pool.submit(write_together))
+            futures.append(pool.submit(with_job_tags(write_together, [tag])))
         for fut in as_completed(futures):
             h, written = fut.result()
             if h is None:
@@ -445,6 +457,14 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
                 report.rows[h] = written
                 done += 1
             progress("tiles", done, len(states))
+    except BaseException:
+        # a failed state or a stop signal: the states not started never start, those in flight end now
+        stopping.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        cancel_jobs(spark.sparkContext, tag)
+        raise
+    finally:
+        pool.shutdown()
     for df in frames.values():
         df.unpersist()
     if owned:

@@ -60,7 +60,7 @@ from pyspark.sql import functions as F
 from compiler.plan import EventPlan, Plan
 from compiler.typesystem import format_time_column, parse_type
 from writer.pointintime import PointInTime
-from writer.session import co_partitioned, with_job_tags, without_adaptive
+from writer.session import cancel_jobs, co_partitioned, with_job_tags, without_adaptive
 from writer.sources import dense_seq_column, event_id, mark_repeated_ids, partition_of, read_events, seq_ranges, valid
 
 Progress = Callable[[str, int, int], None]
@@ -78,7 +78,7 @@ EMIT_THREADS = 4
 PARQUET_OPTIONS: dict[str, str] = {"compression": "zstd", "parquet.enable.dictionary": "false"}
 
 __all__ = ["EMIT_THREADS", "PARQUET_OPTIONS", "ReplayError", "ReplayEvents", "ReplayReport", "as_completed_results",
-           "cancel_jobs", "in_seq_order", "output_column", "prepare_events", "replay_frames", "run_replay", "tuple_names"]
+           "in_seq_order", "output_column", "prepare_events", "replay_frames", "run_replay", "tuple_names"]
 
 
 class ReplayError(ValueError):
@@ -482,6 +482,7 @@ def _replay(plan: Plan, prepared: ReplayEvents, wanted: list[str], report: Repla
                 report.seconds[ev] = seconds
                 report_progress("replay", i, len(wanted))
     except BaseException as e:
+        pool.shutdown(wait=False, cancel_futures=True)  # no type's dataset not yet started starts now
         cancel_jobs(sc, tag)  # the jobs still running in driver threads (features, datasets) end now, not once done
         stopped = not isinstance(e, Exception)  # a stop signal, maybe amid a py4j call of this thread
         raise
@@ -490,32 +491,6 @@ def _replay(plan: Plan, prepared: ReplayEvents, wanted: list[str], report: Repla
         if not stopped:  # no more py4j calls from this thread after a stop signal (cancel_jobs)
             sc.removeJobTag(tag)
             pit.release()
-
-
-def cancel_jobs(sc, tag: str) -> None:
-    """Cancel the Spark jobs tagged ``tag`` (``SparkContext.cancelJobsWithTag``), from a driver thread of its own.
-
-    A stop signal (``scowl.signals.Stopped``) can interrupt this thread in
-    the middle of a py4j call, whose answer then waits unread on this
-    thread's connection (py4j cleans a connection up for
-    ``KeyboardInterrupt`` only): a call made here would read it. A new
-    thread has a connection of its own.
-
-    Args:
-        sc: the ``SparkContext``.
-        tag: the job tag.
-    """
-    import threading
-
-    def cancel() -> None:
-        try:
-            sc.cancelJobsWithTag(tag)
-        except Exception:  # noqa: BLE001 - Spark already stopping: nothing left to cancel
-            pass
-
-    t = threading.Thread(target=cancel, name="scowl-cancel", daemon=True)
-    t.start()
-    t.join(timeout=30)
 
 
 def as_completed_results(pool: ThreadPoolExecutor, fn: Callable, items: Sequence):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Callable
@@ -319,6 +320,92 @@ def co_partitioned(spark: SparkSession):
     """
     with without_adaptive(spark), spark_conf(spark, "spark.sql.requireAllClusterKeysForCoPartition", "false"):
         yield
+
+
+def _in_py4j_call(frame) -> bool:
+    """Whether ``frame`` or a frame it was called from is py4j sending a command (a call waiting for the JVM)."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "send_command" and os.path.basename(os.path.dirname(code.co_filename)) == "py4j":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def stop_spark_jobs(signum: int, frame) -> None:
+    """A stop signal's first step (``scowl.signals.add_stop_hook``): cancel every Spark job, and free this thread's py4j connection.
+
+    Runs in the main thread, inside the signal handler, before it raises.
+    The signal usually finds the main thread inside a py4j call (a
+    ``collect``, a ``localCheckpoint``) waiting for a job. So:
+
+    1. Every job of the active ``SparkContext`` is cancelled
+       (``cancelAllJobs``) from a new driver thread, which has a py4j
+       connection of its own: the interrupted call's job, and those of other
+       driver threads, end now rather than when done (pyspark's own SIGINT
+       handler makes that call on the interrupted connection, where it fails:
+       "reentrant call inside BufferedReader", a screen of tracebacks).
+    2. If ``frame`` is inside a py4j call, this thread's connection is taken
+       off the thread (py4j's pinned-thread mode keeps one per thread) and
+       closed from another thread: its answer was never read, and the next
+       call on it would read that answer as its own (or wait for it), so the
+       ``finally`` blocks that restore session settings while the command
+       unwinds would block or read shifted answers. This thread's next call
+       opens a new connection. py4j does the same for ``KeyboardInterrupt``
+       only (``GatewayClient.send_command``).
+
+    Does nothing without an active ``SparkContext``. Never raises.
+
+    Args:
+        signum: the signal number (unused: every stop signal stops the jobs).
+        frame: the frame the signal interrupted (``None`` is treated as no py4j call).
+    """
+    try:
+        from pyspark import SparkContext
+    except ImportError:  # no Spark in this process
+        return
+    sc = SparkContext._active_spark_context
+    if sc is None:
+        return
+    client = getattr(getattr(sc, "_gateway", None), "_gateway_client", None)
+    if _in_py4j_call(frame) and hasattr(client, "thread_connection"):
+        conn = client.get_thread_connection()
+        if conn is not None:
+            client.thread_connection.connection = None
+            # closed from a thread: the interrupted read holds the stream until the signal's exception unwinds it
+            threading.Thread(target=conn.close, kwargs={"reset": True}, name="scowl-py4j-close", daemon=True).start()
+
+    def cancel() -> None:
+        try:
+            sc.cancelAllJobs()
+        except Exception:  # noqa: BLE001 - the JVM may be gone already: nothing left to cancel
+            pass
+
+    threading.Thread(target=cancel, name="scowl-cancel-jobs", daemon=True).start()
+
+
+def cancel_jobs(sc, tag: str) -> None:
+    """Cancel the Spark jobs tagged ``tag`` (``SparkContext.cancelJobsWithTag``), from a driver thread of its own.
+
+    A stop signal (``scowl.signals.Stopped``) can interrupt this thread in
+    the middle of a py4j call, whose answer then waits unread on this
+    thread's connection (py4j cleans a connection up for
+    ``KeyboardInterrupt`` only): a call made here would read it. A new
+    thread has a connection of its own.
+
+    Args:
+        sc: the ``SparkContext``.
+        tag: the job tag.
+    """
+    def cancel() -> None:
+        try:
+            sc.cancelJobsWithTag(tag)
+        except Exception:  # noqa: BLE001 - Spark already stopping: nothing left to cancel
+            pass
+
+    t = threading.Thread(target=cancel, name="scowl-cancel", daemon=True)
+    t.start()
+    t.join(timeout=30)
 
 
 def with_job_tags(fn, tags):

@@ -6,7 +6,8 @@ a process group of its own; the test finds the server's pid in ``/proc``,
 sends the signal to the serve process only (as ``kill <pid>`` does), and
 checks that serve exits with ``128 + n``, that no ``valkey-server`` is left,
 and that what the API wrote was saved (a new server on the same home loads
-it). ``scowl stream`` (until stopped) ends like Ctrl-C on SIGTERM.
+it). ``scowl stream`` (until stopped) ends like Ctrl-C on SIGTERM. ``scowl backfill`` and ``scowl replay``
+stopped mid-job cancel their Spark jobs and exit with scowl's one line.
 """
 
 from __future__ import annotations
@@ -285,4 +286,33 @@ def test_backfill_stopped_mid_job_stops_the_embedded_store(tmp_path):
         assert "backfill wrote" not in cmd.out.read_text()
         assert not running(valkey)
         assert not (cmd.home / "store" / "port").exists()
+        wait_for(lambda: not group(cmd.proc.pid), 60, "Spark's JVM (and every other process of the job) to exit")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_replay_stopped_mid_job_cancels_its_jobs_and_exits_quietly(tmp_path, sig):
+    """``scowl replay`` stopped while its Spark jobs run: exit ``128 + n`` with scowl's one line, no traceback,
+    no process left. Ctrl-C used to reach pyspark's own SIGINT handler, which called the JVM on the
+    connection the main thread was waiting on: "reentrant call inside BufferedReader" and a screen of
+    tracebacks; SIGTERM waited for the running job, up to the rest of the replay
+    (``writer.session.stop_spark_jobs`` now cancels the jobs first, ``scowl.common.start_spark`` keeps
+    scowl's SIGINT handler)."""
+    topo = tmp_path / "topo"
+    topo.mkdir()
+    (topo / "t.scowl").write_text(TOPOLOGY)
+    events = tmp_path / "events.jsonl"
+    events.write_text("".join(f'{{"_type": "pay", "_time": {1_700_000_000_000 + 997 * i}, "user": "u{i % 500}", '
+                              f'"amount": {i}}}\n' for i in range(150_000)))
+    cmd = Command(tmp_path, "replay", str(topo), "--events", str(events), "--out", str(tmp_path / "out"),
+                  "--master", "local[1]")
+    with cmd:
+        wait_for(lambda: children(cmd.proc.pid, "java") or cmd.proc.poll() is not None, 120, "Spark's JVM")
+        assert cmd.proc.poll() is None, cmd.err.read_text()
+        time.sleep(8.0)  # the session is up and the replay's jobs run (the whole replay takes far longer)
+        assert cmd.proc.poll() is None, cmd.err.read_text()
+        assert cmd.stop(sig, timeout_s=120) == 128 + sig
+        err = cmd.err.read_text()
+        assert "Traceback" not in err, err[-3000:]
+        assert err.splitlines()[-1] == f"scowl: stopped by {signal.Signals(sig).name}", err[-3000:]
+        assert "rows" not in cmd.out.read_text()  # no dataset reported written
         wait_for(lambda: not group(cmd.proc.pid), 60, "Spark's JVM (and every other process of the job) to exit")
