@@ -189,7 +189,7 @@ def format_duration_s(seconds: int) -> str:
     return "".join(parts)
 
 
-def start_spark(master: str | None = None, app_name: str = "scowl", events=None, own_sigint: bool = True):
+def start_spark(master: str | None = None, app_name: str = "scowl", events=None):
     """Start (or get) the Spark session with stop signals held back until it is up.
 
     Args:
@@ -199,14 +199,6 @@ def start_spark(master: str | None = None, app_name: str = "scowl", events=None,
             ``None`` (a stream): their estimated event count picks the JVM
             options (``writer.sources.estimate_events``,
             ``writer.session.java_options``).
-        own_sigint: keep this process's stop handler for SIGINT
-            (``scowl.signals.signals_stop``), so Ctrl-C stops the command as
-            SIGTERM does: the session is started from a driver thread, where
-            pyspark installs no handler of its own. ``False`` (``scowl
-            stream``): started in the calling thread, so pyspark's handler
-            takes SIGINT (cancel the jobs, raise ``KeyboardInterrupt``). Either
-            way a stop signal this process's handler takes cancels the
-            session's jobs first (``writer.session.stop_spark_jobs``).
 
     Returns:
         The ``pyspark.sql.SparkSession`` of ``writer.session.get_spark``.
@@ -215,7 +207,12 @@ def start_spark(master: str | None = None, app_name: str = "scowl", events=None,
         UserError: an ``events`` path matches nothing.
 
     A stop signal during start-up is delivered once the session exists
-    (``scowl.signals.stop_deferred``), so it never orphans Spark's JVM.
+    (``scowl.signals.stop_deferred``), so it never orphans Spark's JVM. The
+    session is started from a driver thread, where pyspark installs no SIGINT
+    handler of its own: this process's (``scowl.signals.signals_stop``) stays,
+    so Ctrl-C stops the command as SIGTERM does. The first stop signal
+    cancels the session's jobs before the command unwinds
+    (``writer.session.stop_spark_jobs``).
     """
     import threading
 
@@ -229,7 +226,7 @@ def start_spark(master: str | None = None, app_name: str = "scowl", events=None,
         raise UserError(str(e)) from None
     add_stop_hook(stop_spark_jobs)
     with stop_deferred():
-        if not own_sigint or threading.current_thread() is not threading.main_thread():
+        if threading.current_thread() is not threading.main_thread():
             return get_spark(master, app_name=app_name, events=n)
         # started from a thread of its own: pyspark installs its SIGINT handler only when Spark starts in the
         # main thread (and then at the end of SparkContext's set-up, where restoring ours afterwards leaves a

@@ -16,17 +16,16 @@ it stops accepting connections, finishes the requests in flight, and only
 then is :class:`Stopped` raised.
 
 Starting Spark in the main thread installs pyspark's own SIGINT handler
-(cancel every job from the main thread, raise ``KeyboardInterrupt``).
-Backfill, replay and the demo start it from a thread instead
-(``scowl.common.start_spark``), so this module's handler stays and Ctrl-C
-stops them as SIGTERM does, and every stop signal first cancels
-their Spark jobs (:func:`add_stop_hook`, ``writer.session.stop_spark_jobs``):
-the signal usually lands while the main thread waits inside a py4j call
-for a job, and pyspark's handler, calling the JVM on that same connection,
-failed with a screen of tracebacks ("reentrant call"), where a SIGTERM
-waited for the job to end (up to the rest of a replay). ``scowl stream``
-keeps pyspark's SIGINT handler: without ``--available-now`` it runs until
-stopped, so there SIGTERM and SIGHUP end it like Ctrl-C
+(cancel every job from the main thread, raise ``KeyboardInterrupt``). The
+Spark commands start it from a thread instead (``scowl.common.start_spark``),
+so this module's handler stays and Ctrl-C stops them as SIGTERM does, and
+every stop signal first cancels their Spark jobs (:func:`add_stop_hook`,
+``writer.session.stop_spark_jobs``): the signal usually lands while the
+main thread waits inside a py4j call for a job, and pyspark's handler,
+calling the JVM on that same connection, failed with a screen of
+tracebacks ("reentrant call"), where a SIGTERM waited for the job to end
+(up to the rest of a replay). ``scowl stream`` without ``--available-now``
+runs until stopped, so there every stop signal ends it normally
 (:func:`signals_request_stop`): the query stops, the summary is printed,
 exit 0.
 """
@@ -173,17 +172,16 @@ def signals_stop() -> ContextManager[None]:
 
 
 @contextmanager
-def signals_request_stop(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -> Iterator[threading.Event]:
-    """Within the block, ``signals`` set the yielded event instead of raising.
+def signals_request_stop(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[threading.Event]:
+    """Within the block, ``signals`` (default: every stop signal) set the yielded event instead of raising.
 
     For a job whose normal end is an interruption (``scowl stream`` without
     ``--available-now``): ``writer.stream.run_stream`` polls the event and
-    stops its query as on Ctrl-C. Raising from the handler instead would
-    interrupt whatever py4j call the main thread is in and can leave the
-    gateway unusable for stopping the query. SIGINT keeps its handler
-    (pyspark's: cancel the jobs, raise ``KeyboardInterrupt``). The previous
-    handlers are restored on exit. Outside the main thread the event is
-    never set by a signal.
+    stops its query. Raising from the handler instead would interrupt
+    whatever py4j call the main thread is in, and the query would have to be
+    stopped over a connection left mid-call. The previous handlers are
+    restored on exit. Outside the main thread the event is never set by a
+    signal.
 
     Yields:
         A :class:`threading.Event`, set by the first of ``signals``.

@@ -623,7 +623,7 @@ def run_stream(
         on_batch: called after each batch with its :class:`BatchResult`.
         stop_requested: polled about once a second while the query runs; when
             it returns true the query is stopped and the report returned, as
-            on ``KeyboardInterrupt`` (``scowl stream`` sets it on SIGTERM/SIGHUP).
+            on ``KeyboardInterrupt`` (``scowl stream`` sets it on SIGINT, SIGTERM and SIGHUP).
 
     Returns:
         A :class:`StreamReport`.

@@ -129,8 +129,8 @@ def stream(
 
     with open_store() as url:
         console.print(f"stream {source} -> store {redact_url(url)} (checkpoint {ck.absolute()})")
-        spark = start_spark(master, app_name="scowl-stream", own_sigint=False)  # Ctrl-C: pyspark's handler
-        # until stopped: SIGTERM/SIGHUP end it like Ctrl-C (query stopped, summary printed, exit 0)
+        spark = start_spark(master, app_name="scowl-stream")
+        # until stopped: Ctrl-C, SIGTERM and SIGHUP stop the query (summary printed, exit 0)
         until_stopped = nullcontext() if available_now else signals_request_stop()
         try:
             with until_stopped as stop:
