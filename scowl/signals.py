@@ -173,13 +173,17 @@ def signals_stop() -> ContextManager[None]:
 
 @contextmanager
 def signals_request_stop(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[threading.Event]:
-    """Within the block, ``signals`` (default: every stop signal) set the yielded event instead of raising.
+    """Within the block, the first of ``signals`` (default: every stop signal) sets the yielded event; a second one raises.
 
     For a job whose normal end is an interruption (``scowl stream`` without
     ``--available-now``): ``writer.stream.run_stream`` polls the event and
     stops its query. Raising from the handler instead would interrupt
     whatever py4j call the main thread is in, and the query would have to be
-    stopped over a connection left mid-call. The previous handlers are
+    stopped over a connection left mid-call. A second signal, while that
+    stop is under way (a batch that does not end, say), forces it as a
+    second Ctrl-C forces uvicorn's shutdown: the :func:`add_stop_hook` hooks
+    run and :class:`Stopped` is raised, so the command unwinds (its store
+    saved and stopped) and exits ``128 + n``. The previous handlers are
     restored on exit. Outside the main thread the event is never set by a
     signal.
 
@@ -190,7 +194,20 @@ def signals_request_stop(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[th
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
-    previous = {sig: signal.signal(sig, lambda signum, frame: stop.set()) for sig in signals}
+    forced = False
+
+    def handler(signum: int, frame) -> None:
+        nonlocal forced
+        if not stop.is_set():
+            stop.set()
+            return
+        if forced:
+            return
+        forced = True
+        _run_hooks(signum, frame)
+        raise Stopped(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield stop
     finally:

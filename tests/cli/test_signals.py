@@ -320,3 +320,32 @@ def test_replay_stopped_mid_job_cancels_its_jobs_and_exits_quietly(tmp_path, sig
         assert err.splitlines()[-1] == f"scowl: stopped by {signal.Signals(sig).name}", err[-3000:]
         assert "rows" not in cmd.out.read_text()  # no dataset reported written
         wait_for(lambda: not group(cmd.proc.pid), 60, "Spark's JVM (and every other process of the job) to exit")
+
+
+REQUEST_STOP_PROBE = """
+import os, signal
+from scowl.signals import Stopped, add_stop_hook, signals_request_stop
+add_stop_hook(lambda signum, frame: print("HOOK", signum, flush=True))
+with signals_request_stop() as stop:
+    os.kill(os.getpid(), signal.SIGTERM)
+    print("SET", stop.is_set(), flush=True)
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        print("NOT RAISED", flush=True)
+    except Stopped as e:
+        print("RAISED", e.signum, flush=True)
+    os.kill(os.getpid(), signal.SIGHUP)  # a third: ignored
+    print("THIRD IGNORED", flush=True)
+print("RESTORED", signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True)
+"""
+
+
+def test_request_stop_sets_the_event_then_a_second_signal_forces_the_stop():
+    """``signals_request_stop`` (an until-stopped ``scowl stream``): the first stop signal only sets the event
+    (the query is stopped cleanly); a second one, while that stop is under way, runs the stop hooks (cancel the
+    Spark jobs) and raises ``Stopped``, as a second Ctrl-C forces uvicorn's shutdown; later ones are ignored."""
+    out = subprocess.run([sys.executable, "-c", REQUEST_STOP_PROBE], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["SET True", f"HOOK {int(signal.SIGINT)}", f"RAISED {int(signal.SIGINT)}",
+                                       "THIRD IGNORED", "RESTORED True"]
