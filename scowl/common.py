@@ -214,7 +214,7 @@ def start_spark(master: str | None = None, app_name: str = "scowl", events=None)
     cancels the session's jobs before the command unwinds
     (``writer.session.stop_spark_jobs``).
     """
-    import threading
+    from concurrent.futures import ThreadPoolExecutor
 
     from scowl.signals import add_stop_hook, stop_deferred
     from writer.session import get_spark, stop_spark_jobs
@@ -226,22 +226,9 @@ def start_spark(master: str | None = None, app_name: str = "scowl", events=None)
         raise UserError(str(e)) from None
     add_stop_hook(stop_spark_jobs)
     with stop_deferred():
-        if threading.current_thread() is not threading.main_thread():
-            return get_spark(master, app_name=app_name, events=n)
         # started from a thread of its own: pyspark installs its SIGINT handler only when Spark starts in the
         # main thread (and then at the end of SparkContext's set-up, where restoring ours afterwards leaves a
-        # window in which Ctrl-C met pyspark's handler, seen under load), so this process's handler stays
-        got: dict[str, object] = {}
-
-        def start() -> None:
-            try:
-                got["spark"] = get_spark(master, app_name=app_name, events=n)
-            except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
-                got["error"] = e
-
-        thread = threading.Thread(target=start, name="scowl-start-spark")
-        thread.start()
-        thread.join()  # a stop signal meanwhile is held back (stop_deferred) and delivered after the block
-        if "error" in got:
-            raise got["error"]  # type: ignore[misc]
-        return got["spark"]
+        # window in which Ctrl-C met pyspark's handler, seen under load), so this process's handler stays. A stop
+        # signal while the main thread waits is held back (stop_deferred) and delivered after the block
+        with ThreadPoolExecutor(1, thread_name_prefix="scowl-start-spark") as pool:
+            return pool.submit(get_spark, master, app_name=app_name, events=n).result()

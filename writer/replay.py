@@ -463,7 +463,6 @@ def _replay(plan: Plan, prepared: ReplayEvents, wanted: list[str], report: Repla
         rows = emit(ev, _event_frame(pit, prepared.events, plan, ev, prepared.ids.get(ev, 0) > 0, total))
         return ev, rows, time.perf_counter() - t1
 
-    stopped = False
     try:
         t1 = time.perf_counter()
         pit.prepare({ev: [f.name for f in plan.events[ev].outputs] for ev in wanted})
@@ -481,16 +480,15 @@ def _replay(plan: Plan, prepared: ReplayEvents, wanted: list[str], report: Repla
                 report.rows[ev] = rows
                 report.seconds[ev] = seconds
                 report_progress("replay", i, len(wanted))
-    except BaseException as e:
+    except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)  # no type's dataset not yet started starts now
         cancel_jobs(sc, tag)  # the jobs still running in driver threads (features, datasets) end now, not once done
-        stopped = not isinstance(e, Exception)  # a stop signal, maybe amid a py4j call of this thread
         raise
     finally:
+        # after a stop signal too: its hook gave this thread a new py4j connection (writer.session.stop_spark_jobs)
         pool.shutdown()
-        if not stopped:  # no more py4j calls from this thread after a stop signal (cancel_jobs)
-            sc.removeJobTag(tag)
-            pit.release()
+        sc.removeJobTag(tag)
+        pit.release()
 
 
 def as_completed_results(pool: ThreadPoolExecutor, fn: Callable, items: Sequence):

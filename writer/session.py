@@ -375,37 +375,37 @@ def stop_spark_jobs(signum: int, frame) -> None:
             # closed from a thread: the interrupted read holds the stream until the signal's exception unwinds it
             threading.Thread(target=conn.close, kwargs={"reset": True}, name="scowl-py4j-close", daemon=True).start()
 
-    def cancel() -> None:
-        try:
-            sc.cancelAllJobs()
-        except Exception:  # noqa: BLE001 - the JVM may be gone already: nothing left to cancel
-            pass
-
-    threading.Thread(target=cancel, name="scowl-cancel-jobs", daemon=True).start()
+    cancel_jobs(sc, wait=False)
 
 
-def cancel_jobs(sc, tag: str) -> None:
-    """Cancel the Spark jobs tagged ``tag`` (``SparkContext.cancelJobsWithTag``), from a driver thread of its own.
+def cancel_jobs(sc, tag: str | None = None, wait: bool = True) -> None:
+    """Cancel the Spark jobs tagged ``tag`` (every job when ``None``), from a driver thread of its own.
 
-    A stop signal (``scowl.signals.Stopped``) can interrupt this thread in
-    the middle of a py4j call, whose answer then waits unread on this
-    thread's connection (py4j cleans a connection up for
-    ``KeyboardInterrupt`` only): a call made here would read it. A new
-    thread has a connection of its own.
+    A thread of its own has a py4j connection of its own: the caller may be
+    a signal handler whose thread was interrupted inside a py4j call
+    (:func:`stop_spark_jobs`), where a call on that thread's connection
+    would read the interrupted call's answer.
 
     Args:
         sc: the ``SparkContext``.
-        tag: the job tag.
+        tag: the job tag (``SparkContext.cancelJobsWithTag``), or ``None``
+            for every job (``cancelAllJobs``).
+        wait: wait for the cancellation call (up to 30 s); ``False`` returns
+            at once (a signal handler).
     """
     def cancel() -> None:
         try:
-            sc.cancelJobsWithTag(tag)
+            if tag is None:
+                sc.cancelAllJobs()
+            else:
+                sc.cancelJobsWithTag(tag)
         except Exception:  # noqa: BLE001 - Spark already stopping: nothing left to cancel
             pass
 
-    t = threading.Thread(target=cancel, name="scowl-cancel", daemon=True)
+    t = threading.Thread(target=cancel, name="scowl-cancel-jobs", daemon=True)
     t.start()
-    t.join(timeout=30)
+    if wait:
+        t.join(timeout=30)
 
 
 def with_job_tags(fn, tags):

@@ -269,16 +269,22 @@ def test_serve_on_a_busy_port_is_a_user_error_and_stops_the_store(tmp_path):
             assert (cmd.home / "store" / "dump.rdb").exists()  # ... and saved
 
 
-def test_backfill_stopped_mid_job_stops_the_embedded_store(tmp_path):
-    """``scowl backfill`` (a Spark job, embedded store): SIGTERM while Spark starts exits 143 and leaves no
-    ``valkey-server`` and no process of the job. Spark's JVM included: the signal is held back until the
-    session is up (``scowl.signals.stop_deferred``); before, Python exited mid-launch and the JVM lived on."""
+def pay_job(tmp_path: Path, n: int, users: int) -> tuple[Path, Path]:
+    """A topology directory of :data:`TOPOLOGY` and a JSONL file of ``n`` pay events ~1 s apart over ``users`` users."""
     topo = tmp_path / "topo"
     topo.mkdir()
     (topo / "t.scowl").write_text(TOPOLOGY)
     events = tmp_path / "events.jsonl"
-    events.write_text("".join(f'{{"_type": "pay", "_time": {1_700_000_000_000 + 997 * i}, "user": "u{i % 50}", '
-                              f'"amount": {i}}}\n' for i in range(20_000)))
+    events.write_text("".join(f'{{"_type": "pay", "_time": {1_700_000_000_000 + 997 * i}, "user": "u{i % users}", '
+                              f'"amount": {i}}}\n' for i in range(n)))
+    return topo, events
+
+
+def test_backfill_stopped_mid_job_stops_the_embedded_store(tmp_path):
+    """``scowl backfill`` (a Spark job, embedded store): SIGTERM while Spark starts exits 143 and leaves no
+    ``valkey-server`` and no process of the job. Spark's JVM included: the signal is held back until the
+    session is up (``scowl.signals.stop_deferred``); before, Python exited mid-launch and the JVM lived on."""
+    topo, events = pay_job(tmp_path, 20_000, 50)
     cmd = Command(tmp_path, "backfill", str(topo), "--events", str(events), "--master", "local[1]")
     with cmd:
         valkey = cmd.valkey_pid()
@@ -301,12 +307,7 @@ def test_replay_stopped_mid_job_cancels_its_jobs_and_exits_quietly(tmp_path, sig
     tracebacks; SIGTERM waited for the running job, up to the rest of the replay
     (``writer.session.stop_spark_jobs`` now cancels the jobs first, ``scowl.common.start_spark`` keeps
     scowl's SIGINT handler)."""
-    topo = tmp_path / "topo"
-    topo.mkdir()
-    (topo / "t.scowl").write_text(TOPOLOGY)
-    events = tmp_path / "events.jsonl"
-    events.write_text("".join(f'{{"_type": "pay", "_time": {1_700_000_000_000 + 997 * i}, "user": "u{i % 500}", '
-                              f'"amount": {i}}}\n' for i in range(150_000)))
+    topo, events = pay_job(tmp_path, 150_000, 500)
     cmd = Command(tmp_path, "replay", str(topo), "--events", str(events), "--out", str(tmp_path / "out"),
                   "--master", "local[1]")
     with cmd:

@@ -53,8 +53,7 @@ def test_cancel_jobs_ends_the_tagged_jobs_of_another_thread(spark):
     (``with_job_tags``), and ``cancel_jobs`` ends them at once."""
     import uuid
 
-    from writer.session import cancel_jobs
-    from writer.session import with_job_tags
+    from writer.session import cancel_jobs, with_job_tags
 
     tag = f"test-{uuid.uuid4().hex}"
     errors: list[BaseException] = []
