@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -71,7 +72,7 @@ from compiler.plan import Plan, StateSpec
 from compiler.typesystem import format_time
 from writer.pointintime import staged_stage_count
 from writer.redisio import connect
-from writer.session import CACHE_STORAGE, cancel_jobs, with_job_tags, without_adaptive, without_codegen
+from writer.session import cancel_jobs, with_job_tags, without_adaptive, without_codegen
 from writer.sink import write_keys, write_partition
 from writer.sources import event_id, mark_repeated_ids, read_events, valid
 from writer.status import read_coverage, read_online_starts, record_coverage, state_features
@@ -347,7 +348,7 @@ def _read_input(spark: SparkSession, plan: Plan, paths: Sequence[str | Path], re
     t0 = time.perf_counter()
     progress("read", 0, 1)
     # _seq orders events (ties within a ms), no output needs it dense: skip its counting read
-    raw = read_events(spark, paths, dense_seq=False).persist(CACHE_STORAGE)
+    raw = read_events(spark, paths, dense_seq=False).persist(StorageLevel.MEMORY_AND_DISK)
     ok = valid(list(plan.events))
     # one pass over the cached events for the span and both counts: one job that parses, caches and
     # counts (adaptive execution would run the cache as a query stage of its own, then read it back)
@@ -366,7 +367,7 @@ def _read_input(spark: SparkSession, plan: Plan, paths: Sequence[str | Path], re
         raise BackfillError("no valid events in the input (each record needs a known _type and a parseable _time)")
     events = raw.where(ok)
     if span[4]:  # events with an _id: a repeated one writes nothing (SPEC §4), marked once for every window
-        events = mark_repeated_ids(events).persist(CACHE_STORAGE)
+        events = mark_repeated_ids(events).persist(StorageLevel.MEMORY_AND_DISK)
     progress("read", 1, 1)
     return _Input(raw, events, (span[0], span[1] + 1), rejected, rejected_path, time.perf_counter() - t0,
                   valid=span[2])
@@ -391,7 +392,7 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
         events = events.where(F.col("_time_ms") < F.lit(read_end))
         if lo is not None:
             events = events.where(F.col("_time_ms") >= F.lit(lo))
-        events = events.persist(CACHE_STORAGE)
+        events = events.persist(StorageLevel.MEMORY_AND_DISK)
     if ws <= inp.span[0] and we >= inp.span[1]:
         report.events = inp.valid  # counted when the input was read
     else:

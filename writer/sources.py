@@ -31,7 +31,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from compiler.typesystem import time_column
-from writer.session import CACHE_STORAGE, memo_column, restart_lambda_names
+from writer.session import memo_column, restart_lambda_names
 
 
 class SourceError(ValueError):
@@ -189,7 +189,9 @@ def events_from_frame(df: DataFrame) -> DataFrame:
     Returns:
         Columns ``_type``, ``_time_ms``, ``_seq`` (0, 1, 2, ..), ``_raw``, as :func:`read_events`.
     """
-    return _numbered(_json_rows(df).localCheckpoint(eager=True, storageLevel=CACHE_STORAGE), True)
+    from pyspark import StorageLevel
+
+    return _numbered(_json_rows(df).localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK), True)
 
 
 def events_from_json(spark: SparkSession, records: Sequence[str]) -> DataFrame:

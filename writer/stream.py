@@ -67,13 +67,13 @@ from pathlib import Path
 from typing import Callable
 
 import orjson
-from pyspark import inheritable_thread_target
+from pyspark import StorageLevel, inheritable_thread_target
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from compiler.algebra.storekeys import DEFAULT_ID_TTL_S
 from compiler.plan import Plan, StateSpec
-from writer.session import CACHE_STORAGE, memo_column, restart_lambda_names, without_adaptive, without_codegen
+from writer.session import memo_column, restart_lambda_names, without_adaptive, without_codegen
 from writer.sink import claim_ids, merge_keys, merge_params
 from writer.sources import envelope_columns, event_id, mark_repeated_ids, valid
 from writer.features import batch_features
@@ -423,7 +423,7 @@ class BatchProcessor:
             cached = raw.repartition(spark.sparkContext.defaultParallelism, "_seq" if numbered else "_mid")
             if wm is not None:
                 cached = cached.withColumn("_wm", F.lit(str(int(wm))))
-            cached = cached.persist(CACHE_STORAGE)
+            cached = cached.persist(StorageLevel.MEMORY_AND_DISK)
             counting = cached.agg(
                 F.count(F.lit(1)).alias("n"),
                 F.count(F.when(ok, 1)).alias("valid"),
@@ -541,7 +541,7 @@ class BatchProcessor:
                  .where("_taken").select("_seq").localCheckpoint(eager=True))
         marked = events.join(F.broadcast(taken.withColumn("_taken", F.lit(True))), "_seq", "left")
         return (marked.withColumn("_repeat", F.col("_repeat") | F.coalesce(F.col("_taken"), F.lit(False)))
-                .drop("_taken").persist(CACHE_STORAGE))
+                .drop("_taken").persist(StorageLevel.MEMORY_AND_DISK))
 
     def _merge_frame(self, spark: SparkSession, events: DataFrame, batch_id: int) -> DataFrame | None:
         """The merge job of a batch's on-time ``events``, built and planned, not run (:meth:`_apply` runs it).

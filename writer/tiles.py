@@ -34,7 +34,6 @@ from compiler.algebra.spark import SPARK, values_json_column
 from compiler.algebra.windows import ALLOWED_LATENESS_S
 from compiler.plan import Plan, StateSpec
 from writer.features import with_features
-from writer.session import CACHE_STORAGE
 from writer.sources import carried_columns
 
 ROW_COLUMNS = ("rk", "field", "value", "mode", "ttl_ms")
@@ -65,7 +64,7 @@ def feature_frames(raw: DataFrame, plan: Plan, states: Sequence[StateSpec], hist
         progress: optional callback ``(phase, done, total)``: phases
             ``stage <k>`` (the aggregates of dependency stage ``k``, computed
             one stage after the other) and ``features`` (one step per event type).
-        persist: persist (``writer.session.CACHE_STORAGE``) and compute every frame, not
+        persist: persist (``MEMORY_AND_DISK``) and compute every frame, not
             only those with aggregate features.
 
     Returns:
@@ -73,7 +72,7 @@ def feature_frames(raw: DataFrame, plan: Plan, states: Sequence[StateSpec], hist
         columns. Frames of plain (stage-0) features are unpersisted: the
         caller persists them so that the (large) input-coercion expressions
         are evaluated once, not once per state and tile level. Frames with
-        aggregate features are returned persisted (``writer.session.CACHE_STORAGE``) and
+        aggregate features are returned persisted (``MEMORY_AND_DISK``) and
         computed, and the intermediate point-in-time values freed; the
         caller's ``persist`` is then a no-op and its ``unpersist`` frees them.
 
@@ -81,6 +80,8 @@ def feature_frames(raw: DataFrame, plan: Plan, states: Sequence[StateSpec], hist
         writer.features.StagedFeatureError: aggregates that depend on each
             other across event types (no dependency stage exists).
     """
+    from pyspark import StorageLevel
+
     from writer.features import needed_features
     from writer.pointintime import PointInTime, dependency_stages, lookback_ms
 
@@ -118,7 +119,7 @@ def feature_frames(raw: DataFrame, plan: Plan, states: Sequence[StateSpec], hist
         df = with_features(df, plan.events[ev], sorted(names), staged=staged)
         out[ev] = df.drop("_raw")
         if persist or ev in staged_events:
-            out[ev] = out[ev].persist(CACHE_STORAGE)
+            out[ev] = out[ev].persist(StorageLevel.MEMORY_AND_DISK)
             out[ev].count()
         report("features", i, len(needs))
     if staged is not None:

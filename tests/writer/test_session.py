@@ -172,26 +172,3 @@ def test_column_building_records_no_python_call_site(spark, monkeypatch):
     assert sent, "the column was built through py4j"
     assert not [c for c in sent if "PySparkCurrentOrigin" in c or "getActiveSession" in c]
     assert [r["u"] for r in spark.createDataFrame([("ab",)], "s string").select(col).collect()] == ["AB-AB"]
-
-
-def test_writer_sessions_serialize_with_kryo_and_cache_unserialized(spark):
-    """The writer's sessions (the test session too: ``process_confs``) serialize with Kryo, and the writer's
-    caches and checkpoints keep their blocks as objects in memory, then disk (``CACHE_STORAGE``): a
-    checkpoint made at that level is stored so, and its rows come back whole."""
-    from pyspark import StorageLevel
-
-    from writer.session import CACHE_STORAGE, STATIC_CONFS, process_confs
-
-    kryo = "org.apache.spark.serializer.KryoSerializer"
-    assert STATIC_CONFS["spark.serializer"] == process_confs()["spark.serializer"] == kryo
-    assert spark.sparkContext.getConf().get("spark.serializer") == kryo
-    assert CACHE_STORAGE == StorageLevel(True, True, False, True)
-    df = spark.range(20_000).selectExpr("id", "cast(id as string) as s", "array(id, id + 1) as a")
-    before = {i.id() for i in spark.sparkContext._jsc.sc().getRDDStorageInfo()}
-    kept = df.localCheckpoint(eager=True, storageLevel=CACHE_STORAGE)
-    new = [i for i in spark.sparkContext._jsc.sc().getRDDStorageInfo() if i.id() not in before]
-    assert len(new) == 1 and new[0].numCachedPartitions() > 0
-    level = new[0].storageLevel()
-    assert (level.useMemory(), level.useDisk(), level.deserialized()) == (True, True, True)
-    rows = sorted(kept.collect())
-    assert len(rows) == 20_000 and rows[7] == (7, "7", [7, 8])
