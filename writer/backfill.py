@@ -72,7 +72,7 @@ from compiler.plan import Plan, StateSpec
 from compiler.typesystem import format_time
 from writer.pointintime import staged_stage_count
 from writer.redisio import connect
-from writer.session import cancel_jobs, with_job_tags, without_adaptive, without_codegen
+from writer.session import abandon_jobs, with_job_tags, without_adaptive, without_codegen
 from writer.sink import write_keys, write_partition
 from writer.sources import event_id, mark_repeated_ids, read_events, valid
 from writer.status import read_coverage, read_online_starts, record_coverage, state_features
@@ -460,8 +460,7 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
     except BaseException:
         # a failed state or a stop signal: the states not started never start, those in flight end now
         stopping.set()
-        pool.shutdown(wait=False, cancel_futures=True)
-        cancel_jobs(spark.sparkContext, tag)
+        abandon_jobs(pool, spark.sparkContext, tag)
         raise
     finally:
         pool.shutdown()

@@ -60,7 +60,7 @@ from pyspark.sql import functions as F
 from compiler.plan import EventPlan, Plan
 from compiler.typesystem import format_time_column, parse_type
 from writer.pointintime import PointInTime
-from writer.session import cancel_jobs, co_partitioned, with_job_tags, without_adaptive
+from writer.session import abandon_jobs, co_partitioned, with_job_tags, without_adaptive
 from writer.sources import dense_seq_column, event_id, mark_repeated_ids, partition_of, read_events, seq_ranges, valid
 
 Progress = Callable[[str, int, int], None]
@@ -481,8 +481,7 @@ def _replay(plan: Plan, prepared: ReplayEvents, wanted: list[str], report: Repla
                 report.seconds[ev] = seconds
                 report_progress("replay", i, len(wanted))
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)  # no type's dataset not yet started starts now
-        cancel_jobs(sc, tag)  # the jobs still running in driver threads (features, datasets) end now, not once done
+        abandon_jobs(pool, sc, tag)  # datasets not started never start; features and datasets running end now
         raise
     finally:
         # after a stop signal too: its hook gave this thread a new py4j connection (writer.session.stop_spark_jobs)

@@ -408,6 +408,24 @@ def cancel_jobs(sc, tag: str | None = None, wait: bool = True) -> None:
         t.join(timeout=30)
 
 
+def abandon_jobs(pool, sc, tag: str) -> None:
+    """After a failure or a stop signal: ``pool``'s queued work never starts, its running jobs tagged ``tag`` end now.
+
+    For a command that runs Spark jobs from ``pool``'s driver threads (replay,
+    backfill), so that it unwinds without waiting for them: the queued work
+    is dropped at once (``shutdown(wait=False, cancel_futures=True)``), then
+    the jobs are cancelled (:func:`cancel_jobs`, waiting for its call). The
+    caller still shuts ``pool`` down.
+
+    Args:
+        pool: the command's ``ThreadPoolExecutor``.
+        sc: the ``SparkContext``.
+        tag: the tag of the command's jobs (:func:`with_job_tags`).
+    """
+    pool.shutdown(wait=False, cancel_futures=True)
+    cancel_jobs(sc, tag)
+
+
 def with_job_tags(fn, tags):
     """``fn`` made to run its Spark jobs under ``tags`` in whatever driver thread calls it.
 

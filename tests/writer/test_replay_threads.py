@@ -60,7 +60,7 @@ def test_cancel_jobs_ends_the_tagged_jobs_of_another_thread(spark):
 
     def long_job() -> None:
         try:  # minutes of work on 2 cores, unless cancelled
-            spark.range(0, 10**12, numPartitions=2).selectExpr("sum(id)").collect()
+            spark.range(0, 10**12, numPartitions=2).selectExpr("sum(id % 7)").collect()
         except Exception as e:  # noqa: BLE001 - the cancellation is what the test looks for
             errors.append(e)
 
@@ -75,3 +75,37 @@ def test_cancel_jobs_ends_the_tagged_jobs_of_another_thread(spark):
     thread.join(60)
     assert not thread.is_alive()
     assert len(errors) == 1 and "CANCELLED" in str(errors[0]).upper()
+
+
+def test_abandon_jobs_starts_no_queued_work_and_ends_the_running_jobs(spark):
+    """After a failure or a stop (``abandon_jobs``, replay and backfill), work queued in the command's pool
+    never starts and its running tagged job is cancelled, so the pool shuts down at once."""
+    import uuid
+    from concurrent.futures import ThreadPoolExecutor
+
+    from writer.session import abandon_jobs, cancel_jobs, with_job_tags
+
+    tag = f"test-{uuid.uuid4().hex}"
+    started: list[str] = []
+
+    def job(name: str) -> str:
+        started.append(name)
+        spark.range(0, 10**12, numPartitions=2).selectExpr("sum(id % 7)").collect()  # minutes, unless cancelled
+        return name
+
+    sc = spark.sparkContext
+    pool = ThreadPoolExecutor(max_workers=1)
+    running = pool.submit(with_job_tags(job, [tag]), "running")
+    queued = pool.submit(with_job_tags(job, [tag]), "queued")
+    deadline = time.time() + 60
+    while not sc.statusTracker().getActiveJobsIds() and time.time() < deadline:
+        time.sleep(0.1)
+    try:
+        abandon_jobs(pool, sc, tag)
+        error = running.exception(timeout=60)  # a TimeoutError here: the running job was left to run
+        assert queued.cancelled() and started == ["running"]
+        assert "CANCELLED" in str(error).upper()
+    finally:  # the shared session free for the next test, whatever happened
+        pool.shutdown(wait=False, cancel_futures=True)
+        cancel_jobs(sc, tag)
+        pool.shutdown()
