@@ -737,6 +737,43 @@ def test_a_read_adds_the_ladders_tiles_to_the_online_running_totals(client, fn):
     assert client.type(key) == b"hash" and client.type(key + RUNNING_SUFFIX) == b"zset"
 
 
+def test_a_rounds_reads_check_their_ladders_with_one_exists_and_each_still_adds_its_own(client):
+    """A round's Count/Sum/Average/Min/Max/First/Decayed* reads ask for their ladder hashes with one
+    EXISTS of all their keys (issue 10); while none exists that is the round's only EXISTS, and once one
+    does (a backfill's tiles under one state), every read still adds exactly its own ladder."""
+    window_s = 600
+    cnt = make_op("Count", (), (), window_s=window_s)
+    sm = make_op("Sum", ("int",), ("v",), window_s=window_s)
+    dc = make_op("DecayedCount", (), (), window_s=window_s)
+    slots = [(cnt, ()), (sm, (3,)), (dc, ())]
+    writes = tuple(WriteSlot(op, window_s, 1) for op, _ in slots)
+    reads = tuple(ReadSlot(op, window_s, 1) for op, _ in slots)
+    spec = RoundSpec("g", writes=writes, reads_after=reads)
+    tag = uuid.uuid4().hex
+    keys = [f"t:{{{tag}}}:{j}" for j in range(len(slots))]
+
+    def event(t):
+        argv = [t, "", ""]
+        for w, (_, vals) in zip(writes, slots):
+            argv += GEN.write_values(w, vals)
+        return run_round(client, spec, ["", "", *keys, *keys], argv)
+
+    client.config_resetstat()
+    for i in range(5):
+        res = event(T0 + 1_000 * i)
+    assert int(client.info("commandstats")["cmdstat_exists"]["calls"]) == 5
+    assert GEN.decode_read(reads[0], res[1]) == 5 and GEN.decode_read(reads[1], res[2]) == 15
+    # a backfill's tile under the Count state only: 7 more writes, in a tile the window counts
+    client.hset(keys[0], f"s{(T0 + 5_000) // 1000}", 7)
+    res = event(T0 + 6_000)
+    assert GEN.decode_read(reads[0], res[1]) == 6 + 7
+    assert GEN.decode_read(reads[1], res[2]) == 18
+    ir = None
+    for t in [T0 + 1_000 * i for i in range(5)] + [T0 + 6_000]:
+        ir = dc.update(ir, (), t)
+    assert dc.value_at(dc.decode(res[3]), T0 + 6_000) == pytest.approx(dc.value_at(ir, T0 + 6_000), rel=1e-12)
+
+
 def test_a_decayed_read_merges_the_ladders_sums_with_the_online_members(client):
     """A Decayed* state's hash (dt/dv/dw: what backfill and the stream write) and the online writes' members in
     <key>:z (lua.py dr_write) are disjoint writes: a read merges both partials, weighed at the read's time."""
