@@ -1759,7 +1759,9 @@ class LuaGenerator:
         keys = [f"KEYS[{first + j}]" for j, r in enumerate(reads) if self._checks_ladder(r)]
         if not keys:
             return []
-        return [f"local {var} = R_call('EXISTS', {', '.join(keys)})"]
+        # Lua 5.1 keeps a call's arguments in at most ~250 registers: one EXISTS per 100 keys
+        calls = [f"R_call('EXISTS', {', '.join(keys[i:i + 100])})" for i in range(0, len(keys), 100)]
+        return [f"local {var} = {' + '.join(calls)}"]
 
     def _read(self, s: _Script, r: ReadSlot, k: int, lx: str = "1") -> list[str]:
         key = f"KEYS[{k}]"
