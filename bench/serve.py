@@ -67,7 +67,7 @@ the server and Valkey share the machine's cores.
 
 Usage: ``python bench/serve.py [--topology demo|wide|both] [--workers N]
 [--seconds 8] [--rates 1000,250] [--concurrency 8] [--pool 32]
-[--client auto|wrk|asyncio] [--cluster] [--late SECONDS] [--store-socket unix|tcp]``.
+[--client auto|wrk|asyncio] [--cluster] [--late SECONDS]``.
 """
 
 from __future__ import annotations
@@ -817,14 +817,8 @@ def bare_row(store_url: str, bodies: list[bytes], opts: Options, workers: int) -
 
 
 def scowl_row(label: str, topology: Path, store_url: str, bodies: list[bytes], states: tuple[float, int],
-              opts: Options, workers: int, served_url: str | None = None) -> tuple[Row, float]:
+              opts: Options, workers: int) -> tuple[Row, float]:
     """The scowl API on ``topology`` over a flushed store.
-
-    Args:
-        store_url: the store, as the harness reaches it (flush, ``INFO cpu``).
-        served_url: the store as the workers reach it (default ``store_url``):
-            the embedded store's Unix socket, as ``scowl serve`` connects them
-            (``scowl.common.local_store_url``), unless ``--store-socket tcp``.
 
     Returns:
         The row and the store commands run per answered event in its
@@ -834,7 +828,7 @@ def scowl_row(label: str, topology: Path, store_url: str, bodies: list[bytes], s
     row = Row(f"scowl {label}" + (f", {workers} workers" if workers > 1 else ""), states)
     port = free_port()
     proc = start_server("bench.apps:scowl_app", port,
-                        {"SCOWL_REDIS_URL": served_url or store_url, "SCOWL_TOPOLOGY": str(topology)}, workers)
+                        {"SCOWL_REDIS_URL": store_url, "SCOWL_TOPOLOGY": str(topology)}, workers)
     cursor = Bodies(bodies)
     try:
         measure_http(row, port, cursor, Probe(store_url, proc.pid), opts, workers)
@@ -1022,9 +1016,6 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_load_args(ap)
     ap.add_argument("--topology", choices=("demo", "wide", "both"), default="both")
-    ap.add_argument("--store-socket", choices=("unix", "tcp"), default="unix",
-                    help="how the scowl rows' workers reach the embedded store: its Unix socket, as `scowl serve` "
-                         "does (scowl.common.local_store_url), or its loopback port")
     ap.add_argument("--workers", type=int, default=1, help="also run the scowl rows with N uvicorn workers")
     ap.add_argument("--rates", default="1000,250", help="open-loop offered rates, events/s, comma-separated")
     ap.add_argument("--cluster", action="store_true",
@@ -1049,7 +1040,6 @@ def main(argv: list[str] | None = None) -> None:
     console = Console(width=max(160, shutil.get_terminal_size((160, 40)).columns))
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as home, EmbeddedStore(home, persist=False) as store:
-        served = store.local_url if args.store_socket == "unix" else store.url
         opts = options(args, parse_rates(args.rates), Path(home))
         floor_bodies = [orjson.dumps(e) for e in topologies[0][2]]
         rows.append(safely(lambda: bare_row(store.url, floor_bodies, opts, 1), "bare FastAPI"))
@@ -1063,7 +1053,7 @@ def main(argv: list[str] | None = None) -> None:
             states = states_per_event(result.plan, events)
             bodies = [orjson.dumps(e) for e in continued(events, CONTINUED_EVENTS)]
             try:
-                row, per_event = scowl_row(label, topo, store.url, bodies, states, opts, 1, served)
+                row, per_event = scowl_row(label, topo, store.url, bodies, states, opts, 1)
             except Exception as exc:  # noqa: BLE001 -- reported in the table
                 row, per_event = Row(f"scowl {label}", error=f"{type(exc).__name__}: {exc}"[:200]), 0.0
             if per_event >= 1:
@@ -1072,10 +1062,10 @@ def main(argv: list[str] | None = None) -> None:
             rows.append(row)
             if args.workers > 1:
                 rows.append(safely(lambda: scowl_row(label, topo, store.url, bodies, states, opts,
-                                                     args.workers, served)[0], f"scowl {label}, {args.workers} workers"))
+                                                     args.workers)[0], f"scowl {label}, {args.workers} workers"))
             if args.late:
                 late_bodies = [orjson.dumps(e) for e in displaced(events, args.late * 1000)]
-                rows.append(safely(lambda: scowl_row(label, topo, store.url, late_bodies, states, opts, 1, served)[0],
+                rows.append(safely(lambda: scowl_row(label, topo, store.url, late_bodies, states, opts, 1)[0],
                                    f"scowl {label}"))
                 rows[-1].name += f", up to {args.late} s late"
             console.print(f"[dim]done: {label}[/dim]")

@@ -119,30 +119,6 @@ def open_store(home: Path | None = None) -> Iterator[str]:
         store.stop()
 
 
-def local_store_url(url: str, home: Path | None = None) -> str:
-    """Return the URL for clients on this machine of the store :func:`open_store` yielded as ``url``.
-
-    For the embedded server of ``home``, its Unix socket
-    (``scowl.embedded.EmbeddedStore.local_url``: an event's round trip
-    without the TCP stack); for ``SCOWL_REDIS_URL``, or a server without a
-    live socket, ``url`` itself. ``scowl serve`` gives it to its workers and
-    prints ``url``.
-
-    Args:
-        url: the URL :func:`open_store` yielded.
-        home: ``SCOWL_HOME`` (default :func:`scowl_home`), as given to :func:`open_store`.
-
-    Returns:
-        ``unix://<socket>?db=0`` or ``url``.
-    """
-    if os.environ.get("SCOWL_REDIS_URL"):
-        return url
-    from scowl.embedded import answers, socket_path, unix_url
-
-    local = unix_url(socket_path((home or scowl_home()) / "store"))
-    return local if answers(local) else url
-
-
 def redact_url(url: str) -> str:
     """Return ``url`` with its password replaced by ``***``, for printing (a store URL may carry one).
 

@@ -14,21 +14,12 @@ of its own (a Ctrl-C in the terminal reaches only scowl, which then saves
 and stops it, ``scowl.signals``), and on Linux it gets SIGTERM when its
 parent dies, even by ``kill -9`` (``prctl(PR_SET_PDEATHSIG)``); on SIGTERM or
 SIGINT it saves its data first if it persists (``shutdown-on-sigterm``).
-
-Beside the loopback port the server listens on a Unix domain socket (mode
-700, :func:`socket_path`): ``scowl serve`` connects its workers through it
-(:attr:`EmbeddedStore.local_url`). An event is one round trip to the store
-(SPEC §5.2), and a Unix socket spares both ends the TCP stack: on the
-flights demo ~6% of the store's CPU per event and ~9% of the client's
-(README, Benchmarks, seventeenth session). Every other command, and anything
-printed or stored, uses the loopback URL.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import hashlib
 import importlib.util
 import os
 import shutil
@@ -36,7 +27,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from typing import Callable
@@ -141,39 +131,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-#: Longest Unix socket path used (``sun_path`` holds 108 bytes with its NUL on Linux, 104 on macOS).
-MAX_SOCKET_PATH = 100
-
-
-def socket_path(store_dir: Path) -> Path:
-    """Return the Unix socket path of the embedded server whose data is in ``store_dir``.
-
-    ``store_dir/valkey.sock`` when that path fits in :data:`MAX_SOCKET_PATH`
-    bytes, else ``scowl-<12 hex of the directory's SHA-1>.sock`` in the
-    temporary directory (a deep ``SCOWL_HOME`` must not stop the server).
-
-    Args:
-        store_dir: the server's data directory (``SCOWL_HOME/store``).
-
-    Returns:
-        An absolute path; the same for the same directory, so a command that
-        reuses a running server finds its socket.
-    """
-    store_dir = store_dir.resolve()
-    here = store_dir / "valkey.sock"
-    if len(os.fsencode(str(here))) <= MAX_SOCKET_PATH:
-        return here
-    digest = hashlib.sha1(os.fsencode(str(store_dir))).hexdigest()[:12]
-    return Path(tempfile.gettempdir()).resolve() / f"scowl-{digest}.sock"
-
-
-def unix_url(path: Path) -> str:
-    """Return the redis-py URL of database 0 over the Unix socket ``path`` (``unix:///...?db=0``)."""
-    return f"unix://{path}?db=0"
-
-
-def answers(url: str) -> bool:
-    """Return whether a server at ``url`` (``redis://`` or ``unix://``) answers ``PING`` within 0.5 s."""
+def _alive(url: str) -> bool:
     try:
         return bool(redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5).ping())
     except (redis.RedisError, OSError):
@@ -223,9 +181,6 @@ class EmbeddedStore:
 
     Attributes:
         url: ``redis://127.0.0.1:PORT/0`` once started.
-        local_url: the same server over its Unix socket (``unix://...?db=0``,
-            :func:`socket_path`) once started, or :attr:`url` when the socket
-            does not answer (a server started by an older scowl).
         owned: whether this object started the server (and so stops it).
     """
 
@@ -233,7 +188,6 @@ class EmbeddedStore:
         self.home = Path(home)
         self.persist = persist
         self.url: str | None = None
-        self.local_url: str | None = None
         self.owned = False
         self.proc: subprocess.Popen | None = None
 
@@ -254,22 +208,16 @@ class EmbeddedStore:
             try:
                 port = int(self.port_file.read_text().strip())
                 url = f"redis://127.0.0.1:{port}/0"
-                if answers(url):
+                if _alive(url):
                     self.url = url
-                    local = unix_url(socket_path(store_dir))
-                    self.local_url = local if answers(local) else url
                     return url
             except ValueError:
                 pass
         port = free_port()
-        sock = socket_path(store_dir)
         args = [
             server_binary(),
             "--port", str(port),
             "--bind", "127.0.0.1",
-            # for the API's workers (module docstring); 700: only this user connects
-            "--unixsocket", str(sock),
-            "--unixsocketperm", "700",
             "--dir", str(store_dir.resolve()),
             "--dbfilename", "dump.rdb",
             "--save", "",
@@ -294,7 +242,7 @@ class EmbeddedStore:
                 if self.proc.poll() is not None:
                     raise EmbeddedStoreError(f"embedded server exited with code {self.proc.returncode}; "
                                              f"see {store_dir}/server.log")
-                if answers(url):
+                if _alive(url):
                     break
                 time.sleep(0.05)
             else:
@@ -306,7 +254,6 @@ class EmbeddedStore:
                 self.proc.wait()
             raise
         self.url = url
-        self.local_url = unix_url(sock) if answers(unix_url(sock)) else url
         self.owned = True
         return url
 
@@ -405,7 +352,7 @@ class LocalCluster:
                 self.ports.append(port)
             deadline = time.monotonic() + timeout_s
             for i, port in enumerate(self.ports):
-                while not answers(f"redis://127.0.0.1:{port}/0"):
+                while not _alive(f"redis://127.0.0.1:{port}/0"):
                     if self.procs[i].poll() is not None or time.monotonic() > deadline:
                         raise EmbeddedStoreError(f"cluster node {i} did not start; see {self.home}/node-{i}/server.log")
                     time.sleep(0.05)

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import typer
 
-from scowl.common import UserError, compile_topology, console, local_store_url, open_store, redact_url
+from scowl.common import UserError, compile_topology, console, open_store, redact_url
 
 if TYPE_CHECKING:
     import socket
@@ -79,9 +79,8 @@ def serve(
 
     p = compile_topology(directory)
     with open_store() as url:
-        fast = local_store_url(url)  # the embedded store's Unix socket for the workers; printed: url
         try:
-            api = create_app(p, Settings(), redis_url=fast)  # with workers too: an unsupported plan fails here
+            api = create_app(p, Settings(), redis_url=url)  # with workers too: an unsupported plan fails here
         except NotImplementedError as e:
             raise UserError(str(e)) from None
         if workers == 1:
@@ -99,7 +98,7 @@ def serve(
         console.print(f"serving {directory} on http://{host}:{port} with {workers} workers (store {redact_url(url)})")
         config = uvicorn.Config(WORKER_APP, factory=True, workers=workers, host=host, port=port,
                                 log_level="warning")
-        with _environment(SCOWL_TOPOLOGY=str(directory.resolve()), SCOWL_REDIS_URL=fast):
+        with _environment(SCOWL_TOPOLOGY=str(directory.resolve()), SCOWL_REDIS_URL=url):
             sock = _starting(config.bind_socket, host, port)
             try:
                 stop_signal = _supervise(config, sock)
