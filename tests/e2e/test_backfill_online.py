@@ -122,12 +122,14 @@ def test_backfill_sets_aside_bad_records(spark, redis_url, plan, tmp_path):
         'not json at all\n'
         '{"_type": "unknown", "_time": 5}\n'
         '{"_type": "login", "_time": "not a time", "user": "b"}\n'
+        # two events joined without a newline: one invalid record, as the API answers that body 400
+        '{"_type": "login", "_time": "2024-01-01T00:00:01Z", "user": "c"}{"_type": "login", "_time": 7, "user": "d"}\n'
     )
     report = run_backfill(spark, plan, [path], redis_url, rejected_dir=tmp_path / "rejected")
     assert report.events == 1
-    assert report.rejected == 3
+    assert report.rejected == 4
     rejected = "".join(p.read_text() for p in (tmp_path / "rejected").rglob("part-*"))
-    assert "not json at all" in rejected and '"unknown"' in rejected
+    assert "not json at all" in rejected and '"unknown"' in rejected and '"user": "c"}{' in rejected
 
 
 def test_online_limit_is_a_raw_bucket_boundary_so_late_reads_count_backfilled_tiles(redis_url):

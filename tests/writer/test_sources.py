@@ -200,3 +200,30 @@ def test_partition_keys_land_in_their_partitions(spark, parts):
     df = spark.createDataFrame([(k, i) for i, k in enumerate(keys)], "k long, i int").repartition(parts, "k")
     assert sorted((r["i"], r["p"]) for r in df.select("i", F.spark_partition_id().alias("p")).collect()) == \
         [(i, i) for i in range(parts)]
+
+
+def test_a_record_with_text_after_its_json_object_is_invalid_as_the_api_answers_it(spark, tmp_path):
+    """A line that is one JSON object (and JSON whitespace) is an event; one with anything after its object
+    (two objects joined without a newline, a stray brace or comma) is an invalid record, as the API answers
+    such a body 400 (SPEC §4), not the first object alone (the second would be lost)."""
+    import orjson
+    from fastapi.testclient import TestClient
+
+    ok = ['{"_type": "a", "_time": 1000, "x": 1}', '{"_type": "a", "_time": 1000}   ',
+          '{"_type": "a", "_time": 1000, "s": "}"}', '{"_type": "a", "_time": 1000, "o": {"p": {"q": 1}}}\t',
+          '{"_type": "a", "_time": 1000, "s": "x}y"} \r', '{"_type":"a","_time":1000,"l":[{"b":1},{"c":2}]}']
+    bad = ['{"_type": "a", "_time": 1000}{"_type": "a", "_time": 2000}', '{"_type": "a", "_time": 1000} x',
+           '{"_type": "a", "_time": 1000}}', '{"_type": "a", "_time": 1000},', '{"_type": "a", "_time": 1000}]',
+           '{"_type": "a", "_time": 1000, "o": {"p": 1}} {"q": 2}', '{"_type": "a", "_time": 1000, "s": "}"} 5',
+           '{"_type": "a", "_time": 1000},0]', '{"_type": "a", "_time": 1000}}x', '{"_type": "a", "_time": 1000},"k":1}',
+           '{"_type": "a", "_time": 1000, "o": {}},0] {"_type": "a", "_time": 2000}', '{"_type": "a", "_time": 1000}, 0']
+    path = tmp_path / "e.jsonl"
+    path.write_text("\n".join(ok + bad) + "\n")
+    rows = sorted(read_events(spark, [str(path)]).collect(), key=lambda r: r["_seq"])
+    assert [r["_type"] for r in rows] == ["a"] * len(ok) + [None] * len(bad)
+    # the API's parser agrees line by line: the first set parses, the second does not
+    for text in ok:
+        assert orjson.loads(text)["_type"] == "a"
+    for text in bad:
+        with pytest.raises(orjson.JSONDecodeError):
+            orjson.loads(text)
