@@ -947,7 +947,7 @@ def test_writes_more_than_the_allowed_lateness_late_leave_the_running_members_al
 
 @pytest.mark.parametrize("function", ["Sum", "Average"])
 def test_a_tiny_window_sum_after_a_large_total_keeps_its_digits(client, function):
-    """A float window sum many orders below the running total before it (lua.py rs_add, ex_diff: the totals are
+    """A float window sum many orders below the running total before it (lua.py rs_add, _window_sum: the totals are
     exact expansions, not double-doubles, which read this window as 0.0; found by hypothesis in a fresh
     clone) is the window's sum (SPEC §3.3: within 1e-9 relative)."""
     op = make_op(function, ("float",), ("v",), 10)
@@ -1096,3 +1096,34 @@ def test_a_round_with_every_level_list_stays_within_lua_s_upvalue_limit(redis_ur
         client.eval(script, len(keys), *keys, *argv)
     client.function_flush()
     client.close()
+
+
+@pytest.mark.parametrize("terms", [[1e16, 1.0, -1e16], [0.1] * 10, [1e300, 1e-300, -1e300], [2.0**-1074, 1.0, -1.0]])
+def test_a_window_sum_of_running_totals_is_the_correctly_rounded_sum_of_its_writes(terms):
+    """The worker subtracts a float Sum's running totals (exact partials, lua.py rs_add) and rounds once
+    (``_window_sum``: ``math.fsum``): the window's sum of the writes after ``b``, correctly rounded."""
+    from math import fsum
+
+    from compiler.algebra.lua import _float_sum_read, _window_sum
+
+    def total(xs):  # the payload rs_add keeps: non-overlapping partials whose sum is exact
+        partials: list[float] = []
+        for x in xs:
+            i = 0
+            for y in partials:
+                if abs(x) < abs(y):
+                    x, y = y, x
+                hi = x + y
+                lo = y - (hi - x)
+                if lo:
+                    partials[i] = lo
+                    i += 1
+                x = hi
+            partials[i:] = [x]
+        return " ".join(repr(p) for p in partials).encode()
+
+    before, window = [3.5, -1e300, 1e300], terms
+    a, b = total(before + window), total(before)
+    assert _window_sum(a, b) == fsum(window)
+    assert _float_sum_read([a, b, b"2.5"]) == fsum(window) + 2.5
+    assert _float_sum_read([None, None, None]) == 0.0
