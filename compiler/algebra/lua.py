@@ -219,9 +219,35 @@ def _window_sum(a: bytes | str | None, b: bytes | str | None, skip: bool = False
     (``math.fsum``: correctly rounded); ``None`` is an empty total."""
     if a is None:
         return 0.0
-    if b is None:
-        return fsum(_partials(a, skip))
-    return fsum(_partials(a, skip) + [-x for x in _partials(b, skip)])
+    terms = _partials(a, skip) + ([-x for x in _partials(b, skip)] if b is not None else [])
+    try:
+        return fsum(terms)
+    except (ValueError, OverflowError):  # an infinite or NaN total, or one past the doubles: as rs_add left it
+        return _expansion_sum(terms)
+
+
+def _expansion_sum(terms: list[float]) -> float:
+    """The sum of ``terms`` as the script's expansion arithmetic gives it when it is not finite (``fsum`` raises
+    on ``inf - inf`` and on an overflowing partial): each term added to the expansion by ``ex_add``'s two-sum
+    steps (Lua's order and IEEE doubles), the partials then added from the largest."""
+    ps: list[float] = []
+    for x in terms:
+        i = 0
+        for y in ps:
+            if abs(x) < abs(y):
+                x, y = y, x
+            hi = x + y
+            lo = y - (hi - x)
+            if lo != 0:
+                ps[i] = lo
+                i += 1
+            x = hi
+        del ps[i:]
+        ps.append(x)
+    out = 0.0
+    for x in reversed(ps):
+        out += x
+    return out
 
 
 def _float_sum_read(res: list) -> float:

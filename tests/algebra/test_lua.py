@@ -1127,3 +1127,16 @@ def test_a_window_sum_of_running_totals_is_the_correctly_rounded_sum_of_its_writ
     assert _window_sum(a, b) == fsum(window)
     assert _float_sum_read([a, b, b"2.5"]) == fsum(window) + 2.5
     assert _float_sum_read([None, None, None]) == 0.0
+
+
+@pytest.mark.parametrize("a,b", [(b"inf", b"inf"), (b"1e308 1e308", None), (b"nan", b"1"), (b"-inf 5", b"-inf"),
+                                 (b"2 1e308 1e308", b"1e308")])
+def test_a_window_sum_of_non_finite_totals_reads_as_the_expansion_arithmetic_gives_it(a, b):
+    """Where ``fsum`` refuses (``inf - inf``, an overflowing partial), the worker adds the totals' partials as
+    the script did before it (``ex_add`` steps, then from the largest): a NaN or an infinity, not an error."""
+    import math
+
+    from compiler.algebra.lua import _window_sum
+
+    got = _window_sum(a, b)
+    assert math.isnan(got) or math.isinf(got)
