@@ -207,32 +207,25 @@ def hll_merge(texts: Sequence[bytes | str]) -> dict[int, int]:
     return dict(pairs)
 
 
-def _partials(payload: bytes | str, skip: bool = False) -> list[float]:
-    """The doubles of a running total's payload (``'<p1> <p2> ..'``; ``skip``: an Average's, after its count)."""
-    parts = payload.split()
-    return [float(x) for x in (parts[1:] if skip else parts)]
+def _floats(texts: Sequence[bytes]) -> list[float]:
+    """The doubles of a running total's partials (``rs_add``'s ``'<p1> <p2> ..'``, split)."""
+    return [float(x) for x in texts]
 
 
-def _window_sum(a: bytes | str | None, b: bytes | str | None, skip: bool = False) -> float:
-    """The window's float sum from two running totals: ``a`` (newest at or before the read) minus ``b`` (before the
-    window), each an exact sum as non-overlapping partials (Shewchuk's expansion, ``rs_add``), rounded once
-    (``math.fsum``: correctly rounded); ``None`` is an empty total."""
-    if a is None:
-        return 0.0
-    terms = _partials(a, skip) + ([-x for x in _partials(b, skip)] if b is not None else [])
+def _window_sum(a: list[float], b: list[float]) -> float:
+    """The window's float sum from two running totals' partials: ``a`` (newest at or before the read) minus ``b``
+    (before the window), each an exact sum as non-overlapping partials (Shewchuk's expansion, ``rs_add``),
+    rounded once (``math.fsum``: correctly rounded); an empty list is an empty total. Where ``fsum`` raises
+    (``inf - inf``, a partial past the doubles) the result is what the script's ``ex_diff`` gave before the
+    workers took this over (a NaN or an infinity): ``b``'s partials subtracted from ``a``'s expansion by
+    ``ex_add``'s two-sum steps, then the partials added from the largest."""
     try:
-        return fsum(terms)
-    except (ValueError, OverflowError):  # an infinite or NaN total, or one past the doubles: as rs_add left it
-        return _expansion_sum(terms)
-
-
-def _expansion_sum(terms: list[float]) -> float:
-    """The sum of ``terms`` as the script's expansion arithmetic gives it when it is not finite (``fsum`` raises
-    on ``inf - inf`` and on an overflowing partial): each term added to the expansion by ``ex_add``'s two-sum
-    steps (Lua's order and IEEE doubles), the partials then added from the largest."""
-    ps: list[float] = []
-    for x in terms:
-        i = 0
+        return fsum(a + [-x for x in b])
+    except (ValueError, OverflowError):
+        pass
+    ps = list(a)
+    for x in b:
+        x, i = -x, 0
         for y in ps:
             if abs(x) < abs(y):
                 x, y = y, x
@@ -254,16 +247,17 @@ def _float_sum_read(res: list) -> float:
     """A float ``Sum`` read's IR from the script's ``[a, b, ladder]`` (the running totals' payloads and the tile
     ladder's ``%.17g`` sum, each ``None`` when absent): the window's exact sum rounded once, plus the ladder's."""
     a, b, x = res
-    s = _window_sum(a, b)
+    s = _window_sum(_floats(a.split()) if a is not None else [], _floats(b.split()) if b is not None else [])
     return s + float(x) if x is not None else s
 
 
 def _average_read(res: list) -> tuple[float, int]:
     """An ``Average`` read's IR ``(sum, count)`` from ``[a, b, ladder sum, ladder count]`` (payloads
-    ``'<count> <p1> ..'``; each ``None`` when absent), as :func:`_float_sum_read`."""
+    ``'<count> <p1> ..'``, each split once; each ``None`` when absent), as :func:`_float_sum_read`."""
     a, b, xs, xc = res
-    c = (int(a.split(None, 1)[0]) if a is not None else 0) - (int(b.split(None, 1)[0]) if b is not None else 0)
-    s = _window_sum(a, b, skip=True)
+    pa = a.split() if a is not None else [b"0"]
+    pb = b.split() if b is not None else [b"0"]
+    s, c = _window_sum(_floats(pa[1:]), _floats(pb[1:])), int(pa[0]) - int(pb[0])
     if xs is not None:
         s += float(xs)
         c += int(xc)
@@ -1815,7 +1809,7 @@ class LuaGenerator:
         else:
             lines += [f"  local lo, hi = range(t, {w_ms}, {r_ms})"]
         lines += ["  o = o + 1"]
-        expr = self._read_expr(s, r, key, lx if self._checks_ladder(r) else "1")
+        expr = self._read_expr(s, r, key, lx)
         lines += ["  " + x for x in expr]
         lines += ["end"]
         return lines

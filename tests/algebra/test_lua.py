@@ -1099,44 +1099,37 @@ def test_a_round_with_every_level_list_stays_within_lua_s_upvalue_limit(redis_ur
 
 
 @pytest.mark.parametrize("terms", [[1e16, 1.0, -1e16], [0.1] * 10, [1e300, 1e-300, -1e300], [2.0**-1074, 1.0, -1.0]])
-def test_a_window_sum_of_running_totals_is_the_correctly_rounded_sum_of_its_writes(terms):
-    """The worker subtracts a float Sum's running totals (exact partials, lua.py rs_add) and rounds once
-    (``_window_sum``: ``math.fsum``): the window's sum of the writes after ``b``, correctly rounded."""
+def test_a_window_sum_of_running_totals_is_the_correctly_rounded_sum_of_its_writes(client, terms):
+    """Written through the generated script after writes the window leaves out, a float Sum's window is the
+    correctly rounded sum of its writes: the script returns the two running totals (exact partials, lua.py
+    rs_add) and the worker subtracts them and rounds once (``_window_sum``: ``math.fsum``), then adds the
+    ladder's partial."""
     from math import fsum
 
-    from compiler.algebra.lua import _float_sum_read, _window_sum
+    from compiler.algebra.lua import _float_sum_read
 
-    def total(xs):  # the payload rs_add keeps: non-overlapping partials whose sum is exact
-        partials: list[float] = []
-        for x in xs:
-            i = 0
-            for y in partials:
-                if abs(x) < abs(y):
-                    x, y = y, x
-                hi = x + y
-                lo = y - (hi - x)
-                if lo:
-                    partials[i] = lo
-                    i += 1
-                x = hi
-            partials[i:] = [x]
-        return " ".join(repr(p) for p in partials).encode()
-
-    before, window = [3.5, -1e300, 1e300], terms
-    a, b = total(before + window), total(before)
-    assert _window_sum(a, b) == fsum(window)
-    assert _float_sum_read([a, b, b"2.5"]) == fsum(window) + 2.5
-    assert _float_sum_read([None, None, None]) == 0.0
+    op = make_op("Sum", ("float",), ("v",), 10)
+    w, write, _ = write_read_scripts(client, op, 10, 0)
+    key = f"t:{{{uuid.uuid4().hex}}}"
+    before = [(T0 + 1000 * i, v) for i, v in enumerate([3.5, -1e300, 1e300])]
+    window = [(T0 + 20_000 + 1000 * i, v) for i, v in enumerate(terms)]
+    for t, v in before + window:
+        write(keys=["", "", key], args=[t, "", "", *GEN.write_values(w, [v])])
+    rd = ReadSlot(op, 10, 1)
+    res = run_round(client, RoundSpec("r", reads_after=(rd,)), ["", "", key], [window[-1][0], "", ""])[1]
+    assert GEN.decode_read(rd, res) == fsum(terms)
+    assert _float_sum_read([res[0], res[1], b"2.5"]) == fsum(terms) + 2.5
 
 
-@pytest.mark.parametrize("a,b", [(b"inf", b"inf"), (b"1e308 1e308", None), (b"nan", b"1"), (b"-inf 5", b"-inf"),
-                                 (b"2 1e308 1e308", b"1e308")])
-def test_a_window_sum_of_non_finite_totals_reads_as_the_expansion_arithmetic_gives_it(a, b):
-    """Where ``fsum`` refuses (``inf - inf``, an overflowing partial), the worker adds the totals' partials as
-    the script did before it (``ex_add`` steps, then from the largest): a NaN or an infinity, not an error."""
+@pytest.mark.parametrize("a,b,want", [(b"inf", b"inf", "nan"), (b"1e308 1e308", None, "inf"), (b"nan", b"1", "nan"),
+                                      (b"-inf 5", b"-inf", "nan"), (b"2 1e308 1e308", b"1e308", "1e308")])
+def test_a_window_sum_of_non_finite_totals_reads_as_the_expansion_arithmetic_gives_it(a, b, want):
+    """Where ``fsum`` refuses (``inf - inf``, an overflowing partial), the worker subtracts the totals'
+    partials as the script's ``ex_diff`` did (``ex_add`` steps, then from the largest): a NaN, an infinity
+    or the value that arithmetic reaches, not an error."""
     import math
 
-    from compiler.algebra.lua import _window_sum
+    from compiler.algebra.lua import _float_sum_read
 
-    got = _window_sum(a, b)
-    assert math.isnan(got) or math.isinf(got)
+    got = _float_sum_read([a, b, None])
+    assert math.isnan(got) if want == "nan" else got == float(want)
