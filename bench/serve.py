@@ -663,14 +663,25 @@ def wrk_closed_loop(port: int, bodies: Bodies, probe: Probe, seconds: float, con
 # --------------------------------------------------------------------------- servers
 
 
+#: ``python -c`` program of a server with several workers: what ``scowl serve --workers N`` runs.
+_WORKERS = """
+import uvicorn
+from scowl.commands.serve import run_workers
+run_workers(uvicorn.Config({factory!r}, factory=True, workers={workers}, host="127.0.0.1", port={port},
+                           log_level="warning", access_log=False, timeout_keep_alive=120))
+"""
+
+
 def start_server(factory: str, port: int, env: dict[str, str], workers: int = 1) -> subprocess.Popen:
     """Start ``uvicorn --factory FACTORY`` on 127.0.0.1:``port`` and wait until it answers HTTP.
 
     Args:
         factory: ``module:function`` import string of an ASGI app factory.
         env: extra environment (``SCOWL_REDIS_URL``, ``SCOWL_TOPOLOGY``).
-        workers: uvicorn ``--workers`` (processes); with more than one, also
-            waits until that many worker processes exist.
+        workers: worker processes; with more than one, run as ``scowl serve
+            --workers N`` runs them (``scowl.commands.serve.run_workers``:
+            a socket per worker), and also waits until that many worker
+            processes exist.
 
     Returns:
         The uvicorn process (stop it with :func:`stop_server`).
@@ -678,10 +689,11 @@ def start_server(factory: str, port: int, env: dict[str, str], workers: int = 1)
     Raises:
         RuntimeError: it exited or did not answer within 60 s.
     """
-    cmd = [sys.executable, "-m", "uvicorn", "--factory", factory, "--host", "127.0.0.1", "--port", str(port),
-           "--log-level", "warning", "--no-access-log", "--timeout-keep-alive", "120"]
-    if workers > 1:
-        cmd += ["--workers", str(workers)]
+    if workers > 1:  # through scowl serve's own supervisor and sockets (scowl.commands.serve.run_workers)
+        cmd = [sys.executable, "-c", _WORKERS.format(factory=factory, port=port, workers=workers)]
+    else:
+        cmd = [sys.executable, "-m", "uvicorn", "--factory", factory, "--host", "127.0.0.1", "--port", str(port),
+               "--log-level", "warning", "--no-access-log", "--timeout-keep-alive", "120"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **env, "PYTHONPATH": str(ROOT)})
     deadline = time.monotonic() + 60
     try:

@@ -5,14 +5,15 @@ uvicorn server (``scowl.signals.GracefulServer``).
 
 ``--workers N`` (N > 1): this process starts (or connects to) the store once,
 compiles the topology once (its errors are reported as with one worker),
-binds the port, and runs uvicorn's own supervisor
-(``uvicorn.supervisors.Multiprocess``) over N worker processes sharing that
-socket. Each worker builds the app with :func:`worker_app`
+binds the port (on Linux one ``SO_REUSEPORT`` socket per worker, so that
+the kernel spreads the connections over the workers: :func:`listen_slots`),
+and runs uvicorn's supervisor (``uvicorn.supervisors.Multiprocess``) over N
+worker processes, worker ``i`` on socket ``i``. Each worker builds the app with :func:`worker_app`
 (``serving.app.create_app_from_env`` on ``SCOWL_TOPOLOGY``, the topology's
 absolute path, and ``SCOWL_REDIS_URL``, the store's URL, both passed through
 the environment), so all workers read and write one store: a feature's
 value does not depend on which worker answers. A worker that dies is
-replaced by the supervisor.
+replaced by the supervisor, on the same socket.
 
 Shutdown (``scowl.signals``): on SIGINT, SIGTERM or SIGHUP uvicorn stops
 accepting connections and finishes the requests in flight; only then is the
@@ -99,11 +100,7 @@ def serve(
         config = uvicorn.Config(WORKER_APP, factory=True, workers=workers, host=host, port=port,
                                 log_level="warning")
         with _environment(SCOWL_TOPOLOGY=str(directory.resolve()), SCOWL_REDIS_URL=url):
-            sock = _starting(config.bind_socket, host, port)
-            try:
-                stop_signal = _supervise(config, sock)
-            finally:
-                sock.close()
+            stop_signal = run_workers(config)
         if stop_signal is None:  # the supervisor gave up: a worker failed before serving (uvicorn logged why)
             raise UserError(f"the API workers could not start on {host}:{port} (see the message above)")
         signal.raise_signal(stop_signal)  # now the handlers of scowl.signals.signals_stop: Stopped, clean-up
@@ -182,20 +179,167 @@ def _environment(**values: str) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def _supervise(config: "uvicorn.Config", sock: "socket.socket") -> int | None:
-    """Run ``config.workers`` workers on ``sock`` until a stop signal; return it (``None``: they failed to start).
+def run_workers(config: "uvicorn.Config") -> int | None:
+    """Bind ``config``'s address and serve it with ``config.workers`` worker processes until a stop signal.
+
+    The listening sockets come from :func:`listen_slots` (one per worker on
+    Linux, so that the kernel spreads connections over the workers);
+    :func:`_supervise` runs the workers on them; the sockets are closed on
+    return. ``scowl serve --workers N`` calls this, and so does
+    ``bench/serve.py`` for its rows with several workers, so that the
+    benchmark measures what the command runs.
+
+    Args:
+        config: a ``uvicorn.Config`` with ``workers`` > 1 and an app import
+            string (``factory=True`` for a factory), host and port.
+
+    Returns:
+        The stop signal's number, or ``None`` if the workers failed to start
+        (uvicorn logged why).
+
+    Raises:
+        UserError: the address cannot be bound (uvicorn logged the reason,
+            e.g. the address is in use).
+    """
+    slots = _starting(lambda: listen_slots(config), config.host, config.port)
+    try:
+        return _supervise(config, slots)
+    finally:
+        for sock in slots:
+            sock.close()
+
+
+def listen_slots(config: "uvicorn.Config") -> "list[socket.socket]":
+    """Listening sockets for ``config.workers`` workers on ``config``'s host and port: one per worker on Linux.
+
+    uvicorn's supervisor gives every worker one shared socket, and a worker
+    woken by a new connection accepts every connection then waiting (uvloop
+    accepts until the queue is empty). A client that opens its connections
+    at once -- a load balancer's pool, ``wrk -c16`` -- ends with all or most
+    of them on one worker, which then does all the work while the others
+    idle: measured with ``bench/serve.py --workers 2``, 16 of 16 connections
+    on one worker, and two workers no faster than one. Here, on Linux, each
+    worker gets its own socket bound to the same address with
+    ``SO_REUSEPORT``: the kernel picks the socket of each new connection by
+    a hash of its addresses and ports, so connections spread evenly over the
+    workers whatever their timing (``socket(7)``; the ``reuseport`` of
+    nginx's ``listen``). The sockets are listening before any worker starts
+    (the kernel sends a connection to any socket of the group, and one
+    queues until its worker accepts), and they stay open in this process:
+    a worker that dies is replaced on the same socket, and the connections
+    sent to it meanwhile wait for the new worker instead of being reset.
+
+    First the address is bound once without ``SO_REUSEPORT`` (uvicorn's
+    ``Config.bind_socket``) and released: that bind fails if anything
+    listens there, so a port already in use is an error as before, even if
+    its listener allows ``SO_REUSEPORT`` (the kernel would let the group
+    join it otherwise). Elsewhere than Linux, with a Unix socket (``uds``)
+    or an inherited ``fd``, this returns that one socket, shared by all
+    workers as uvicorn does.
+
+    Args:
+        config: the ``uvicorn.Config`` (``host``, ``port``: 0 picks a free
+            port, ``workers``, ``backlog``).
+
+    Returns:
+        ``config.workers`` sockets (one elsewhere), bound and listening,
+        inheritable.
+
+    Raises:
+        SystemExit: from ``Config.bind_socket`` (it logged why), or
+            ``STARTUP_FAILURE`` if a socket of the group cannot be bound.
+    """
+    import socket
+
+    first = config.bind_socket()
+    if not sys.platform.startswith("linux") or not hasattr(socket, "SO_REUSEPORT") or config.uds \
+            or config.fd is not None or config.workers < 2:
+        return [first]
+    family, address = first.family, first.getsockname()[:2]  # the port chosen if config.port was 0
+    first.close()
+    slots: list[socket.socket] = []
+    try:
+        for _ in range(config.workers):
+            sock = socket.socket(family=family)
+            slots.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind(address)
+            sock.listen(config.backlog)
+            sock.set_inheritable(True)
+    except OSError as e:
+        import logging
+
+        from uvicorn.config import STARTUP_FAILURE
+
+        for sock in slots:
+            sock.close()
+        logging.getLogger("uvicorn.error").error(e)
+        sys.exit(STARTUP_FAILURE)
+    return slots
+
+
+def _supervise(config: "uvicorn.Config", slots: "list[socket.socket]") -> int | None:
+    """Run ``config.workers`` workers on ``slots`` until a stop signal; return it (``None``: they failed to start).
+
+    With one socket per worker (:func:`listen_slots`) worker ``i`` serves
+    ``slots[i]``, and its replacement, if it dies, serves the same socket;
+    with one socket, every worker serves it (uvicorn's own supervisor).
 
     uvicorn's ``Multiprocess`` replaces the handlers of the signals it
     knows (the stop signals among them) by its own queue; they are restored
     when it returns, so that raising the stop signal again reaches
-    ``scowl.signals.signals_stop``.
+    ``scowl.signals.signals_stop``. The number of workers is fixed:
+    uvicorn's SIGTTIN and SIGTTOU (one worker more or less) are logged and
+    ignored, since a worker more would share a socket and one less would
+    leave its socket's connections waiting.
     """
-    from uvicorn.supervisors.multiprocess import SIGNALS, Multiprocess
+    import logging
+
+    from uvicorn.supervisors.multiprocess import SIGNALS, Multiprocess, Process
+
+    log = logging.getLogger("uvicorn.error")
 
     class Supervisor(Multiprocess):
-        """uvicorn's supervisor, with every stop signal (SIGHUP too) ending it, the first one recorded."""
+        """uvicorn's supervisor, with every stop signal (SIGHUP too) ending it, the first one recorded, and
+        worker ``i`` on socket ``slots[i]`` (all of them if there is one)."""
 
         stop_signal: int | None = None
+
+        def _spawn(self, idx: int) -> Process:
+            """A started worker process for place ``idx`` (on its socket)."""
+            process = Process(self.config, [slots[idx]] if len(slots) > 1 else slots)
+            process.start()
+            return process
+
+        def init_processes(self) -> None:
+            self.processes = [self._spawn(i) for i in range(self.processes_num)]
+
+        def keep_subprocess_alive(self) -> None:
+            """Replace each dead or hung worker by a new one on the same socket (as uvicorn does, per place)."""
+            from uvicorn.config import STARTUP_FAILURE
+
+            for idx, process in enumerate(self.processes):
+                if self.should_exit.is_set():
+                    return
+                if process.is_alive(timeout=self.config.timeout_worker_healthcheck):
+                    continue
+                process.kill()  # hung, or already dead
+                process.join()
+                if process.exitcode == STARTUP_FAILURE:  # the app cannot start: every restart would fail
+                    log.error(f"Child process [{process.pid}] failed to start, stopping the parent process.")
+                    self.should_exit.set()
+                    return
+                if self.should_exit.is_set():
+                    return
+                log.info(f"Child process [{process.pid}] died")
+                self.processes[idx] = self._spawn(idx)
+
+        def handle_ttin(self) -> None:
+            log.warning("SIGTTIN ignored: scowl serve runs the --workers it was started with")
+
+        def handle_ttou(self) -> None:
+            log.warning("SIGTTOU ignored: scowl serve runs the --workers it was started with")
 
         def stop(self, sig: int) -> None:
             """Record the first stop signal; the run loop then terminates the workers and waits for them."""
@@ -214,7 +358,7 @@ def _supervise(config: "uvicorn.Config", sock: "socket.socket") -> int | None:
 
     previous = {sig: signal.getsignal(sig) for sig in SIGNALS}
     try:
-        supervisor = Supervisor(config, sockets=[sock])
+        supervisor = Supervisor(config, sockets=slots)
         try:
             supervisor.run()
         except BaseException:  # never leave workers behind
