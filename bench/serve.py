@@ -53,6 +53,10 @@ ms/ev`` (``used_cpu_user + used_cpu_sys`` of ``INFO cpu``, delta over the
 measured max-events/s interval, divided by the events answered in it);
 ``worker ms/ev`` (CPU of the uvicorn process and all its children, by
 ``psutil``, same interval; for the redis-pipeline row, this process's CPU);
+``idle at max`` (the machine's idle CPU in that interval, % of all its
+cores: a closed loop that leaves cores idle is held back by waiting, not
+by CPU -- with two workers on two cores, by the store's replies queued
+behind a busy worker's core: README, Benchmarks, eighteenth session);
 ``client CPU`` (the load generator's CPU as % of one core, the most over
 the row's phases; ``!`` from 80% on: the client, not the server, may be
 the bottleneck; ``—`` for the redis-pipeline row, whose client is its
@@ -230,7 +234,8 @@ class Sample:
     """Cumulative counters at one instant (:class:`Probe`); CPU in seconds.
 
     ``busy_s`` is the whole machine's non-idle CPU time (all cores, every
-    process); ``client_is_server`` says the client's CPU is already in
+    process), ``idle_s`` its idle time (all cores, I/O wait included);
+    ``client_is_server`` says the client's CPU is already in
     ``server_cpu_s`` (the redis-pipeline row runs in this process).
     """
 
@@ -241,6 +246,7 @@ class Sample:
     commands: int
     busy_s: float = 0.0
     client_is_server: bool = False
+    idle_s: float = 0.0
 
 
 @dataclass
@@ -249,6 +255,7 @@ class Usage:
 
     ``other_cpu_s`` is the CPU the machine spent outside Valkey, the server
     and the client in the interval: other jobs sharing the cores (noise).
+    ``idle_s`` is the cores' idle time in the interval (all cores summed).
     """
 
     wall_s: float
@@ -257,6 +264,13 @@ class Usage:
     client_cpu_s: float
     commands: int
     other_cpu_s: float = 0.0
+    idle_s: float = 0.0
+
+
+def _idle_s() -> float:
+    """The machine's idle CPU seconds, all cores (I/O wait included)."""
+    t = psutil.cpu_times()
+    return t.idle + getattr(t, "iowait", 0.0)
 
 
 def _busy_s() -> float:
@@ -313,7 +327,7 @@ class Probe:
             valkey_s += float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
         return Sample(time.perf_counter(), valkey_s,
                       self._server_cpu(), time.process_time() if client_cpu_s is None else client_cpu_s,
-                      commands, _busy_s(), self.server is None)
+                      commands, _busy_s(), self.server is None, _idle_s())
 
     @staticmethod
     def usage(a: Sample, b: Sample) -> Usage:
@@ -323,7 +337,7 @@ class Probe:
             ours += b.client_cpu_s - a.client_cpu_s
         return Usage(b.wall_s - a.wall_s, b.valkey_cpu_s - a.valkey_cpu_s, b.server_cpu_s - a.server_cpu_s,
                      b.client_cpu_s - a.client_cpu_s, b.commands - a.commands,
-                     max(0.0, (b.busy_s - a.busy_s) - ours))
+                     max(0.0, (b.busy_s - a.busy_s) - ours), b.idle_s - a.idle_s)
 
 
 @dataclass
@@ -934,7 +948,7 @@ def render(rows: list[Row], opts: Options, title: str) -> Any:
     cols = ["scenario", "states/ev", "max ev/s", "× bare"]
     for r in opts.rates:
         cols += [f"p50 ms\n@{_fmt_rate(r)}/s", f"p99 ms\n@{_fmt_rate(r)}/s"]
-    cols += ["Valkey\nms/ev", "worker\nms/ev", "client\nCPU", "other\nload"]
+    cols += ["Valkey\nms/ev", "worker\nms/ev", "idle\nat max", "client\nCPU", "other\nload"]
     for c in cols:
         table.add_column(c, justify="left" if c == "scenario" else "right")
     base = rows[0].max_phase.per_s if rows and rows[0].max_phase else float("nan")
@@ -956,7 +970,9 @@ def render(rows: list[Row], opts: Options, title: str) -> Any:
                 mark = "*" if ph.saturated else ""
                 cells += [f"{ph.pct(50):.2f}{mark}", f"{ph.pct(99):.2f}{mark}"]
         cpu = row.client_cpu_pct()
+        idle = 100 * mp.usage.idle_s / max(1e-9, mp.usage.wall_s * (os.cpu_count() or 1))
         cells += [f"{mp.ms_per_event(mp.usage.valkey_cpu_s):.3f}", f"{mp.ms_per_event(mp.usage.server_cpu_s):.3f}",
+                  f"{idle:.0f}%",
                   "—" if cpu is None or row.name.startswith("redis") else f"{cpu:.0f}%" + ("!" if cpu >= 80 else ""),
                   fmt_other_load(row.other_cpu_pct())]
         table.add_row(*cells)
@@ -1094,7 +1110,8 @@ def main(argv: list[str] | None = None) -> None:
              f"{opts.seconds:g} s per phase after {opts.warmup:g} s warm-up; loopback, {os.cpu_count()} cores")
     console.print(render(rows, opts, title))
     console.print("* the server fell behind the offered rate (latency then grows with the run).  "
-                  "ms/ev: CPU ms per answered event in the max-events/s phase.  other load: CPU of other jobs on "
+                  "ms/ev: CPU ms per answered event in the max-events/s phase.  idle at max: the machine's idle "
+                  "CPU then, % of all cores.  other load: CPU of other jobs on "
                   "the machine during the row (% of a core, the most over its phases; ! from 10%: rerun on a quiet "
                   "machine).")
     for line in goals(rows, args.workers):

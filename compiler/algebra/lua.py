@@ -243,6 +243,45 @@ def _window_sum(a: list[float], b: list[float]) -> float:
     return out
 
 
+def _int_sum_read(res: list) -> int:
+    """The exact total of an int ``Sum`` read from its script result (``rs_isum``).
+
+    Args:
+        res: ``[a, b, *tiles]``: the running totals at the read time and
+            before the window's first tile (decimal texts, ``None`` for
+            none), then the ladder's tiles (decimal texts).
+
+    Returns:
+        ``a - b + sum(tiles)`` exactly (a Python int: past int64 too; the
+        finisher's ``check_int`` makes that an overflow, SPEC §3.5).
+    """
+    a, b = res[0], res[1]
+    total = (int(a) if a is not None else 0) - (int(b) if b is not None else 0)
+    for x in res[2:]:
+        total += int(x)
+    return total
+
+
+def _decayed_read(op: DecayedOp, res: Any) -> tuple[int, float, float] | None:
+    """The ``Decayed*`` partial ``(ms, decayed sum, decayed weight)`` of a read's script result (``dr_read``).
+
+    Args:
+        op: the read's ``DecayedOp`` (its ``decode`` takes the list form).
+        res: the online member ``b'<ms>|<sum> <weight>'`` itself (no ladder
+            hash: the store returns it unparsed), or the list ``[ms, sum,
+            weight]`` of texts (merged with a ladder hash; ``None`` x 3: no
+            write).
+
+    Returns:
+        The partial, or ``None`` when nothing was written.
+    """
+    if isinstance(res, bytes):
+        bar = res.index(b"|")
+        sv, sw = res[bar + 1:].split(b" ")
+        return int(res[:bar]), float(sv), float(sw)
+    return op.decode(res)
+
+
 def _float_sum_read(res: list) -> float:
     """A float ``Sum`` read's IR from the script's ``[a, b, ladder]`` (the running totals' payloads and the tile
     ladder's ``%.17g`` sum, each ``None`` when absent): the window's exact sum rounded once, plus the ladder's."""
@@ -1339,19 +1378,15 @@ local function rs_range(key, t, ts, lo, hi, r)
   return rs_payload(a), rs_payload(zr_before(z, lo * r - 1))
 end
 
--- an int Sum read: the exact difference as a text, in a list (the decoder adds texts exactly),
--- plus the ladder's tiles x (sum_int: a number or a list of texts)
+-- an int Sum read: the running totals a and b as stored (texts; false: none), then the
+-- ladder's tiles x (sum_int: a number or a list of texts); the worker subtracts and adds them
+-- exactly (read_decoder's int_sum_read), not the store (issue 10)
 local function rs_isum(a, b, x)
-  local d = '0'
-  if a then
-    d = a
-    if b then d = int_add_text(a, string.byte(b, 1) == 45 and string.sub(b, 2) or (b == '0' and b or '-' .. b)) end
-  end
-  local out = { d }
+  local out = { a or false, b or false }
   if type(x) == 'table' then
-    for i = 1, #x do out[#out + 1] = x[i] end
+    for i = 1, #x do out[i + 2] = x[i] end
   elseif x and x ~= 0 then
-    out[#out + 1] = string.format('%d', x)
+    out[3] = string.format('%d', x)
   end
   return out
 end
@@ -1590,15 +1625,18 @@ end
 
 -- A Decayed read at t (text ts): the online members' partial { ms, sv, sw } at t merged with
 -- the ladder hash's (decay_read: backfill and the stream), as texts ({ false x 3 }: none);
--- lx: how many of the reads' ladder hashes exist (0: none, this one's neither)
+-- lx: how many of the reads' ladder hashes exist (0: none, this one's neither). Without a
+-- ladder hash, the online member '<ms>|<sv> <sw>' itself: the worker parses it (the finisher's
+-- decayed_read), not the store (issue 10)
 local function dr_read(key, t, ts, w, res, rawcode, lx)
   local acc = nil
   local m, ms = zr_at(key .. ':z', t, ts)
+  if not (lx > 0 and redis.call('EXISTS', key) == 1) then return m or { false, false, false } end
   if m then
     local sv, sw = dr_sums(m)
     acc = { ms, sv, sw }
   end
-  if lx > 0 and redis.call('EXISTS', key) == 1 then
+  do
     local b = decay_read(key, t, w, res, rawcode)
     if b[1] then
       if not acc then return b end
@@ -2066,7 +2104,7 @@ class LuaGenerator:
             exact = self.read_decoder(r)
             return lambda res, t_ms, after_ms: check_int(exact(res))
         if isinstance(op, DecayedOp):
-            return lambda res, t_ms, after_ms: op.value_at(op.decode(res), t_ms)
+            return lambda res, t_ms, after_ms: op.value_at(_decayed_read(op, res), t_ms)
         if isinstance(op, CountUniqueOp):
             return lambda res, t_ms, after_ms: int(res)
         if isinstance(op, LatestOp):
@@ -2124,7 +2162,9 @@ class LuaGenerator:
             NotImplementedError: not a merged tiled read.
         """
         op = r.op
-        if isinstance(op, CountOp) or (isinstance(op, SumOp) and op.is_int):
+        if isinstance(op, SumOp) and op.is_int:
+            return _int_sum_read
+        if isinstance(op, CountOp):
             def exact_int(res: Any) -> int:
                 if isinstance(res, list):  # beyond 2**53: the tiles' texts, added exactly here
                     return sum(_num(x, "int") for x in res)

@@ -450,7 +450,7 @@ def test_late_reads_of_a_hot_key_use_chunk_summaries_and_stay_exact(client, fn, 
             for s, vals in in_time_order:
                 if s <= r_t:
                     ir = op.update(ir, vals, s)
-            got, want = op.value_at(op.decode(res[1]), r_t), op.value_at(ir, r_t)
+            got, want = GEN.finisher(rslot)(res[1], r_t, None), op.value_at(ir, r_t)
             assert got == (want if want is None else pytest.approx(want, rel=1e-12)), r_t
             continue
         got = op.finalize(GEN.decode_read(rslot, res[1]))
@@ -771,7 +771,8 @@ def test_a_rounds_reads_check_their_ladders_with_one_exists_and_each_still_adds_
     ir = None
     for t in [T0 + 1_000 * i for i in range(5)] + [T0 + 6_000]:
         ir = dc.update(ir, (), t)
-    assert dc.value_at(dc.decode(res[3]), T0 + 6_000) == pytest.approx(dc.value_at(ir, T0 + 6_000), rel=1e-12)
+    assert GEN.finisher(ReadSlot(dc, window_s, 1))(res[3], T0 + 6_000, None) == pytest.approx(dc.value_at(ir, T0 + 6_000),
+                                                                                     rel=1e-12)
 
 
 def test_a_decayed_read_merges_the_ladders_sums_with_the_online_members(client):
@@ -790,7 +791,7 @@ def test_a_decayed_read_merges_the_ladders_sums_with_the_online_members(client):
             run_round(client, RoundSpec("w", writes=(w,)), ["", "", key], [t, "", "", *GEN.write_values(w, vals)])
         if i in (100, 150, 299):
             res = run_round(client, RoundSpec("r", reads_after=(rd,)), ["", "", key], [t, "", ""])
-            assert op.value_at(op.decode(res[1]), t) == pytest.approx(op.value_at(ir, t), rel=1e-12), i
+            assert GEN.finisher(rd)(res[1], t, None) == pytest.approx(op.value_at(ir, t), rel=1e-12), i
 
 
 EXTREME_VALUES = {"int": st.integers(-3, 3), "string": st.sampled_from(["", "a", "ab", "b", "é"]),
@@ -874,7 +875,7 @@ def test_a_read_after_its_own_write_in_one_call_equals_the_oracle_in_any_arrival
             ir = None
             for s, vals in sorted(arrived, key=lambda a: a[0]):
                 ir = op.update(ir, vals, s) if s <= t else ir
-            got = op.value_at(op.decode(res[1]), t)
+            got = GEN.finisher(rd)(res[1], t, None)
             assert got == pytest.approx(op.value_at(ir, t), rel=1e-9), (t, arrived)
             continue
         got = op.finalize(GEN.decode_read(rd, res[1]))
@@ -938,7 +939,7 @@ def test_writes_more_than_the_allowed_lateness_late_leave_the_running_members_al
             for s_, vals in in_time_order:
                 if s_ <= r_t:
                     ir = op.update(ir, vals, s_)
-            assert op.value_at(op.decode(res[1]), r_t) == pytest.approx(op.value_at(ir, r_t), rel=1e-12), r_t
+            assert GEN.finisher(ReadSlot(op, window_s, r))(res[1], r_t, None) == pytest.approx(op.value_at(ir, r_t), rel=1e-12), r_t
             continue
         got = op.finalize(GEN.decode_read(ReadSlot(op, window_s, r), res[1]))
         want = fold(op, counted(in_time_order, r_t, window_s))
