@@ -1636,13 +1636,11 @@ local function dr_read(key, t, ts, w, res, rawcode, lx)
     local sv, sw = dr_sums(m)
     acc = { ms, sv, sw }
   end
-  do
-    local b = decay_read(key, t, w, res, rawcode)
-    if b[1] then
-      if not acc then return b end
-      local tm, sv, sw = decay_sums(acc[1], acc[2], acc[3], tonumber(b[1]), tonumber(b[2]), tonumber(b[3]), w)
-      acc = { tm, sv, sw }
-    end
+  local b = decay_read(key, t, w, res, rawcode)
+  if b[1] then
+    if not acc then return b end
+    local tm, sv, sw = decay_sums(acc[1], acc[2], acc[3], tonumber(b[1]), tonumber(b[2]), tonumber(b[3]), w)
+    acc = { tm, sv, sw }
   end
   if not acc then return { false, false, false } end
   return { string.format('%d', acc[1]), string.format('%.17g', acc[2]), string.format('%.17g', acc[3]) }

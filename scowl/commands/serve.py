@@ -218,11 +218,11 @@ def listen_slots(config: "uvicorn.Config") -> "list[socket.socket]":
     at once -- a load balancer's pool, ``wrk -c16`` -- ends with all or most
     of them on one worker, which then does all the work while the others
     idle: measured with ``bench/serve.py --workers 2``, 16 of 16 connections
-    on one worker, and two workers no faster than one. Here, on Linux, each
+    on one worker, the other below 3% of a core. Here, on Linux, each
     worker gets its own socket bound to the same address with
     ``SO_REUSEPORT``: the kernel picks the socket of each new connection by
-    a hash of its addresses and ports, so connections spread evenly over the
-    workers whatever their timing (``socket(7)``; the ``reuseport`` of
+    a hash of its addresses and ports, so connections spread over the
+    workers, about evenly, whatever their timing (``socket(7)``; the ``reuseport`` of
     nginx's ``listen``). The sockets are listening before any worker starts
     (the kernel sends a connection to any socket of the group, and one
     queues until its worker accepts), and they stay open in this process:
