@@ -267,20 +267,15 @@ class Usage:
     idle_s: float = 0.0
 
 
-def _idle_s() -> float:
-    """The machine's idle CPU seconds, all cores (I/O wait included)."""
-    t = psutil.cpu_times()
-    return t.idle + getattr(t, "iowait", 0.0)
+def _busy_idle_s() -> tuple[float, float]:
+    """The machine's CPU seconds ``(busy, idle)``, all cores, from one reading.
 
-
-def _busy_s() -> float:
-    """The machine's CPU seconds in user and kernel code of any process, plus time stolen by the hypervisor.
-
-    Interrupt time is left out: loopback traffic of the benchmark itself is
-    partly accounted there.
+    busy: user and kernel code of any process, plus time stolen by the
+    hypervisor (interrupt time is left out: loopback traffic of the
+    benchmark itself is partly accounted there); idle: idle and I/O wait.
     """
     t = psutil.cpu_times()
-    return t.user + t.nice + t.system + getattr(t, "steal", 0.0)
+    return t.user + t.nice + t.system + getattr(t, "steal", 0.0), t.idle + getattr(t, "iowait", 0.0)
 
 
 class Probe:
@@ -325,9 +320,10 @@ class Probe:
             commands += sum(v["calls"] for k, v in stats.items()
                             if k.removeprefix("cmdstat_").split("|")[0] not in _NOT_EVENT_COMMANDS)
             valkey_s += float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+        busy_s, idle_s = _busy_idle_s()
         return Sample(time.perf_counter(), valkey_s,
                       self._server_cpu(), time.process_time() if client_cpu_s is None else client_cpu_s,
-                      commands, _busy_s(), self.server is None, _idle_s())
+                      commands, busy_s, self.server is None, idle_s)
 
     @staticmethod
     def usage(a: Sample, b: Sample) -> Usage:

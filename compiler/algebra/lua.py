@@ -253,13 +253,12 @@ def _int_sum_read(res: list) -> int:
 
     Returns:
         ``a - b + sum(tiles)`` exactly (a Python int: past int64 too; the
-        finisher's ``check_int`` makes that an overflow, SPEC §3.5).
+        finisher's ``check_int`` makes that an overflow, SPEC §3.5). Texts
+        are read as ``Count``'s are (``ops._num``: a tile written as
+        ``"5.0"`` reads 5).
     """
     a, b = res[0], res[1]
-    total = (int(a) if a is not None else 0) - (int(b) if b is not None else 0)
-    for x in res[2:]:
-        total += int(x)
-    return total
+    return (_num(a, "int") or 0) - (_num(b, "int") or 0) + sum(_num(x, "int") for x in res[2:])
 
 
 def _decayed_read(op: DecayedOp, res: Any) -> tuple[int, float, float] | None:

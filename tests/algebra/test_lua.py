@@ -1134,3 +1134,22 @@ def test_a_window_sum_of_non_finite_totals_reads_as_the_expansion_arithmetic_giv
 
     got = _float_sum_read([a, b, None])
     assert math.isnan(got) if want == "nan" else got == float(want)
+
+
+@pytest.mark.parametrize("res, want", [
+    ([b"10", b"3", b"5.0", b"2"], 14),  # a ladder tile written as "5.0" reads 5, as a Count's does
+    ([b"10", None], 10),  # no running total before the window
+    ([None, None, b"7"], 7),  # only the ladder (backfill)
+    ([b"9223372036854775807", b"-9223372036854775808"], 2 ** 64 - 1),  # exact past int64: the finisher nulls it
+])
+def test_an_int_sums_read_is_finished_exactly_in_the_worker(res, want):
+    """An int ``Sum`` read returns its two running totals as stored and the ladder's tiles (``rs_isum``); the
+    worker's decoder subtracts and adds them exactly, reading texts as a ``Count``'s tiles are read."""
+    op = make_op("Sum", ("int",), ("v",), 3600)
+    rd = ReadSlot(op, 3600, 1)
+    assert GEN.decode_read(rd, res) == want
+    if want >= 2 ** 63:
+        with pytest.raises(EvalError):
+            GEN.finisher(rd)(res, 0, None)
+    else:
+        assert GEN.finisher(rd)(res, 0, None) == want
