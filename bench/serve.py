@@ -678,8 +678,12 @@ _WORKERS = """
 import uvicorn
 from scowl.commands.serve import run_workers
 run_workers(uvicorn.Config({factory!r}, factory=True, workers={workers}, host="127.0.0.1", port={port},
-                           log_level="warning", access_log=False, timeout_keep_alive=120))
+                           log_level="warning", access_log=False, timeout_keep_alive=120), {policy!r})
 """
+
+#: ``--worker-policy`` of the rows with several workers (``scowl.sched.worker_policy``: ``auto`` is what
+#: ``scowl serve --workers N`` picks, ``SCHED_BATCH`` beside this benchmark's store on loopback).
+WORKER_POLICY = ["auto"]
 
 
 def start_server(factory: str, port: int, env: dict[str, str], workers: int = 1) -> subprocess.Popen:
@@ -690,8 +694,9 @@ def start_server(factory: str, port: int, env: dict[str, str], workers: int = 1)
         env: extra environment (``SCOWL_REDIS_URL``, ``SCOWL_TOPOLOGY``).
         workers: worker processes; with more than one, run as ``scowl serve
             --workers N`` runs them (``scowl.commands.serve.run_workers``:
-            a socket per worker), and also waits until that many worker
-            processes exist.
+            a socket per worker, at the scheduling policy
+            :data:`WORKER_POLICY` resolves to for the store in ``env``), and
+            also waits until that many worker processes exist.
 
     Returns:
         The uvicorn process (stop it with :func:`stop_server`).
@@ -700,7 +705,10 @@ def start_server(factory: str, port: int, env: dict[str, str], workers: int = 1)
         RuntimeError: it exited or did not answer within 60 s.
     """
     if workers > 1:  # through scowl serve's own supervisor and sockets (scowl.commands.serve.run_workers)
-        cmd = [sys.executable, "-c", _WORKERS.format(factory=factory, port=port, workers=workers)]
+        from scowl.sched import worker_policy
+
+        policy = worker_policy(WORKER_POLICY[0], workers, env.get("SCOWL_REDIS_URL", ""))
+        cmd = [sys.executable, "-c", _WORKERS.format(factory=factory, port=port, workers=workers, policy=policy)]
     else:
         cmd = [sys.executable, "-m", "uvicorn", "--factory", factory, "--host", "127.0.0.1", "--port", str(port),
                "--log-level", "warning", "--no-access-log", "--timeout-keep-alive", "120"]
@@ -1041,6 +1049,9 @@ def main(argv: list[str] | None = None) -> None:
     add_load_args(ap)
     ap.add_argument("--topology", choices=("demo", "wide", "both"), default="both")
     ap.add_argument("--workers", type=int, default=1, help="also run the scowl rows with N uvicorn workers")
+    ap.add_argument("--worker-policy", choices=("auto", "normal", "batch", "idle"), default="auto",
+                    help="scheduling policy of the rows with several workers (scowl serve --worker-policy; "
+                         "auto: what scowl serve picks, SCHED_BATCH beside this benchmark's store)")
     ap.add_argument("--rates", default="1000,250", help="open-loop offered rates, events/s, comma-separated")
     ap.add_argument("--cluster", action="store_true",
                     help="also run the scowl rows on a local Redis Cluster of 1 and of 3 masters")
@@ -1048,6 +1059,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="also run the scowl rows on the same events arriving up to SECONDS late (SPEC §3.3; "
                          "at most the allowed lateness, 3600 s by default, to stay exact)")
     args = ap.parse_args(argv)
+    WORKER_POLICY[0] = args.worker_policy
 
     from rich.console import Console
 

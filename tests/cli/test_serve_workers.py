@@ -54,6 +54,17 @@ def workers(pid: int) -> list[int]:
     return sorted(out)
 
 
+def policies(pid: int) -> set[int]:
+    """The scheduling policies (``os.SCHED_*``) of the threads of process ``pid``."""
+    out = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out.add(os.sched_getscheduler(int(task.name)))
+        except OSError:  # the thread ended
+            pass
+    return out
+
+
 def socket_inodes(pid: int) -> set[int]:
     """Inodes of the sockets ``pid`` has open."""
     out = set()
@@ -151,7 +162,10 @@ def test_workers_share_one_store_and_stop_gracefully(tmp_path, monkeypatch):
         pids = wait_for(two_workers, 60, "two workers")
         assert cmd.proc.poll() is None, cmd.err.read_text()
         assert cmd.out.read_text() == (f"serving examples/flights on http://127.0.0.1:{port} with 2 workers "
-                                       f"(store {cmd.store_url()})\n")
+                                       f"(SCHED_BATCH; store {cmd.store_url()})\n")
+        # --worker-policy auto beside the embedded store: every thread of each worker at SCHED_BATCH (set by
+        # each worker as it starts, before it serves)
+        wait_for(lambda: all(policies(p) == {os.SCHED_BATCH} for p in pids), 60, "the workers at SCHED_BATCH")
         served = []
         for k in range(1, 7):
             w = pids[k % 2]
@@ -276,5 +290,39 @@ def test_workers_below_one_is_a_usage_error(tmp_path, n):
         assert cmd.proc.wait(timeout=60) == 2
         err = cmd.err.read_text()
         assert "Invalid value for '--workers'" in err and "greater than or equal to 1" in err, err
+        assert "Traceback" not in err
+        assert not (cmd.home / "store").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("choice", "policy"), [("normal", "SCHED_OTHER"), ("IDLE", "SCHED_IDLE")])
+def test_worker_policy_sets_every_workers_threads(tmp_path, choice, policy):
+    """``--worker-policy normal`` leaves the workers at ``SCHED_OTHER`` beside the embedded store (``auto``
+    would pick ``SCHED_BATCH``: the first test), ``idle`` (any case) runs every thread of each worker at
+    ``SCHED_IDLE``; serve says which, and the workers answer."""
+    port = free_port()
+    cmd = Command(tmp_path, "serve", "examples/flights", "--workers", "2", "--port", str(port),
+                  "--worker-policy", choice)
+    with cmd:
+        wait_for(lambda: len(workers(cmd.proc.pid)) == 2 or cmd.proc.poll() is not None, 60, "two workers")
+        assert cmd.proc.poll() is None, cmd.err.read_text()
+        assert cmd.out.read_text() == (f"serving examples/flights on http://127.0.0.1:{port} with 2 workers "
+                                       f"({policy}; store {cmd.store_url()})\n")
+        pids = workers(cmd.proc.pid)
+        for k, w in enumerate(pids, start=1):  # each worker serves: it has set its policy (first thing it does)
+            feats = post(connect_to(w, [p for p in pids if p != w], port), departure(k))["features"]
+            assert feats["departures_1h"] == k
+        want = getattr(os, policy)
+        assert {p: policies(p) for p in pids} == {p: {want} for p in pids}
+        assert cmd.stop(signal.SIGTERM) == 128 + signal.SIGTERM
+
+
+def test_an_unknown_worker_policy_is_a_usage_error(tmp_path):
+    """``--worker-policy fast``: exit 2 with click's message naming the option and the choices, no store started."""
+    cmd = Command(tmp_path, "serve", "examples/flights", "--workers", "2", "--worker-policy", "fast")
+    with cmd:
+        assert cmd.proc.wait(timeout=60) == 2
+        err = cmd.err.read_text()
+        assert "Invalid value for '--worker-policy'" in err and "'auto', 'normal', 'batch', 'idle'" in err, err
         assert "Traceback" not in err
         assert not (cmd.home / "store").exists()
