@@ -40,6 +40,22 @@ class UserError(Exception):
     """A user-facing failure: printed by :func:`print_error`, exit code :data:`EXIT_USER_ERROR`."""
 
 
+def plural(n: int, noun: str, nouns: str | None = None, spec: str = "") -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: ``plural(1, "event")`` is ``"1 event"``, ``plural(2, "batch",
+    "batches")`` is ``"2 batches"``.
+
+    Args:
+        n: the count.
+        noun: the singular.
+        nouns: the plural (default ``noun + "s"``).
+        spec: format spec of the number (``","``: ``"1,500 rows"``).
+
+    Returns:
+        ``"<n> <noun>"`` for ``n == 1``, else ``"<n> <nouns>"``, the number formatted with ``spec``.
+    """
+    return f"{n:{spec}} {noun if n == 1 else (nouns or noun + 's')}"
+
+
 def print_error(message: str) -> None:
     """Write ``error: <message>`` to stderr as one plain line (no wrapping, no markup, no colour).
 

@@ -108,7 +108,7 @@ def run_demo(days: int = 7, console: Console | None = None, home: Path | None = 
         SystemExit: the demo topology does not compile (exit 1).
     """
     from compiler import compile_dir
-    from scowl.common import open_store, redact_url, scowl_home
+    from scowl.common import open_store, plural, redact_url, scowl_home
     from scowl.demo_data import iter_events, write_timeline
     from scowl.embedded import free_port
     from scowl.progress import backfill_progress, job_progress
@@ -143,7 +143,8 @@ def run_demo(days: int = 7, console: Console | None = None, home: Path | None = 
         raise SystemExit(1)
     plan = result.plan
     n_feats = sum(len(e.outputs) for e in plan.events.values())
-    console.print(f"compiled {topo}: {len(plan.events)} events, {n_feats} features, {len(plan.states)} aggregate states")
+    console.print(f"compiled {topo}: {plural(len(plan.events), 'event')}, {plural(n_feats, 'feature')}, "
+                  f"{plural(len(plan.states), 'aggregate state')}")
 
     with open_store(home) as url:
         removed = clear_plan_state(url, plan)

@@ -308,7 +308,9 @@ def _run(plan: "Plan", events: Any, spark: "SparkSession | None", master: str | 
     prepared = prepare_events(plan, raw, renumber=renumber)
     try:
         if prepared.rejected:
-            warnings.warn(f"{prepared.rejected} invalid records skipped (each event needs a known _type and a "
+            from scowl.common import plural
+
+            warnings.warn(f"{plural(prepared.rejected, 'invalid record')} skipped (each event needs a known _type and a "
                           "parseable _time)", stacklevel=3)
         if types is None:
             types = sorted(t for t in plan.events if t in prepared.present)

@@ -11,7 +11,8 @@ from typing import List, Optional
 
 import typer
 
-from scowl.common import UserError, compile_topology, console, open_store, parse_iso_ms, scowl_home, start_spark
+from scowl.common import (UserError, compile_topology, console, open_store, parse_iso_ms, plural, scowl_home,
+                          start_spark)
 from scowl.progress import backfill_progress, job_progress
 
 
@@ -109,8 +110,8 @@ def print_backfill_report(report) -> None:
 
     s, e = report.window
     staged = f" ({report.stages} dependency stage{'s' if report.stages > 1 else ''})" if report.stages else ""
-    console.print(f"backfilled [{format_time(s)}, {format_time(e)}): {report.events} events, "
-                  f"{sum(report.rows.values())} tile rows over {len(report.rows)} states{staged}")
+    console.print(f"backfilled [{format_time(s)}, {format_time(e)}): {plural(report.events, 'event')}, "
+                  f"{plural(sum(report.rows.values()), 'tile row')} over {plural(len(report.rows), 'state')}{staged}")
     if report.widened:
         rs, re_ = report.requested
         moved = []
@@ -121,7 +122,7 @@ def print_backfill_report(report) -> None:
         console.print(f"note: the run window [{format_time(rs)}, {format_time(re_)}) was widened: {'; '.join(moved)}")
     if report.rejected:
         where = f" (set aside in {report.rejected_path})" if report.rejected_path else ""
-        console.print(f"note: {report.rejected} invalid records skipped{where}")
+        console.print(f"note: {plural(report.rejected, 'invalid record')} skipped{where}")
 
 
 def print_auto_report(plan, report) -> None:
@@ -149,4 +150,4 @@ def print_auto_report(plan, report) -> None:
         print_backfill_report(run)
     if report.rejected and not report.runs:
         where = f" (set aside in {report.rejected_path})" if report.rejected_path else ""
-        console.print(f"note: {report.rejected} invalid records skipped{where}")
+        console.print(f"note: {plural(report.rejected, 'invalid record')} skipped{where}")

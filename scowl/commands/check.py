@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from scowl.common import compile_topology, console
+from scowl.common import compile_topology, console, plural
 
 
 def check(directory: Path = typer.Argument(..., metavar="DIR", help="Topology directory (its *.scowl files).")) -> None:
@@ -18,4 +18,5 @@ def check(directory: Path = typer.Argument(..., metavar="DIR", help="Topology di
     """
     plan = compile_topology(directory)
     n = sum(len(e.outputs) for e in plan.events.values())
-    console.print(f"ok: {len(plan.events)} events, {n} features, {len(plan.states)} aggregate states")
+    console.print(f"ok: {plural(len(plan.events), 'event')}, {plural(n, 'feature')}, "
+                  f"{plural(len(plan.states), 'aggregate state')}")

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from scowl.common import UserError, compile_topology, console, scowl_home, start_spark
+from scowl.common import UserError, compile_topology, console, plural, scowl_home, start_spark
 from scowl.progress import job_progress, phase_progress
 
 #: Progress bar labels of the replay phases (``writer.replay``).
@@ -55,7 +55,7 @@ def replay(
         except (ReplayError, StagedFeatureError, SourceError, NotImplementedError) as e:
             raise UserError(str(e)) from None
     for ev, n in sorted(report.rows.items()):
-        console.print(f"{out / ev}: {n:,} rows")
+        console.print(f"{out / ev}: {plural(n, 'row', spec=',')}")
     if report.rejected:
         where = f" (set aside in {report.rejected_path})" if report.rejected_path else ""
-        console.print(f"note: {report.rejected} invalid records skipped{where}")
+        console.print(f"note: {plural(report.rejected, 'invalid record')} skipped{where}")

@@ -77,9 +77,8 @@ def serve(
     port: int = typer.Option(8000, metavar="PORT", help="TCP port."),
     workers: int = typer.Option(1, min=1, metavar="N", help="Worker processes, all over the same store."),
     worker_policy: WorkerPolicy = typer.Option(
-        WorkerPolicy.auto, "--worker-policy", case_sensitive=False, metavar="[auto|normal|batch|idle]",
-        show_default="auto",
-        help="Linux scheduling policy of the --workers processes: auto (batch when they share this host with "
+        "auto", "--worker-policy", case_sensitive=False, metavar="POLICY",
+        help="Linux scheduling policy of the --workers processes, one of: auto (batch when they share this host with "
              "the store, else normal), normal, batch, or idle (fastest beside the store, but any other busy "
              "process on the host starves the workers)."),
 ) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import typer
 
-from scowl.common import UserError, compile_topology, console, format_duration_s, open_store, redact_url
+from scowl.common import UserError, compile_topology, console, format_duration_s, open_store, plural, redact_url
 
 
 def status(directory: Path = typer.Argument(..., metavar="DIR", help="Topology directory (its *.scowl files).")) -> None:
@@ -41,7 +41,7 @@ def status(directory: Path = typer.Argument(..., metavar="DIR", help="Topology d
             states = store_status(plan, url)
         except redis.RedisError as e:
             raise UserError(f"store unavailable: {e}") from None
-    console.print(f"store {redact_url(url)}: {len(states)} aggregate state{'s' if len(states) != 1 else ''}",
+    console.print(f"store {redact_url(url)}: {plural(len(states), 'aggregate state')}",
                   highlight=False)
     for s in states:
         console.print("")

@@ -15,7 +15,7 @@ from typing import Optional
 import typer
 
 from scowl.common import (
-    UserError, compile_topology, console, open_store, redact_url, scowl_home, start_spark,
+    UserError, compile_topology, console, open_store, plural, redact_url, scowl_home, start_spark,
 )
 from scowl.signals import signals_request_stop
 
@@ -123,8 +123,8 @@ def stream(
     def on_batch(b) -> None:
         wm = "none" if b.watermark_ms is None else format_time(b.watermark_ms)
         note = " (re-run after a restart)" if b.rerun else ""
-        console.print(f"batch {b.batch_id}{note}: {b.events} events, {b.late} late, {b.invalid} invalid, "
-                      f"{b.applied} keys merged, {b.skipped} already merged; watermark {wm}; {b.seconds:.1f}s")
+        console.print(f"batch {b.batch_id}{note}: {plural(b.events, 'event')}, {b.late} late, {b.invalid} invalid, "
+                      f"{plural(b.applied, 'key')} merged, {b.skipped} already merged; watermark {wm}; {b.seconds:.1f}s")
 
 
     with open_store() as url:
@@ -143,10 +143,11 @@ def stream(
         except StreamError as e:
             raise UserError(str(e)) from None
     t = report.totals
-    console.print(f"streamed {len(report.batches)} batches: {report.events} events merged, "
+    console.print(f"streamed {plural(len(report.batches), 'batch', 'batches')}: "
+                  f"{plural(report.events, 'event')} merged, "
                   f"{report.late} late and {report.invalid} invalid set aside")
     if t:
-        console.print(f"checkpoint totals: {t['batches']} batches, {t['events']} events, "
+        console.print(f"checkpoint totals: {plural(t['batches'], 'batch', 'batches')}, {plural(t['events'], 'event')}, "
                       f"{t['late']} late, {t['invalid']} invalid")
     if report.late or report.invalid:
         console.print(f"note: late and invalid events are in {report.dead_letter}/late and {report.dead_letter}/invalid")

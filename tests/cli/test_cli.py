@@ -20,7 +20,15 @@ def scowl(*args: str, cwd: Path | None = None, env: dict | None = None) -> subpr
 def test_check_ok():
     r = scowl("check", str(FLIGHTS))
     assert r.returncode == 0, r.stderr
-    assert "4 events" in r.stdout
+    assert r.stdout.startswith("ok: 4 events, ") and r.stdout.endswith(" aggregate states\n"), r.stdout
+
+
+def test_check_counts_in_the_singular_for_one(tmp_path):
+    """One event type with one feature and one aggregate state: ``1 event``, not ``1 events``."""
+    (tmp_path / "a.scowl").write_text("event e\nn := Count(last 1 hour)\n")
+    r = scowl("check", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "ok: 1 event, 1 feature, 1 aggregate state\n"
 
 
 def test_check_reports_errors_with_positions(tmp_path):

@@ -10,10 +10,11 @@ import doctest
 import importlib
 import json
 import os
+import re
 
 import pytest
 
-from scowl.common import format_duration_s
+from scowl.common import format_duration_s, plural
 from tests.cli.test_cli import FLIGHTS, scowl
 
 NARROW = {**os.environ, "COLUMNS": "80"}
@@ -115,7 +116,19 @@ def test_help_shows_metavars_and_cites_the_semantics():
     """Options name their values; replay, serve and backfill point to docs/semantics.md."""
     out = {c: scowl(c, "--help", env=NARROW).stdout for c in ("backfill", "serve", "replay")}
     assert "  --events PATH  " in out["backfill"] and "  --start ISO  " in out["backfill"]
-    assert "  --port PORT  TCP port.  [default: 8000]" in out["serve"]
+    assert re.search(r"\n  --port PORT +TCP port\.  \[default: 8000\]\n", out["serve"]), out["serve"]
+    assert re.search(r"\n  --worker-policy POLICY +Linux scheduling policy", out["serve"]), out["serve"]
+    assert "[default: auto]" in " ".join(out["serve"].split()) and "WorkerPolicy" not in out["serve"]
     assert "  --types E,...  " in out["replay"]
     for c, text in out.items():
         assert "docs/semantics.md" in " ".join(text.split()), c
+
+
+@pytest.mark.parametrize(("args", "text"), [
+    ((1, "event"), "1 event"), ((0, "event"), "0 events"), ((2, "event"), "2 events"),
+    ((1, "batch", "batches"), "1 batch"), ((3, "batch", "batches"), "3 batches"),
+    ((1500, "row", None, ","), "1,500 rows"), ((1, "invalid record"), "1 invalid record"),
+])
+def test_plural(args, text) -> None:
+    """Counts in the CLI's messages: the singular for exactly one, else the plural."""
+    assert plural(*args) == text

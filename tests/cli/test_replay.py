@@ -81,7 +81,7 @@ def test_replay_command_layout_encodings_and_values(spark, tmp_path, redis_url):
     r = _scowl("replay", str(topo), "--events", str(tmp_path / "in.jsonl"), "--out", str(tmp_path / "out"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Traceback" not in r.stderr
-    assert "1 invalid records skipped" in r.stdout
+    assert "1 invalid record skipped" in r.stdout
 
     pay = pq.read_table(tmp_path / "out" / "pay")
     assert pay.column_names == ["_seq", "_time", "_id", "user", "amount", "at", "flag", "big", "n", "total", "prev",

@@ -237,7 +237,7 @@ def test_stream_until_stopped_ends_like_ctrl_c_on_sigterm(tmp_path, sig):
         stored = redis.Redis.from_url(cmd.store_url()).dbsize()
         assert stored > 0
         assert cmd.stop(sig, timeout_s=120) == 0, cmd.err.read_text()
-        assert "streamed 1 batches: 30 events merged, 0 late and 0 invalid set aside" in cmd.out.read_text()
+        assert "streamed 1 batch: 30 events merged, 0 late and 0 invalid set aside" in cmd.out.read_text()
         assert "Traceback" not in cmd.err.read_text(), cmd.err.read_text()[-3000:]
         assert not running(valkey)
         assert not (cmd.home / "store" / "port").exists()

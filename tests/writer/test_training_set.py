@@ -82,7 +82,7 @@ def test_in_memory_forms_equal_the_file(spark, case):
     for e in stamped[::2]:
         e["_time"] = e["_time"].replace(tzinfo=None)
     stamped.append({"_type": "pay", "user": "no time"})
-    with pytest.warns(UserWarning, match="1 invalid records skipped"):
+    with pytest.warns(UserWarning, match="1 invalid record skipped"):
         _same(scowl.training_set(case["topo"], stamped, spark, event_type="pay"), expected)
 
     # object first: a float64 column would round 2**60 + i; _time as naive datetime64 (UTC)
