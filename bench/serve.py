@@ -56,7 +56,7 @@ measured max-events/s interval, divided by the events answered in it);
 ``idle at max`` (the machine's idle CPU in that interval, % of all its
 cores: a closed loop that leaves cores idle is held back by waiting, not
 by CPU -- with two workers on two cores, by the store's replies queued
-behind a busy worker's core: README, Benchmarks, eighteenth session);
+behind a busy worker's core: bench/HISTORY.md, eighteenth session);
 ``client CPU`` (the load generator's CPU as % of one core, the most over
 the row's phases; ``!`` from 80% on: the client, not the server, may be
 the bottleneck; ``—`` for the redis-pipeline row, whose client is its

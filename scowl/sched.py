@@ -4,7 +4,7 @@ Two workers beside the store on a 2-core machine made 0.87-0.88x the
 events/s of one at the default policy (``SCHED_OTHER``): the store, woken by
 a worker's call, was queued on that worker's core, and the workers then
 waited for its replies while a core sat idle (``bench/serve.py --topology
-demo --workers 2``; README, Benchmarks, eighteenth and nineteenth
+demo --workers 2``; bench/HISTORY.md, eighteenth and nineteenth
 sessions). At ``SCHED_BATCH`` a worker woken by a reply or a request does
 not preempt what runs on its core (the store's batch of calls): 1.00-1.06x,
 the cores ~27% idle instead of ~45%. At ``SCHED_IDLE`` a core that runs
@@ -73,7 +73,7 @@ def worker_policy(choice: str, workers: int, store_url: str) -> str:
         ValueError: ``choice`` is not one of :data:`WORKER_POLICIES`.
 
     Source: measured with ``bench/serve.py --workers 2`` (module docstring;
-    README, Benchmarks, nineteenth session); ``sched(7)`` for the policies.
+    bench/HISTORY.md, nineteenth session); ``sched(7)`` for the policies.
     """
     if choice not in WORKER_POLICIES:
         raise ValueError(f"unknown worker policy {choice!r}; one of {', '.join(WORKER_POLICIES)}")

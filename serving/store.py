@@ -18,7 +18,7 @@ as ioredis does), first through redis-py's pipeline (batches of ~3.5
 calls under ``wrk`` load, 10-15% fewer events/s), then packed by hiredis
 and sent by the first caller, who read every reply (2.35 calls per
 Valkey read, 10-15% fewer events/s, Valkey's CPU per call unchanged:
-README, Benchmarks, sixth session): the calls wait for each other, and
+bench/HISTORY.md, sixth session): the calls wait for each other, and
 under load Valkey already serves several connections per wake-up.
 
 ``Store.record_online`` keeps the *online-writer start times* in the hash

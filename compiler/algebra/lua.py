@@ -105,7 +105,7 @@ each. The reads of a round ask first, with one ``EXISTS`` of all their keys,
 whether any of their hashes exists, and each asks for its own only then
 (``LuaGenerator._ladder_check``: a departure made 13 ``EXISTS`` calls, ~3% of
 its Valkey CPU). ``bench/lua_ab.py`` against the ladder on the demo: 0.544x of Valkey's
-CPU per call (README, Benchmarks, ninth session).
+CPU per call (bench/HISTORY.md, ninth session).
 
 Online ``Min`` and ``Max`` writes keep a monotonic deque in the same sorted
 set (``mx_*``; ``bench/lua_ab.py``: 0.897x the CPU per call before them): members
