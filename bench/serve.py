@@ -1011,7 +1011,41 @@ def goals(rows: list[Row], workers: int) -> list[str]:
         goal = "≥ 1.3x" if workers == 2 else "(goal is set for 2)"
         out.append(f"scowl demo: {workers} workers / 1 worker max events/s {goal}: {many / one:.2f}x"
                    + (f", {'met' if many / one >= 1.3 else 'NOT MET'}" if workers == 2 else ""))
+        ceiling = cpu_ceiling(by_name["scowl demo"].max_phase, workers, os.cpu_count() or 1)
+        if ceiling is not None:
+            w, v, c, most = ceiling
+            out.append(f"  the one-worker row's CPU per event (worker {w:.3f}, Valkey {v:.3f}, client {c:.3f} ms) "
+                       f"lets {workers} workers on {os.cpu_count()} cores reach at most {most:,.0f} events/s: "
+                       f"{most / one:.2f}x one worker")
     return out
+
+
+def cpu_ceiling(phase: Phase, workers: int, cores: int) -> tuple[float, float, float, float] | None:
+    """The most events/s ``workers`` workers can reach on ``cores`` cores at a phase's CPU per event.
+
+    Each worker is one process, so at most ``1 / w`` events/s each; all of
+    them, Valkey and the client share the cores, so together at most
+    ``cores / (w + v + c)``. With one worker bound by its core (the demo
+    row), the ratio of two workers to one is at most ``2w / (w + v + c)`` on
+    2 cores: only Valkey's and the client's CPU per event move it
+    (bench/HISTORY.md, nineteenth and twentieth sessions).
+
+    Args:
+        phase: a closed-loop phase of one worker (its ``usage`` and ``events``).
+        workers: worker processes.
+        cores: the machine's cores.
+
+    Returns:
+        ``(w, v, c, events/s)``: the worker's, Valkey's and the client's CPU
+        per event (ms) and the ceiling; ``None`` for a phase without events.
+    """
+    if phase.events == 0:
+        return None
+    w, v, c = (phase.ms_per_event(x) for x in (phase.usage.server_cpu_s, phase.usage.valkey_cpu_s,
+                                                phase.usage.client_cpu_s))
+    if w <= 0:
+        return None
+    return w, v, c, min(workers * 1000 / w, cores * 1000 / (w + v + c))
 
 
 # --------------------------------------------------------------------------- main
