@@ -43,7 +43,6 @@ import os
 import signal
 import sys
 from contextlib import contextmanager
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
@@ -58,13 +57,15 @@ if TYPE_CHECKING:
     import uvicorn
     from fastapi import FastAPI
 
-class WorkerPolicy(str, Enum):
-    """The choices of ``scowl serve --worker-policy`` (module docstring; ``scowl.sched.worker_policy``)."""
+def _policy_choice(value: str) -> str:
+    """``--worker-policy``'s value, lower-cased, checked against :data:`scowl.sched.WORKER_POLICIES`.
 
-    auto = "auto"
-    normal = "normal"
-    batch = "batch"
-    idle = "idle"
+    Raises:
+        typer.BadParameter: not one of them (click prints it as a usage error, exit 2).
+    """
+    if value.lower() not in sched.WORKER_POLICIES:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(map(repr, sched.WORKER_POLICIES))}.")
+    return value.lower()
 
 
 #: The ASGI factory each worker of ``--workers N`` runs (``uvicorn --factory`` import string).
@@ -76,8 +77,8 @@ def serve(
     host: str = typer.Option("127.0.0.1", metavar="HOST", help="Bind address."),
     port: int = typer.Option(8000, metavar="PORT", help="TCP port."),
     workers: int = typer.Option(1, min=1, metavar="N", help="Worker processes, all over the same store."),
-    worker_policy: WorkerPolicy = typer.Option(
-        "auto", "--worker-policy", case_sensitive=False, metavar="POLICY",
+    worker_policy: str = typer.Option(
+        "auto", "--worker-policy", metavar="POLICY", callback=_policy_choice,
         help="Linux scheduling policy of the --workers processes, one of: auto (batch when they share this host with "
              "the store, else normal), normal, batch, or idle (fastest beside the store, but any other busy "
              "process on the host starves the workers)."),
@@ -120,7 +121,7 @@ def serve(
             _starting(server.run, host, port)
             return
         del api
-        policy = sched.worker_policy(WorkerPolicy(worker_policy).value, workers, url)
+        policy = sched.worker_policy(worker_policy, workers, url)
         console.print(f"serving {directory} on http://{host}:{port} with {workers} workers "
                       f"({sched.SCHED_NAMES[policy]}; store {redact_url(url)})")
         config = uvicorn.Config(WORKER_APP, factory=True, workers=workers, host=host, port=port,

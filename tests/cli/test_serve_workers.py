@@ -323,6 +323,7 @@ def test_an_unknown_worker_policy_is_a_usage_error(tmp_path):
     with cmd:
         assert cmd.proc.wait(timeout=60) == 2
         err = cmd.err.read_text()
-        assert "Invalid value for '--worker-policy'" in err and "'auto', 'normal', 'batch', 'idle'" in err, err
+        assert ("Error: Invalid value for '--worker-policy': 'fast' is not one of 'auto', 'normal', 'batch', "
+                "'idle'.\n") in err, err
         assert "Traceback" not in err
         assert not (cmd.home / "store").exists()
