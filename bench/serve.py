@@ -1158,6 +1158,11 @@ def main(argv: list[str] | None = None) -> None:
                   "machine).")
     for line in goals(rows, args.workers):
         console.print(line)
+    if opts.client != "wrk" and args.client == "auto":
+        console.print("note: wrk is not on PATH, so the max-events/s phases ran the asyncio client in this process; "
+                      "its share of the cores moves the ratios (two workers 1.09x one with it against 0.86x with wrk "
+                      "on one host: bench/HISTORY.md, fifteenth session). The goal figures are wrk's: install it "
+                      "(Debian: apt-get install wrk).")
 
 
 if __name__ == "__main__":
