@@ -243,23 +243,16 @@ def main(argv: list[str] | None = None) -> None:
             spark.range(100_000).selectExpr("sum(id)").collect()  # warm-up
         for i, tl in enumerate(timelines):
             plan = compile_dir(tl.topology).plan
-            with console.status(f"{tl.name}: floor (DuckDB window SQL)"):
-                n_floor, s_floor, _ = duckdb_replay(tl.path, tl.topology, Path(home) / f"duckdb-{i}")
-            with console.status(f"{tl.name}: scowl replay"):
-                report, s_scowl = scowl_replay(spark, plan, tl.path, Path(home) / f"scowl-{i}")
-            n = sum(report.rows.values()) + report.rejected
-            rows.append((tl.name, n_floor, s_floor, n, s_scowl))
-            phases.append((tl.name, n, report.seconds, s_scowl))
-            shutil.rmtree(Path(home) / f"scowl-{i}", ignore_errors=True)
-            if args.warm:
-                with console.status(f"{tl.name}: floor again"):
-                    n_floor, s_floor, _ = duckdb_replay(tl.path, tl.topology, Path(home) / f"duckdb-{i}-warm")
-                with console.status(f"{tl.name}: scowl replay again (warm)"):
-                    report, s_scowl = scowl_replay(spark, plan, tl.path, Path(home) / f"scowl-{i}-warm")
+            for suffix in ("", ", warm") if args.warm else ("",):  # ", warm": the same again, this session
+                name, tag = tl.name + suffix, f"{i}{'-warm' if suffix else ''}"
+                with console.status(f"{name}: floor (DuckDB window SQL)"):
+                    n_floor, s_floor, _ = duckdb_replay(tl.path, tl.topology, Path(home) / f"duckdb-{tag}")
+                with console.status(f"{name}: scowl replay"):
+                    report, s_scowl = scowl_replay(spark, plan, tl.path, Path(home) / f"scowl-{tag}")
                 n = sum(report.rows.values()) + report.rejected
-                rows.append((f"{tl.name}, warm", n_floor, s_floor, n, s_scowl))
-                phases.append((f"{tl.name}, warm", n, report.seconds, s_scowl))
-                shutil.rmtree(Path(home) / f"scowl-{i}-warm", ignore_errors=True)
+                rows.append((name, n_floor, s_floor, n, s_scowl))
+                phases.append((name, n, report.seconds, s_scowl))
+                shutil.rmtree(Path(home) / f"scowl-{tag}", ignore_errors=True)
         spark.stop()
     print_tables(console, rows, phases)
 

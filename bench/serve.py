@@ -102,6 +102,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from scowl.sched import WORKER_POLICIES, worker_policy  # noqa: E402
+
 DEMO_TOPOLOGY = ROOT / "examples" / "flights"
 WIDE_TOPOLOGY = ROOT / "bench" / "topology_wide"
 
@@ -705,8 +707,6 @@ def start_server(factory: str, port: int, env: dict[str, str], workers: int = 1)
         RuntimeError: it exited or did not answer within 60 s.
     """
     if workers > 1:  # through scowl serve's own supervisor and sockets (scowl.commands.serve.run_workers)
-        from scowl.sched import worker_policy
-
         policy = worker_policy(WORKER_POLICY[0], workers, env.get("SCOWL_REDIS_URL", ""))
         cmd = [sys.executable, "-c", _WORKERS.format(factory=factory, port=port, workers=workers, policy=policy)]
     else:
@@ -1083,7 +1083,7 @@ def main(argv: list[str] | None = None) -> None:
     add_load_args(ap)
     ap.add_argument("--topology", choices=("demo", "wide", "both"), default="both")
     ap.add_argument("--workers", type=int, default=1, help="also run the scowl rows with N uvicorn workers")
-    ap.add_argument("--worker-policy", choices=("auto", "normal", "batch", "idle"), default="auto",
+    ap.add_argument("--worker-policy", choices=WORKER_POLICIES, default="auto",
                     help="scheduling policy of the rows with several workers (scowl serve --worker-policy; "
                          "auto: what scowl serve picks, SCHED_BATCH beside this benchmark's store)")
     ap.add_argument("--rates", default="1000,250", help="open-loop offered rates, events/s, comma-separated")

@@ -273,8 +273,10 @@ def _plan(topology: "str | os.PathLike[str] | Plan") -> "Plan":
         raise TypeError(f"topology: expected a directory path or a compiler.plan.Plan, got {type(topology).__name__}")
     result = compile_dir(Path(topology))
     if result.plan is None:
-        n = len(result.diagnostics)
-        raise TopologyError(f"topology {topology} has {n} error{'s' if n != 1 else ''}:\n{result.render().rstrip()}",
+        from scowl.common import plural
+
+        raise TopologyError(f"topology {topology} has {plural(len(result.diagnostics), 'error')}:\n"
+                            f"{result.render().rstrip()}",
                             result.diagnostics)
     return result.plan
 

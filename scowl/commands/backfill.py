@@ -109,7 +109,7 @@ def print_backfill_report(report) -> None:
     from compiler.typesystem import format_time
 
     s, e = report.window
-    staged = f" ({report.stages} dependency stage{'s' if report.stages > 1 else ''})" if report.stages else ""
+    staged = f" ({plural(report.stages, 'dependency stage')})" if report.stages else ""
     console.print(f"backfilled [{format_time(s)}, {format_time(e)}): {plural(report.events, 'event')}, "
                   f"{plural(sum(report.rows.values()), 'tile row')} over {plural(len(report.rows), 'state')}{staged}")
     if report.widened:

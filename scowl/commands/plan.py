@@ -23,7 +23,7 @@ from pathlib import Path
 import typer
 
 from compiler.plan import EventPlan, Feature, Plan
-from scowl.common import compile_topology, console, format_duration_s
+from scowl.common import compile_topology, console, format_duration_s, plural
 
 #: Widest name and type column before a longer value just pushes its own line.
 MAX_NAME_WIDTH = 28
@@ -80,7 +80,7 @@ def event_lines(p: Plan, ev: EventPlan) -> list[str]:
     """
     named = ev.outputs
     kinds = [f.kind for f in named]
-    counts = ", ".join(f"{kinds.count(k)} {k}{'s' if kinds.count(k) != 1 else ''}"
+    counts = ", ".join(plural(kinds.count(k), k)
                        for k in ("input", "scalar", "aggregate") if k in kinds)
     lines = [f"event {ev.name}: {counts or 'no features'}"]
     name_w = min(MAX_NAME_WIDTH, max((len(f.name) for f in named), default=0))

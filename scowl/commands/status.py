@@ -73,5 +73,5 @@ def state_lines(s) -> list[str]:
         lines.append("  backfilled: never")
     lines.extend(f"  gap {span(a, b)}" for a, b in s.gaps)
     lines.append(f"  online since {format_time(s.online_since)}" if s.online_since is not None else "  online: never")
-    lines.append(f"  {s.keys:,} key{'s' if s.keys != 1 else ''}, {s.bytes:,} bytes")
+    lines.append(f"  {plural(s.keys, 'key', spec=',')}, {s.bytes:,} bytes")
     return lines

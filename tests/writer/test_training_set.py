@@ -111,6 +111,7 @@ def test_event_type_errors(spark, case, tmp_path):
     with pytest.raises(scowl.TopologyError) as err:
         scowl.training_set(tmp_path, case["events"], spark)
     assert isinstance(err.value, ValueError) and "bad.scowl:3:" in str(err.value) and "E0301" in str(err.value)
+    assert f"topology {tmp_path} has 1 error:\n" in str(err.value)
     assert [d.code for d in err.value.diagnostics] == ["E0301"]
     with pytest.raises(TypeError, match="only paths or only event dicts"):
         scowl.training_set(case["topo"], [case["path"], {"_type": "pay"}], spark)
