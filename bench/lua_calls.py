@@ -11,7 +11,11 @@ the network. This script isolates the scripts themselves:
    of the uncaptured prefix (unmeasured, to rebuild the same state), then
    the captured calls of that type pipelined (``--batch`` per round trip),
    and prints the least Valkey CPU per call (``INFO cpu`` delta) beside the
-   floor: an ``EVALSHA`` of ``return 1`` with the same keys and arguments.
+   floor: an ``EVALSHA`` of ``return 1`` with the same keys and arguments,
+   and the store commands the scripts ran per call (``INFO commandstats``
+   over the last run: their number and the four most run; each costs
+   ~0.4-1.5 µs of Valkey CPU from Lua, ``EXISTS`` the least, a ranged
+   ``ZREVRANGEBYSCORE`` or an ``HMGET`` the most).
 
 Use it to A/B a change to ``compiler/algebra/lua.py`` (run it on both
 commits) or to see which event type dominates. Numbers vary ±15% between
@@ -137,6 +141,21 @@ def load_sources(client, sources) -> dict[str, tuple[str, str]]:
     return loaded
 
 
+#: commands that carry the replayed calls themselves (or this script's own), not commands the scripts run
+_CALL_COMMANDS = frozenset({"fcall", "fcall_ro", "evalsha", "evalsha_ro", "eval", "info", "function|load",
+                            "script|load", "function|flush", "script|flush", "flushall"})
+
+
+def command_counts(client) -> collections.Counter:
+    """Valkey's calls so far per command run inside scripts (``INFO commandstats``; call carriers left out)."""
+    out: collections.Counter = collections.Counter()
+    for name, stats in client.info("commandstats").items():
+        cmd = name.removeprefix("cmdstat_")
+        if cmd not in _CALL_COMMANDS:
+            out[cmd.upper()] = stats["calls"]
+    return out
+
+
 def replay_us(client, calls: list[tuple[str, str, list, list]], batch: int, script: str | None = None) -> float:
     """Replay ``calls`` pipelined; return Valkey CPU µs per call (``script``: run this source instead,
     :data:`NOOP` for the floor)."""
@@ -235,10 +254,14 @@ def main(argv: list[str] | None = None) -> None:
         calls = [c[1:] for c in every if c[0] >= len(events) - args.capture]
         table = Table(title=f"Valkey CPU per script call, pipelined {args.batch} per round trip "
                             f"({len(calls):,} calls of the last {args.capture:,} of {len(events):,} demo events)")
-        for col in ("event type", "calls", "keys/call", "argv/call", "no-op µs/call", "script µs/call", "script − no-op"):
-            table.add_column(col, justify="left" if col == "event type" else "right")
+        for col in ("event type", "calls", "keys/call", "argv/call", "no-op µs/call", "script µs/call", "script − no-op",
+                    "commands/call", "most run (per call)"):
+            table.add_column(col, justify="left" if col in ("event type", "most run (per call)") else "right")
+        counts: collections.Counter = collections.Counter()
+
         def measure(cs: list) -> tuple[float, float]:
-            """The least (no-op, script) µs per call of ``cs`` over ``--repeat`` runs, each on the prefix's state."""
+            """The least (no-op, script) µs per call of ``cs`` over ``--repeat`` runs, each on the prefix's state;
+            ``counts``: the commands the scripts ran in the last run (``INFO commandstats``)."""
             noop = real = float("inf")
             for _ in range(args.repeat):
                 client.flushall()
@@ -248,7 +271,11 @@ def main(argv: list[str] | None = None) -> None:
                 client.script_flush()
                 replay_us(client, prefix, 500)
                 noop = min(noop, replay_us(client, cs, args.batch, script=NOOP))
+                before = command_counts(client)
                 real = min(real, replay_us(client, cs, args.batch))
+                counts.clear()
+                counts.update(command_counts(client))
+                counts.subtract(before)
             return noop, real
 
         rows = [("all", calls)] + sorted(by_type.items())
@@ -256,8 +283,9 @@ def main(argv: list[str] | None = None) -> None:
             noop, real = measure(cs)
             keys = sum(len(c[2]) for c in cs) / len(cs)
             argn = sum(len(c[3]) for c in cs) / len(cs)
+            most = ", ".join(f"{cmd} {n / len(cs):.1f}" for cmd, n in counts.most_common(4) if n > 0)
             table.add_row(name, f"{len(cs):,}", f"{keys:.1f}", f"{argn:.1f}", f"{noop:.1f}", f"{real:.1f}",
-                          f"{real - noop:.1f}")
+                          f"{real - noop:.1f}", f"{sum(counts.values()) / len(cs):.1f}", most)
         per_slot = None
         if args.per_slot:
             from serving.evaluate import EventProgram
@@ -283,9 +311,10 @@ def main(argv: list[str] | None = None) -> None:
                                  f"{real - noop - prelude:.1f}")
             per_slot.add_row("prelude + the slots' own, per event", "", "", "", f"{prelude + total:.1f}")
         client.close()
-    Console().print(table)
+    console = Console(width=max(160, Console().width))
+    console.print(table)
     if per_slot is not None:
-        Console().print(per_slot)
+        console.print(per_slot)
 
 
 if __name__ == "__main__":

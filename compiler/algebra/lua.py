@@ -151,6 +151,7 @@ from compiler.algebra.ops import (
     _g17,
     _num,
     fold,
+    log_every_ms,
     prune_every_ms,
     hll_coupon,
     parse_log_member,
@@ -999,8 +1000,29 @@ local function present(v)
   return out
 end
 
-local function log_write(key, ms, json, n, keep_ms, ttl_ms)
-  log_add(key, ms, next_rank(key, ms), json, n, string.format('%d', tonumber(ms) - keep_ms), ttl_ms, LATE)
+-- A write-log write (Sequence, Set, Latest*, any limit n) of json at ms (text), as event.lua's
+-- log_add with common.lua's trim (keep_ms: W + r + L, ttl_ms: W + r), but the trim runs once per
+-- `every` ms of event time (log_every_ms: L / 2; 0: every write), not every write: the newest
+-- member (its time and rank) is one lookup, a write in time order in the same period as the
+-- newest adds its member and PEXPIREs, and the first write of a period, a late write and the
+-- first write of a key trim as log_trim. Reads take the n latest members in their window, so a
+-- member a trim would have dropped is never read; the set keeps at most the writes of one more
+-- period than common.lua's trim keeps (issue 10: a log write made ZREVRANGEBYSCORE, ZADD,
+-- ZREMRANGEBYSCORE, ZCOUNT and PEXPIRE, 14.7 of them per wide-topology event).
+local function log_write(key, ms, json, n, keep_ms, ttl_ms, every)
+  local t = tonumber(ms)
+  local top = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
+  local prev = top[2] and tonumber(top[2])
+  local rank = 0
+  if prev and prev >= t then
+    if prev == t then rank = tonumber(string.sub(top[1], 1, 8)) + 1 else rank = next_rank(key, ms) end
+  end
+  redis.call('ZADD', key, ms, string.format('%08d', rank) .. ms .. ':' .. json)
+  if every > 0 and prev and prev <= t and math.floor(t / every) == math.floor(prev / every) then
+    redis.call('PEXPIRE', key, ttl_ms)
+  else
+    log_trim(key, ms, n, string.format('%d', t - keep_ms), ttl_ms, LATE)
+  end
 end
 
 -- One step of a tiled state's pruning pass: HSCAN from cursor c (COUNT
@@ -1411,8 +1433,12 @@ local function fi_write(key, t, ts, json, r, w, ttl)
     if cur[1] then redis.call('ZREM', z, cur[1]) end
     redis.call('ZADD', z, ts, ts .. '\t' .. json)
   end
-  -- what no read at t - L or later counts: tiles before T(t - L - W) + 1
-  redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. fmt('%d', (math.floor((t - LATE - w) / r) + 1) * r))
+  -- what no read at t - L or later counts: tiles before T(t - L - W) + 1, dropped when a write
+  -- makes a tile's member (the bound moves by whole tiles, with T(t) when L + W is a multiple of
+  -- r): pruning is memory only, since reads take members from tile lo on
+  if not cur[1] then
+    redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. fmt('%d', (math.floor((t - LATE - w) / r) + 1) * r))
+  end
   redis.call('PEXPIRE', z, ttl)
 end
 
@@ -1928,7 +1954,8 @@ class LuaGenerator:
         # what reads at times >= t - L can use: T(s) > T(t - L - W) - 1 (SPEC §3.2, §3.3, §5.3)
         keep_ms = window_ms + res_ms + lateness_ms
         if w.limit is not None:
-            body.append(f"log_write({key}, ts, v1, {int(w.limit)}, {keep_ms}, {window_ms + res_ms})")
+            body.append(f"log_write({key}, ts, v1, {int(w.limit)}, {keep_ms}, {window_ms + res_ms}, "
+                        f"{log_every_ms(lateness_ms)})")
             return lines + ["  " + x for x in body] + ["end"]
         ttl_ms = DECAY_HORIZON * window_ms if isinstance(op, DecayedOp) else window_ms + res_ms
         # prune fields no read at time >= t - L can use once a prune_every_ms

@@ -686,6 +686,27 @@ def prune_every_ms(window_s: int, resolution_s: int, lateness_ms: int = 0) -> in
     return max((window_s * 1000 + resolution_s * 1000 + lateness_ms) // 2, resolution_s * 1000)
 
 
+def log_every_ms(lateness_ms: int) -> int:
+    """Return the event time (ms) between two trims of a write log online (``Sequence``, ``Set``, ``Latest*``, ``limit``).
+
+    A write log keeps every member of the last ``L`` and the ``n`` latest
+    before it (``common.lua``'s ``log_trim``; SPEC §3.3, §5.3). The online
+    scripts (``compiler.algebra.lua``'s ``log_write``) trim at the first write
+    of each period of event time and at late writes, so a log holds at most
+    the writes of one period more than that: with half ``L``, at most
+    ``1.5 L`` of writes plus ``n``, the bound :func:`prune_every_ms` gives
+    tiled states. With no allowed lateness a log keeps only ``n`` members
+    and is trimmed at every write (0).
+
+    Args:
+        lateness_ms: the allowed lateness ``L`` in ms (``SCOWL_ALLOWED_LATENESS``).
+
+    Returns:
+        ``L // 2`` in ms; 0 (trim at every write) when ``L`` is 0.
+    """
+    return max(lateness_ms, 0) // 2
+
+
 def _g17(x: float) -> str:
     """``%.17g`` text of a float, as ``event.lua`` stores decayed sums."""
     return "%.17g" % x

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from compiler.algebra.keys import RUNNING_SUFFIX
 from compiler.algebra.lua import MAX_LOCAL_CONSTS, LuaGenerator, ReadSlot, RoundSpec, WriteSlot, hll_merge
-from compiler.algebra.ops import fold, make_op, prune_every_ms
+from compiler.algebra.ops import fold, log_every_ms, make_op, prune_every_ms
 from compiler.algebra.script import common_script
 from compiler.runtime import EvalError
 from compiler.algebra.windows import resolution_s, tile_index
@@ -275,6 +275,60 @@ def test_writes_prune_what_no_later_read_can_use(client, fn, lateness_s):
         rd = ReadSlot(op, window_s, 1)
         res = run_round(client, RoundSpec("r", reads_after=(rd,)), ["", "", key], [t, "", ""])
         assert res[1] == window_s
+
+
+@pytest.mark.parametrize("lateness_s", [0, 90])
+def test_a_write_log_is_trimmed_once_a_period_and_reads_keep_the_n_latest(client, lateness_s):
+    """SPEC §3.3, §5.3: an online write log (``limit n``) drops what no read at t - L or later can use (members
+    before t - W - r - L; before t - L all but the n latest) at the first write of each period of L / 2
+    (ops.log_every_ms) and at a late write, not at every write: it holds at most one period of writes more.
+    Reads, at t and up to L late, and after a late write, are the n latest writes the window counts."""
+    window_s, n, late_ms = 60, 3, lateness_s * 1000
+    op = make_op("Sequence", ("string",), ("v",), window_s)
+    w, rd = WriteSlot(op, window_s, 1, limit=n), ReadSlot(op, window_s, 1, limit=n)
+    write = RoundSpec("w", writes=(w,), lateness_ms=late_ms)
+    read = RoundSpec("r", reads_after=(rd,), lateness_ms=late_ms)
+    key = f"t:{{{uuid.uuid4().hex}}}"
+    every_ms = log_every_ms(late_ms)
+    assert every_ms == late_ms // 2
+    writes = []
+
+    def put(t, v):
+        writes.append((t, v))
+        run_round(client, write, ["", "", key], [t, "", "", *GEN.write_values(w, [v])])
+
+    def latest(t):  # the n latest counted writes, newest first, as (ms, json) pairs
+        counted_writes = sorted(counted(writes, t, window_s), key=lambda x: x[0])
+        return [(s, GEN.write_values(w, [v])[0]) for s, v in counted_writes[-n:]][::-1]
+
+    def got(t):
+        res = run_round(client, read, ["", "", key], [t, "", ""])[1]
+        return [(int(float(res[j + 1])), res[j].decode().split(":", 1)[1]) for j in range(0, len(res), 2)]
+
+    sizes = []
+    for i in range(400):  # one write a second, in time order
+        t = T0 + 1000 * i
+        put(t, f"v{i}")
+        sizes.append(client.zcard(key))
+        if i % 37 == 0:
+            for back_s in ({0, 1, lateness_s} if lateness_s else {0}):
+                assert got(t - 1000 * back_s) == latest(t - 1000 * back_s)
+    t = T0 + 1000 * 399
+    if lateness_s:
+        # the writes of the last L and the n latest before them, plus at most one period (and this write)
+        assert max(sizes[200:]) <= lateness_s + n + every_ms // 1000 + 1
+        # between two trims the log only grows: no write of a period after its first trims
+        assert any(b > a for a, b in zip(sizes[200:], sizes[201:]))
+        assert min(sizes[200:]) >= lateness_s + n
+    else:
+        assert max(sizes) <= n + 1  # trimmed at every write
+    assert 0 < client.pttl(key) <= window_s * 1000 + 1000
+    # a late write (within L) is counted by reads at and after its time, and trims the log at its own time
+    if lateness_s:
+        put(t - 40_000, "late")  # the time of an earlier write: ranked after it
+        assert client.zcard(key) <= lateness_s + 40 + n + 2
+        for at in (t - 40_000, t - 39_000, t):
+            assert got(at) == latest(at)
 
 
 def test_late_writes_into_pruned_time_stay_bounded(client):
