@@ -872,17 +872,20 @@ end
 -- resolution tile _m, second to last field, is at most hi) nor after t (its
 -- latest write time _t, the last field), else the exact cover; a late read
 -- (_t > t) takes tile hi from its raw entries (raw_tiles).
--- Covers depend only on (window, components, lo, hi): the reads of one call
--- that share them pass the same slot and compute each once.
-local CV, CX = {}, {}
+-- Covers depend only on (window, components, lo, hi): reads that share a window
+-- and components pass the same slot, and a slot's short and exact covers are
+-- kept with their lo and hi (CVL, CVH; CXL, CXH) from call to call (a function
+-- library's upvalues; _CROSS_CALL_CACHES): the calls of one finest tile reuse
+-- them (bench/HISTORY.md, twenty-first session: 6.6% of a wide event's Lua).
+local CV, CX, CVL, CVH, CXL, CXH = {}, {}, {}, {}, {}, {}
 local function tiles(key, lo, hi, r, sizes, codes, comps, slot, t, rawcode, rsize, kind)
-  local short = slot and CV[slot]
-  if not short then
+  local short
+  if slot and CVL[slot] == lo and CVH[slot] == hi then short = CV[slot] else
     short = cover(lo, hi, r, sizes, codes, comps, true)
-    if slot then CV[slot] = short end
+    if slot then CV[slot], CVL[slot], CVH[slot] = short, lo, hi end
   end
   local n = #short
-  if n == 0 then return short end
+  if n == 0 then return {} end
   local v = redis.call('HMGET', key, unpack(short))
   local tt, m = v[n], v[n - 1]
   v[n] = nil
@@ -909,10 +912,10 @@ local function tiles(key, lo, hi, r, sizes, codes, comps, slot, t, rawcode, rsiz
     end
   end
   if m and tonumber(m) <= hi then return v end
-  local exact = slot and CX[slot]
-  if not exact then
+  local exact
+  if slot and CXL[slot] == lo and CXH[slot] == hi then exact = CX[slot] else
     exact = cover(lo, hi, r, sizes, codes, comps, false)
-    if slot then CX[slot] = exact end
+    if slot then CX[slot], CXL[slot], CXH[slot] = exact, lo, hi end
   end
   return hmget(key, exact)
 end
@@ -1739,7 +1742,14 @@ _STRING = re.compile(r"'(?:[^'\\]|\\.)*'")
 #: Top-level locals of the prelude that hold one call's state, with the statement that sets
 #: each anew at the start of a call (after :data:`CALL_MARKER`; as a function library's
 #: upvalues they would otherwise carry over from one call to the next).
-_PER_CALL_STATE = (("late_flag", "late_flag = 0"), ("CV", "CV, CX = {}, {}"), ("ZT", "ZT = {}"))
+_PER_CALL_STATE = (("late_flag", "late_flag = 0"), ("ZT", "ZT = {}"))
+
+#: Top-level locals of the prelude that code inside functions fills and that are kept from one call to
+#: the next on purpose: memos of pure functions, each entry a function of its key alone (``tiles``'
+#: covers by slot, checked against their ``lo`` and ``hi``), so a call finds in them what it would
+#: compute. One entry per slot of the script: bounded. Under ``EVALSHA`` the prelude runs per call and
+#: they start empty each time.
+_CROSS_CALL_CACHES = ("CV", "CX", "CVL", "CVH", "CXL", "CXH")
 
 
 class LuaGenerator:
@@ -1879,7 +1889,9 @@ class LuaGenerator:
         """Return a Lua expression reading the read's tile cover (``HMGET``).
 
         Reads without ``after`` that share a window and components share
-        one cover per script call (computed on first use, kept in ``CV``).
+        one cover, computed on first use and kept in ``CV`` (``CX``: the exact
+        one) from call to call while its ``lo`` and ``hi`` stay
+        (:data:`_CROSS_CALL_CACHES`).
         A late read takes the tile of its own time from the raw entries
         (``tiles`` in the prelude, SPEC §3.3).
         """

@@ -1047,7 +1047,9 @@ def test_a_max_deque_is_thinned_to_each_old_tiles_best(client):
 
 def test_the_prelude_state_a_call_changes_is_set_anew_by_each_call():
     """A Valkey function library runs the prelude once (``script.as_function``), so every top-level
-    local that code inside a function assigns or fills must be one ``_PER_CALL_STATE`` resets."""
+    local that code inside a function assigns or fills must be one ``_PER_CALL_STATE`` resets, or one of
+    the memos ``_CROSS_CALL_CACHES`` keeps on purpose (the covers by slot; the next test holds their
+    answers to ``EVAL``'s call after call)."""
     import re
 
     from compiler.algebra import lua as lua_module
@@ -1062,7 +1064,9 @@ def test_the_prelude_state_a_call_changes_is_set_anew_by_each_call():
                or re.search(rf"table\.insert\(\s*{n}\b", inner)}
     assert changed, "the scan finds nothing: it no longer reads the prelude"
     listed = {x for name, line in lua_module._PER_CALL_STATE for x in re.findall(r"\w+(?=\s*[,=])", line)}
-    assert changed <= listed, changed - listed
+    assert changed <= listed | set(lua_module._CROSS_CALL_CACHES), changed - listed
+    assert set(lua_module._CROSS_CALL_CACHES) <= changed  # each is a prelude local the functions fill
+    assert not listed & set(lua_module._CROSS_CALL_CACHES)
 
 
 def test_a_generated_script_as_a_function_library_answers_as_the_script(redis_url):
@@ -1097,6 +1101,48 @@ def test_a_generated_script_as_a_function_library_answers_as_the_script(redis_ur
     assert replies["fcall"] == replies["eval"]
     flags = [r[0] for r in replies["fcall"]]
     assert flags[2] != 1 and flags[3] == 1  # the late call is flagged, the next in-order one is not
+    client.close()
+
+
+def test_covers_kept_from_call_to_call_answer_as_covers_computed_anew(redis_url):
+    """The tile covers a function library keeps between calls (``_CROSS_CALL_CACHES``) give, call after call,
+    what ``EVAL`` gives computing every cover anew: reads in one finest tile, in the next ones, back in an
+    earlier one (late), with the ladder's short and exact covers (a late write makes reads take the exact one)."""
+    import random
+
+    from compiler.algebra.script import as_function
+
+    gen = LuaGenerator()
+    hll = make_op("HyperLogLog", ("string",), window_s=86400)
+    spec = RoundSpec(name="t", lateness_ms=3_600_000, writes=(WriteSlot(hll, 86400, 60),),
+                     reads_after=(ReadSlot(hll, 86400, 60), ReadSlot(hll, 86400, 60)))
+    script = gen.script(spec)
+    name, library = as_function(script)
+    client = redis.Redis.from_url(redis_url)
+    client.execute_command("FUNCTION", "LOAD", "REPLACE", library)
+    rng = random.Random(7)
+    t0 = 1_700_000_000_000
+    times = sorted(t0 + rng.randint(0, 3 * 86_400_000) for _ in range(150))
+    calls = []
+    for i, t in enumerate(times):
+        calls.append((t, f"u{rng.randint(0, 40)}"))
+        if i % 10 == 9:  # now and then a late one, up to 50 minutes back
+            calls.append((t - rng.randint(0, 3_000_000), f"u{rng.randint(0, 40)}"))
+    replies = {}
+    for mode in ("eval", "fcall"):
+        client.flushdb()
+        out = []
+        for t, v in calls:
+            keys = ["", "", "sc:{h}:x", "sc:{h}:x", "sc:{h}:x"]
+            argv = [str(t), "", "", *gen.write_values(spec.writes[0], (v,))]
+            if mode == "eval":
+                out.append(client.eval(script, len(keys), *keys, *argv))
+            else:
+                out.append(client.execute_command("FCALL", name, len(keys), *keys, *argv))
+        replies[mode] = out
+    assert replies["fcall"] == replies["eval"]
+    assert sum(1 for r in replies["fcall"] if r[0] != 1) >= 10  # the late calls were flagged late
+    assert all(r[1] == r[2] for r in replies["fcall"])  # the two reads of a call share one cover
     client.close()
 
 
