@@ -117,10 +117,10 @@ local function same(a, b)
 end
 function load_script(src, marker)
   local i = string.find(src, marker, 1, true)
-  local head, body = string.sub(src, 1, i), string.sub(src, i + #marker)
-  body = assert(loadstring(head .. '\nreturn function(KEYS, ARGV)\n' .. body .. '\nend', 'script'))()
+  local head, code = string.sub(src, 1, i), string.sub(src, i + #marker)
+  body = assert(loadstring(head .. '\nreturn function(KEYS, ARGV)\n' .. code .. '\nend', 'script'))()
   lines = {}
-  for s in (head .. '\n' .. body .. '\n'):gmatch('([^\n]*)\n') do lines[#lines + 1] = s end
+  for s in (head .. '\n' .. code .. '\n'):gmatch('([^\n]*)\n') do lines[#lines + 1] = s end
 end
 function run(traces, passes, profile)
   local copies = {}
