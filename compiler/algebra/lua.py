@@ -1878,7 +1878,10 @@ class LuaGenerator:
             lines += ["  local after = ARGV[a]", "  a = a + 1",
                       f"  local lo, hi = range(t, {w_ms}, {r_ms}, after)"]
         else:
-            lines += [f"  local lo, hi = range(t, {w_ms}, {r_ms})"]
+            # range(t, w, r) inline, its hi a per-call local of the resolution (shared with the writes' q): no
+            # call per read. (A local per window too overflowed Lua 5.1's registers in a round of every window.)
+            hi = s.const(f"math.floor(t / {r_ms})")
+            lines += [f"  local lo, hi = math.floor((t - {w_ms}) / {r_ms}) + 1, {hi}"]
         lines += ["  o = o + 1"]
         expr = self._read_expr(s, r, key, lx)
         lines += ["  " + x for x in expr]
