@@ -45,6 +45,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+#: A deep copy of a Lua value (both interpreters: a reply recorded in Valkey, the record for each pass in lupa).
+LUA_COPY = r'''local function COPY(x)
+  if type(x) ~= 'table' then return x end
+  local y = {}
+  for k, v in pairs(x) do y[k] = COPY(v) end
+  return y
+end
+'''
+
 #: Prepended to the traced copy of a script (after its first two lines): every store command and a copy of its
 #: reply, serialized as a Lua table literal by ``SER`` and returned instead of the script's result.
 TRACER = r'''
@@ -64,13 +73,7 @@ local function SER(v)
   return 'nil'
 end
 local TRACE = {}
-local function COPY(x)
-  if type(x) ~= 'table' then return x end
-  local y = {}
-  for k, v in pairs(x) do y[k] = COPY(v) end
-  return y
-end
-local function TRACED(...)
+''' + LUA_COPY + r'''local function TRACED(...)
   local r = redis.call(...)
   TRACE[#TRACE + 1] = {{...}, COPY(r)}
   return r
@@ -102,13 +105,7 @@ local function answer(...)
   return e[2]
 end
 redis = {call = answer, pcall = answer}
-local function copy(x)
-  if type(x) ~= 'table' then return x end
-  local y = {}
-  for k, v in pairs(x) do y[k] = copy(v) end
-  return y
-end
-local function same(a, b)
+''' + LUA_COPY + r'''local function same(a, b)
   if type(a) ~= type(b) then return false end
   if type(a) ~= 'table' then return a == b end
   for k, v in pairs(a) do if not same(v, b[k]) then return false end end
@@ -124,7 +121,7 @@ function load_script(src, marker)
 end
 function run(traces, passes, profile)
   local copies = {}
-  for p = 1, passes + 2 do copies[p] = copy(traces) end
+  for p = 1, passes + 2 do copies[p] = COPY(traces) end
   CHECK = true
   local bad = 0
   for _, tr in ipairs(copies[passes + 1]) do

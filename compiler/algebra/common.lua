@@ -129,11 +129,17 @@ local function max_registers(regs, order, text)
   end
 end
 
+-- The arrival rank of the write-log member after member m at the same ms: one
+-- more than m's (its first 8 characters, ops.log_member)
+local function rank_after(m)
+  return tonumber(string.sub(m, 1, 8)) + 1
+end
+
 -- The arrival rank a new write-log member at ms (text) gets: one more than
 -- the key's latest member at ms, else 0 (ops.log_member).
 local function next_rank(key, ms)
   local top = redis.call('ZREVRANGEBYSCORE', key, ms, ms, 'LIMIT', 0, 1)
-  if top[1] then return tonumber(string.sub(top[1], 1, 8)) + 1 end
+  if top[1] then return rank_after(top[1]) end
   return 0
 end
 

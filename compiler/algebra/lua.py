@@ -873,17 +873,20 @@ end
 -- latest write time _t, the last field), else the exact cover; a late read
 -- (_t > t) takes tile hi from its raw entries (raw_tiles).
 -- Covers depend only on (window, components, lo, hi): reads that share a window
--- and components pass the same slot, and a slot's short and exact covers are
--- kept with their lo and hi (CVL, CVH; CXL, CXH) from call to call (a function
--- library's upvalues; _CROSS_CALL_CACHES): the calls of one finest tile reuse
--- them (bench/HISTORY.md, twenty-first session: 6.6% of a wide event's Lua).
-local CV, CX, CVL, CVH, CXL, CXH = {}, {}, {}, {}, {}, {}
+-- and components pass the same slot, and a slot's short (CV) and exact (CX)
+-- covers are kept as {lo, hi, fields} from call to call (a function library's
+-- upvalues; _CROSS_CALL_CACHES): the calls of one finest tile reuse them
+-- (bench/HISTORY.md, twenty-first session: 6.6% of a wide event's Lua).
+local CV, CX = {}, {}
+local function slot_cover(memo, slot, lo, hi, r, sizes, codes, comps, up)
+  local m = slot and memo[slot]
+  if m and m[1] == lo and m[2] == hi then return m[3] end
+  local fields = cover(lo, hi, r, sizes, codes, comps, up)
+  if slot then memo[slot] = {lo, hi, fields} end
+  return fields
+end
 local function tiles(key, lo, hi, r, sizes, codes, comps, slot, t, rawcode, rsize, kind)
-  local short
-  if slot and CVL[slot] == lo and CVH[slot] == hi then short = CV[slot] else
-    short = cover(lo, hi, r, sizes, codes, comps, true)
-    if slot then CV[slot], CVL[slot], CVH[slot] = short, lo, hi end
-  end
+  local short = slot_cover(CV, slot, lo, hi, r, sizes, codes, comps, true)
   local n = #short
   if n == 0 then return {} end
   local v = redis.call('HMGET', key, unpack(short))
@@ -912,12 +915,7 @@ local function tiles(key, lo, hi, r, sizes, codes, comps, slot, t, rawcode, rsiz
     end
   end
   if m and tonumber(m) <= hi then return v end
-  local exact
-  if slot and CXL[slot] == lo and CXH[slot] == hi then exact = CX[slot] else
-    exact = cover(lo, hi, r, sizes, codes, comps, false)
-    if slot then CX[slot], CXL[slot], CXH[slot] = exact, lo, hi end
-  end
-  return hmget(key, exact)
+  return hmget(key, slot_cover(CX, slot, lo, hi, r, sizes, codes, comps, false))
 end
 
 -- counted range of resolution tiles (windows.counted_range); after: text or ''
@@ -1018,7 +1016,7 @@ local function log_write(key, ms, json, n, keep_ms, ttl_ms, every)
   local prev = top[2] and tonumber(top[2])
   local rank = 0
   if prev and prev >= t then
-    if prev == t then rank = tonumber(string.sub(top[1], 1, 8)) + 1 else rank = next_rank(key, ms) end
+    if prev == t then rank = rank_after(top[1]) else rank = next_rank(key, ms) end
   end
   redis.call('ZADD', key, ms, string.format('%08d', rank) .. ms .. ':' .. json)
   if every > 0 and prev and prev <= t and math.floor(t / every) == math.floor(prev / every) then
@@ -1749,7 +1747,7 @@ _PER_CALL_STATE = (("late_flag", "late_flag = 0"), ("ZT", "ZT = {}"))
 #: covers by slot, checked against their ``lo`` and ``hi``), so a call finds in them what it would
 #: compute. One entry per slot of the script: bounded. Under ``EVALSHA`` the prelude runs per call and
 #: they start empty each time.
-_CROSS_CALL_CACHES = ("CV", "CX", "CVL", "CVH", "CXL", "CXH")
+_CROSS_CALL_CACHES = ("CV", "CX")
 
 
 class LuaGenerator:

@@ -71,6 +71,18 @@ def run_round(client, spec, keys, argv):
     return client.eval(GEN.script(spec), len(keys), *keys, *argv)
 
 
+def eval_and_fcall(client, script, name, calls):
+    """Replies of ``calls`` (``[(keys, argv)]``) run in order as ``EVAL`` of ``script``, then, on a flushed
+    store, as ``FCALL`` of its loaded function library ``name``: ``{"eval": [...], "fcall": [...]}``."""
+    replies = {}
+    for mode in ("eval", "fcall"):
+        client.flushdb()
+        replies[mode] = [client.eval(script, len(keys), *keys, *argv) if mode == "eval"
+                         else client.execute_command("FCALL", name, len(keys), *keys, *argv)
+                         for keys, argv in calls]
+    return replies
+
+
 @pytest.fixture()
 def client(redis_url):
     c = redis.Redis.from_url(redis_url)
@@ -1064,9 +1076,11 @@ def test_the_prelude_state_a_call_changes_is_set_anew_by_each_call():
                or re.search(rf"table\.insert\(\s*{n}\b", inner)}
     assert changed, "the scan finds nothing: it no longer reads the prelude"
     listed = {x for name, line in lua_module._PER_CALL_STATE for x in re.findall(r"\w+(?=\s*[,=])", line)}
-    assert changed <= listed | set(lua_module._CROSS_CALL_CACHES), changed - listed
-    assert set(lua_module._CROSS_CALL_CACHES) <= changed  # each is a prelude local the functions fill
-    assert not listed & set(lua_module._CROSS_CALL_CACHES)
+    caches = set(lua_module._CROSS_CALL_CACHES)
+    assert changed <= listed | caches, changed - listed
+    # each kept memo is a prelude local that code inside functions uses (tiles hands it to slot_cover)
+    assert caches <= names and all(re.search(rf"(?<![\w.]){n}\b", inner) for n in caches)
+    assert not listed & caches
 
 
 def test_a_generated_script_as_a_function_library_answers_as_the_script(redis_url):
@@ -1085,19 +1099,10 @@ def test_a_generated_script_as_a_function_library_answers_as_the_script(redis_ur
     client.execute_command("FUNCTION", "LOAD", "REPLACE", library)
     t0 = 1_700_000_000_000
     calls = [(t0 + dt, v) for dt, v in [(0, "5"), (60_000, "3"), (30_000, "9"), (120_000, "1"), (90_000, "2")]]
-    replies = {}
-    for mode in ("eval", "fcall"):
-        client.flushdb()
-        out = []
-        for t, v in calls:
-            keys = ["", "", "sc:{a}:m", "sc:{a}:c", "sc:{a}:m", "sc:{a}:c"]
-            argv = [str(t), "", "", *gen.write_values(spec.writes[0], (float(v),)),
-                    *gen.write_values(spec.writes[1], ())]
-            if mode == "eval":
-                out.append(client.eval(script, len(keys), *keys, *argv))
-            else:
-                out.append(client.execute_command("FCALL", name, len(keys), *keys, *argv))
-        replies[mode] = out
+    keys = ["", "", "sc:{a}:m", "sc:{a}:c", "sc:{a}:m", "sc:{a}:c"]
+    replies = eval_and_fcall(client, script, name, [
+        (keys, [str(t), "", "", *gen.write_values(spec.writes[0], (float(v),)), *gen.write_values(spec.writes[1], ())])
+        for t, v in calls])
     assert replies["fcall"] == replies["eval"]
     flags = [r[0] for r in replies["fcall"]]
     assert flags[2] != 1 and flags[3] == 1  # the late call is flagged, the next in-order one is not
@@ -1128,18 +1133,9 @@ def test_covers_kept_from_call_to_call_answer_as_covers_computed_anew(redis_url)
         calls.append((t, f"u{rng.randint(0, 40)}"))
         if i % 10 == 9:  # now and then a late one, up to 50 minutes back
             calls.append((t - rng.randint(0, 3_000_000), f"u{rng.randint(0, 40)}"))
-    replies = {}
-    for mode in ("eval", "fcall"):
-        client.flushdb()
-        out = []
-        for t, v in calls:
-            keys = ["", "", "sc:{h}:x", "sc:{h}:x", "sc:{h}:x"]
-            argv = [str(t), "", "", *gen.write_values(spec.writes[0], (v,))]
-            if mode == "eval":
-                out.append(client.eval(script, len(keys), *keys, *argv))
-            else:
-                out.append(client.execute_command("FCALL", name, len(keys), *keys, *argv))
-        replies[mode] = out
+    keys = ["", "", "sc:{h}:x", "sc:{h}:x", "sc:{h}:x"]
+    replies = eval_and_fcall(client, script, name,
+                             [(keys, [str(t), "", "", *gen.write_values(spec.writes[0], (v,))]) for t, v in calls])
     assert replies["fcall"] == replies["eval"]
     assert sum(1 for r in replies["fcall"] if r[0] != 1) >= 10  # the late calls were flagged late
     assert all(r[1] == r[2] for r in replies["fcall"])  # the two reads of a call share one cover
