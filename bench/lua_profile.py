@@ -29,7 +29,7 @@ helpers, not lines of C).
 Needs ``lupa`` (``pip install -e '.[bench]'``).
 
 Usage: ``python bench/lua_profile.py [--event departure] [--events 3000] [--capture 600]
-[--topology DIR] [--passes 5]``; ``--topology bench/topology_wide --event txn`` for the
+[--topology DIR] [--passes 5] [--lines] [--top 20]``; ``--topology bench/topology_wide --event txn`` for the
 70-state topology.
 """
 
@@ -119,7 +119,7 @@ function load_script(src, marker)
   lines = {}
   for s in (head .. '\n' .. code .. '\n'):gmatch('([^\n]*)\n') do lines[#lines + 1] = s end
 end
-function run(traces, passes, profile)
+function run(traces, passes, profile, by_line)
   local copies = {}
   for p = 1, passes + 2 do copies[p] = COPY(traces) end
   CHECK = true
@@ -138,8 +138,8 @@ function run(traces, passes, profile)
   local samples = {}
   if profile then
     debug.sethook(function()
-      local info = debug.getinfo(2, 'S')
-      local k = (info and info.source == 'script') and info.linedefined or -1
+      local info = debug.getinfo(2, 'Sl')
+      local k = (info and info.source == 'script') and (by_line and info.currentline or info.linedefined) or -1
       samples[k] = (samples[k] or 0) + 1
     end, '', 97)
     for _, tr in ipairs(copies[passes + 2]) do cur, pos = tr.R.trace, 0; body(tr.KEYS, tr.ARGV) end
@@ -195,6 +195,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--capture", type=int, default=600, help="last events whose calls of --event are profiled")
     ap.add_argument("--topology", type=Path, default=ROOT / "examples" / "flights")
     ap.add_argument("--passes", type=int, default=5, help="runs over the traced calls in Lua")
+    ap.add_argument("--lines", action="store_true", help="instruction shares by source line, not by function")
+    ap.add_argument("--top", type=int, default=20, help="rows of the instruction-share table")
     args = ap.parse_args(argv)
 
     from lupa import lua51
@@ -219,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
                       + "}, R=" + r + "}" for keys, argv, r in calls)
     traces = lua.execute("return {" + text + "}")
     started = time.perf_counter()
-    dt, answers, bad, census, samples = lua.globals().run(traces, args.passes, True)
+    dt, answers, bad, census, samples = lua.globals().run(traces, args.passes, True, args.lines)
     n = len(calls)
     console = Console(width=max(150, Console().width))
     by_command: collections.Counter = collections.Counter()
@@ -239,10 +241,11 @@ def main(argv: list[str] | None = None) -> None:
                   f"{(dt - answers) / (n * args.passes) * 1e6:.1f} µs per call; {bad} of {n} calls answered "
                   f"otherwise than in Valkey ({time.perf_counter() - started:.0f} s)")
     total = sum(samples.values())
-    prof = Table(title=f"{args.event}: the Lua VM's instructions by function (a sample every 97, one more pass)")
-    for col in ("share", "defined at"):
+    prof = Table(title=f"{args.event}: the Lua VM's instructions by {'line' if args.lines else 'function'} "
+                       f"(a sample every 97, one more pass)")
+    for col in ("share", "line" if args.lines else "defined at"):
         prof.add_column(col, justify="right" if col == "share" else "left")
-    for key, count in sorted(samples.items(), key=lambda kv: -kv[1])[:20]:
+    for key, count in sorted(samples.items(), key=lambda kv: -kv[1])[:args.top]:
         prof.add_row(f"{100 * count / total:.1f}%", key.replace("\t", "  ")[:110])
     console.print(prof)
 

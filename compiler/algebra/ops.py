@@ -695,8 +695,9 @@ def log_every_ms(lateness_ms: int) -> int:
     of each period of event time and at late writes, so a log holds at most
     the writes of one period more than that: with half ``L``, at most
     ``1.5 L`` of writes plus ``n``, the bound :func:`prune_every_ms` gives
-    tiled states. With no allowed lateness a log keeps only ``n`` members
-    and is trimmed at every write (0).
+    tiled states (and the ``n`` kept before ``t - L`` may be older than the
+    window: they cost memory, never a value). With no allowed lateness a log
+    keeps only ``n`` members and is trimmed at every write (0).
 
     Args:
         lateness_ms: the allowed lateness ``L`` in ms (``SCOWL_ALLOWED_LATENESS``).

@@ -343,6 +343,43 @@ def test_a_write_log_is_trimmed_once_a_period_and_reads_keep_the_n_latest(client
             assert got(at) == latest(at)
 
 
+def test_a_sparse_write_log_keeps_its_n_latest_and_reads_them_up_to_l_late(client):
+    """SPEC §3.3, §5.3: a log written less than once per L (an aircraft's flights) trims by rank alone at each
+    write: it keeps the write and the n latest before it, and reads at t, up to L late and after a late write
+    are the n latest writes the window counts."""
+    window_s, n, late_ms = 3600, 2, 90_000
+    op = make_op("Sequence", ("string",), ("v",), window_s)
+    w, rd = WriteSlot(op, window_s, 60, limit=n), ReadSlot(op, window_s, 60, limit=n)
+    write = RoundSpec("w", writes=(w,), lateness_ms=late_ms)
+    read = RoundSpec("r", reads_after=(rd,), lateness_ms=late_ms)
+    key = f"t:{{{uuid.uuid4().hex}}}"
+    writes = []
+
+    def put(t, v):
+        writes.append((t, v))
+        run_round(client, write, ["", "", key], [t, "", "", *GEN.write_values(w, [v])])
+
+    def latest(t):
+        counted_writes = sorted(counted(writes, t, window_s), key=lambda x: x[0])
+        return [(s, GEN.write_values(w, [v])[0]) for s, v in counted_writes[-n:]][::-1]
+
+    def got(t):
+        res = run_round(client, read, ["", "", key], [t, "", ""])[1]
+        return [(int(float(res[j + 1])), res[j].decode().split(":", 1)[1]) for j in range(0, len(res), 2)]
+
+    for i in range(12):  # one write every 20 minutes, more than L apart
+        t = T0 + 1_200_000 * i
+        put(t, f"v{i}")
+        assert client.zcard(key) == min(i + 1, n + 1)
+        for back_ms in (0, 1000, late_ms):
+            assert got(t - back_ms) == latest(t - back_ms)
+    assert 0 < client.pttl(key) <= (window_s + 60) * 1000
+    put(t - 60_000, "late")  # within L of the newest write
+    for at in (t - 60_000, t):
+        assert got(at) == latest(at)
+    assert client.zcard(key) <= n + 2
+
+
 def test_late_writes_into_pruned_time_stay_bounded(client):
     """Tiles a late write leaves behind the pruned time are deleted once the hash outgrows its bound."""
     window_s = 60
