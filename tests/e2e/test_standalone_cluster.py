@@ -63,10 +63,17 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _alive_workers(ui_port: int) -> int:
+    """The ALIVE workers the master at web UI port ``ui_port`` lists; -1 while it is not up and ALIVE itself.
+
+    A master that has bound its UI but is not yet elected leader answers ``/json/`` with its HTML page
+    (seen under load on 2026-12-01), so a body that is not JSON counts as not up yet.
+    """
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as r:
             doc = json.load(r)
-    except OSError:
+    except (OSError, ValueError):
+        return -1
+    if not isinstance(doc, dict) or doc.get("status") != "ALIVE":
         return -1
     return sum(1 for w in doc.get("workers", []) if w.get("state") == "ALIVE")
 
