@@ -143,6 +143,13 @@ local function next_rank(key, ms)
   return 0
 end
 
+-- Keep the n latest members of write log key scored before edge (ms, a
+-- number) and drop the older ones: ZCOUNT, then ZREMRANGEBYRANK if any.
+local function keep_n_before(key, edge, n)
+  local below = redis.call('ZCOUNT', key, '-inf', '(' .. string.format('%d', edge))
+  if below > n then redis.call('ZREMRANGEBYRANK', key, 0, below - n - 1) end
+end
+
 -- Add a write-log member, drop members before cutoff_ms, keep the n latest,
 -- and PEXPIRE ttl_ms (all but rank as the op's text arguments). With late_ms
 -- (the allowed lateness, SPEC §3.3; a number): keep every member at or after
@@ -152,8 +159,7 @@ end
 local function log_trim(key, ms, n, cutoff_ms, ttl_ms, late_ms)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. cutoff_ms)
   if late_ms then
-    local below = redis.call('ZCOUNT', key, '-inf', '(' .. string.format('%d', tonumber(ms) - late_ms))
-    if below > tonumber(n) then redis.call('ZREMRANGEBYRANK', key, 0, below - tonumber(n) - 1) end
+    keep_n_before(key, tonumber(ms) - late_ms, tonumber(n))
   else
     redis.call('ZREMRANGEBYRANK', key, 0, -(tonumber(n) + 1))
   end

@@ -1036,8 +1036,7 @@ local function log_write(key, ms, json, n, keep_ms, ttl_ms, every)
     if prev < t - LATE then  -- this write is the only member at or after t - L
       redis.call('ZREMRANGEBYRANK', key, 0, -(n + 2))
     else
-      local below = redis.call('ZCOUNT', key, '-inf', '(' .. string.format('%d', t - LATE))
-      if below > n then redis.call('ZREMRANGEBYRANK', key, 0, below - n - 1) end
+      keep_n_before(key, t - LATE, n)
     end
   end
   redis.call('PEXPIRE', key, ttl_ms)

@@ -289,20 +289,15 @@ def test_writes_prune_what_no_later_read_can_use(client, fn, lateness_s):
         assert res[1] == window_s
 
 
-@pytest.mark.parametrize("lateness_s", [0, 90])
-def test_a_write_log_is_trimmed_once_a_period_and_reads_keep_the_n_latest(client, lateness_s):
-    """SPEC §3.3, §5.3: an online write log (``limit n``) drops what no read at t - L or later can use (members
-    before t - W - r - L; before t - L all but the n latest) at the first write of each period of L / 2
-    (ops.log_every_ms) and at a late write, not at every write: it holds at most one period of writes more.
-    Reads, at t and up to L late, and after a late write, are the n latest writes the window counts."""
-    window_s, n, late_ms = 60, 3, lateness_s * 1000
+def _log_rig(client, window_s, resolution_s, n, late_ms):
+    """A ``Sequence ... limit n`` write log on a fresh key: ``(key, put(t, v), latest(t), got(t))``: put writes v
+    at t (ms) through its round script; latest is the n latest writes a read at t counts (the oracle, as
+    ``(ms, json)`` newest first); got is what the read round answers at t, in the same shape."""
     op = make_op("Sequence", ("string",), ("v",), window_s)
-    w, rd = WriteSlot(op, window_s, 1, limit=n), ReadSlot(op, window_s, 1, limit=n)
+    w, rd = WriteSlot(op, window_s, resolution_s, limit=n), ReadSlot(op, window_s, resolution_s, limit=n)
     write = RoundSpec("w", writes=(w,), lateness_ms=late_ms)
     read = RoundSpec("r", reads_after=(rd,), lateness_ms=late_ms)
     key = f"t:{{{uuid.uuid4().hex}}}"
-    every_ms = log_every_ms(late_ms)
-    assert every_ms == late_ms // 2
     writes = []
 
     def put(t, v):
@@ -317,6 +312,19 @@ def test_a_write_log_is_trimmed_once_a_period_and_reads_keep_the_n_latest(client
         res = run_round(client, read, ["", "", key], [t, "", ""])[1]
         return [(int(float(res[j + 1])), res[j].decode().split(":", 1)[1]) for j in range(0, len(res), 2)]
 
+    return key, put, latest, got
+
+
+@pytest.mark.parametrize("lateness_s", [0, 90])
+def test_a_write_log_is_trimmed_once_a_period_and_reads_keep_the_n_latest(client, lateness_s):
+    """SPEC §3.3, §5.3: an online write log (``limit n``) drops what no read at t - L or later can use (members
+    before t - W - r - L; before t - L all but the n latest) at the first write of each period of L / 2
+    (ops.log_every_ms) and at a late write, not at every write: it holds at most one period of writes more.
+    Reads, at t and up to L late, and after a late write, are the n latest writes the window counts."""
+    window_s, n, late_ms = 60, 3, lateness_s * 1000
+    key, put, latest, got = _log_rig(client, window_s, 1, n, late_ms)
+    every_ms = log_every_ms(late_ms)
+    assert every_ms == late_ms // 2
     sizes = []
     for i in range(400):  # one write a second, in time order
         t = T0 + 1000 * i
@@ -348,25 +356,7 @@ def test_a_sparse_write_log_keeps_its_n_latest_and_reads_them_up_to_l_late(clien
     write: it keeps the write and the n latest before it, and reads at t, up to L late and after a late write
     are the n latest writes the window counts."""
     window_s, n, late_ms = 3600, 2, 90_000
-    op = make_op("Sequence", ("string",), ("v",), window_s)
-    w, rd = WriteSlot(op, window_s, 60, limit=n), ReadSlot(op, window_s, 60, limit=n)
-    write = RoundSpec("w", writes=(w,), lateness_ms=late_ms)
-    read = RoundSpec("r", reads_after=(rd,), lateness_ms=late_ms)
-    key = f"t:{{{uuid.uuid4().hex}}}"
-    writes = []
-
-    def put(t, v):
-        writes.append((t, v))
-        run_round(client, write, ["", "", key], [t, "", "", *GEN.write_values(w, [v])])
-
-    def latest(t):
-        counted_writes = sorted(counted(writes, t, window_s), key=lambda x: x[0])
-        return [(s, GEN.write_values(w, [v])[0]) for s, v in counted_writes[-n:]][::-1]
-
-    def got(t):
-        res = run_round(client, read, ["", "", key], [t, "", ""])[1]
-        return [(int(float(res[j + 1])), res[j].decode().split(":", 1)[1]) for j in range(0, len(res), 2)]
-
+    key, put, latest, got = _log_rig(client, window_s, 60, n, late_ms)
     for i in range(12):  # one write every 20 minutes, more than L apart
         t = T0 + 1_200_000 * i
         put(t, f"v{i}")
