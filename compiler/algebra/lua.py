@@ -247,13 +247,23 @@ def _window_sum(a: list[float], b: list[float]) -> float:
     return out
 
 
+def _payload(member: bytes | None) -> bytes | None:
+    """The payload of a running-totals member ``b'<ms>|<payload>'`` (``rs_range``'s), ``None`` for ``None``.
+
+    >>> _payload(b"1700000000000|2 5.5"), _payload(None)
+    (b'2 5.5', None)
+    """
+    return None if member is None else member[member.index(b"|") + 1:]
+
+
 def _int_sum_read(res: list) -> int:
     """The exact total of an int ``Sum`` read from its script result (``rs_isum``).
 
     Args:
-        res: ``[a, b, *tiles]``: the running totals at the read time and
-            before the window's first tile (decimal texts, ``None`` for
-            none), then the ladder's tiles (decimal texts).
+        res: ``[a, b, *tiles]``: the running totals' members at the read
+            time and before the window's first tile (``b'<ms>|<decimal
+            text>'``, ``None`` for none), then the ladder's tiles (decimal
+            texts).
 
     Returns:
         ``a - b + sum(tiles)`` exactly (a Python int: past int64 too; the
@@ -261,7 +271,7 @@ def _int_sum_read(res: list) -> int:
         are read as ``Count``'s are (``ops._num``: a tile written as
         ``"5.0"`` reads 5).
     """
-    a, b = res[0], res[1]
+    a, b = _payload(res[0]), _payload(res[1])
     return (_num(a, "int") or 0) - (_num(b, "int") or 0) + sum(_num(x, "int") for x in res[2:])
 
 
@@ -286,17 +296,18 @@ def _decayed_read(op: DecayedOp, res: Any) -> tuple[int, float, float] | None:
 
 
 def _float_sum_read(res: list) -> float:
-    """A float ``Sum`` read's IR from the script's ``[a, b, ladder]`` (the running totals' payloads and the tile
-    ladder's ``%.17g`` sum, each ``None`` when absent): the window's exact sum rounded once, plus the ladder's."""
-    a, b, x = res
+    """A float ``Sum`` read's IR from the script's ``[a, b, ladder]`` (the running totals' members, whose payloads
+    :func:`_payload` takes, and the tile ladder's ``%.17g`` sum, each ``None`` when absent): the window's exact
+    sum rounded once, plus the ladder's."""
+    a, b, x = _payload(res[0]), _payload(res[1]), res[2]
     s = _window_sum(_floats(a.split()) if a is not None else [], _floats(b.split()) if b is not None else [])
     return s + float(x) if x is not None else s
 
 
 def _average_read(res: list) -> tuple[float, int]:
-    """An ``Average`` read's IR ``(sum, count)`` from ``[a, b, ladder sum, ladder count]`` (payloads
-    ``'<count> <p1> ..'``, each split once; each ``None`` when absent), as :func:`_float_sum_read`."""
-    a, b, xs, xc = res
+    """An ``Average`` read's IR ``(sum, count)`` from ``[a, b, ladder sum, ladder count]`` (members whose
+    payloads are ``'<count> <p1> ..'``, each split once; each ``None`` when absent), as :func:`_float_sum_read`."""
+    a, b, xs, xc = _payload(res[0]), _payload(res[1]), res[2], res[3]
     pa = a.split() if a is not None else [b"0"]
     pb = b.split() if b is not None else [b"0"]
     s, c = _window_sum(_floats(pa[1:]), _floats(pb[1:])), int(pa[0]) - int(pb[0])
@@ -1406,17 +1417,18 @@ local function rs_write(key, kind, v, t, ts, r, w, every, ttl)
   return prev == 'L'
 end
 
--- The payloads (newest at or before t, newest at or before the end of tile lo - 1) of a
--- Sum or Average read at t (text ts) of tiles lo..hi (size r ms); nil for none
+-- The members '<ms>|<payload>' (newest at or before t, newest at or before the end of tile
+-- lo - 1) of a Sum or Average read at t (text ts) of tiles lo..hi (size r ms); nil for none.
+-- As stored: the workers take the payloads out (read_decoder's _payload), not the store (issue 10)
 local function rs_range(key, t, ts, lo, hi, r)
   if lo > hi then return nil, nil end
   local z = key .. ':z'
   local a = zr_at(z, t, ts)
   if not a then return nil, nil end
-  return rs_payload(a), rs_payload(zr_before(z, lo * r - 1))
+  return a, zr_before(z, lo * r - 1)
 end
 
--- an int Sum read: the running totals a and b as stored (texts; false: none), then the
+-- an int Sum read: the running totals' members a and b as stored (texts; false: none), then the
 -- ladder's tiles x (sum_int: a number or a list of texts); the worker subtracts and adds them
 -- exactly (read_decoder's int_sum_read), not the store (issue 10)
 local function rs_isum(a, b, x)
@@ -1962,7 +1974,8 @@ class LuaGenerator:
                      "local x = nil",
                      f"if {has} then x = "
                      f"{'sum_int' if isinstance(op, SumOp) and op.is_int else 'sum_float' if isinstance(op, SumOp) else 'average'}({cov}) end"]
-            # the payloads themselves: the workers subtract them (read_decoder), not the store (issue 10)
+            # the members themselves: the workers take their payloads and subtract them (read_decoder), not the
+            # store (issue 10)
             if isinstance(op, AverageOp):
                 return lines + ["out[o] = { a or false, b or false, x and x[1] or false, x and x[2] or false }"]
             if op.is_int:

@@ -1255,8 +1255,13 @@ def test_a_window_sum_of_non_finite_totals_reads_as_the_expansion_arithmetic_giv
 
     from compiler.algebra.lua import _float_sum_read
 
-    got = _float_sum_read([a, b, None])
+    got = _float_sum_read([_member(a), _member(b), None])
     assert math.isnan(got) if want == "nan" else got == float(want)
+
+
+def _member(payload: bytes | None) -> bytes | None:
+    """A running-totals member ``<ms>|<payload>`` as ``rs_range`` returns it (``None`` stays ``None``)."""
+    return None if payload is None else b"1700000000000|" + payload
 
 
 @pytest.mark.parametrize("res, want", [
@@ -1266,10 +1271,12 @@ def test_a_window_sum_of_non_finite_totals_reads_as_the_expansion_arithmetic_giv
     ([b"9223372036854775807", b"-9223372036854775808"], 2 ** 64 - 1),  # exact past int64: the finisher nulls it
 ])
 def test_an_int_sums_read_is_finished_exactly_in_the_worker(res, want):
-    """An int ``Sum`` read returns its two running totals as stored and the ladder's tiles (``rs_isum``); the
-    worker's decoder subtracts and adds them exactly, reading texts as a ``Count``'s tiles are read."""
+    """An int ``Sum`` read returns its two running totals' members as stored and the ladder's tiles (``rs_isum``);
+    the worker's decoder takes their payloads and subtracts and adds them exactly, reading texts as a ``Count``'s
+    tiles are read."""
     op = make_op("Sum", ("int",), ("v",), 3600)
     rd = ReadSlot(op, 3600, 1)
+    res = [_member(res[0]), _member(res[1]), *res[2:]]
     assert GEN.decode_read(rd, res) == want
     if want >= 2 ** 63:
         with pytest.raises(EvalError):
