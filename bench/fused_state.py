@@ -31,7 +31,13 @@ about 4 (the 5-state row), and 10 of the demo's 20 (7 on departures by
 origin). What a real fused layout must add is not measured here: members
 addressed by each state's definition hash (SPEC §5.4), thinning and pruning
 per group, the ladder of backfill and the stream, and memory (a member
-holds ``K`` components).
+holds ``K`` components). The twenty-third session built that layout
+(branch ``experiment/fused-running-totals``: bands keyed by definition hash,
+carried by every write): 64 commands per departure instead of 73.5, but
+1.11-1.14x the Valkey CPU per demo call and 1.03x per wide one
+(``bench/lua_ab.py``), its members' parsing and rebuilding costing more Lua
+than the commands saved (bench/HISTORY.md): this probe's fixed offsets are
+what made it cheap, and a real layout cannot keep them.
 
 Usage: ``python bench/fused_state.py [--events 6000]``.
 """
