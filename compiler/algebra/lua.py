@@ -29,13 +29,16 @@ say the event was late (below). Reads of
 ``Count``, ``Sum``, ``Average``, ``Min``, ``Max`` and ``First`` merge their
 tile cover inside the script and return one partial aggregate
 (:meth:`LuaGenerator.decode_read` turns it into the IR of ``ops``), so
-neither the field list nor the tiles cross the network. A float ``Sum`` or
-an ``Average`` returns the two running totals it needs as their texts, beside
-the ladder's merged partial, and the worker subtracts them (``fsum`` of the
+neither the field list nor the tiles cross the network. A ``Sum`` or an
+``Average`` returns the two running totals' members it needs as stored
+(``<ms>|<payload>``), beside the ladder's merged partial, and the worker
+takes their payloads out (``_payload``) and subtracts them (``fsum`` of the
 partials, ``_window_sum``): parsing and subtracting partials cost the
 script 2-3 µs per read, and the workers scale out where the store does not
 (``bench/lua_calls.py --per-slot departure``: its three ``Average`` reads
-5.1, 4.4 and 4.1 µs against 6.9, 7.5 and 6.2).
+5.1, 4.4 and 4.1 µs against 6.9, 7.5 and 6.2; taking the payloads out,
+1.1% of a departure's Lua instructions under valgrind, bench/HISTORY.md,
+twenty-third session).
 
 The stored layout and every update are those of ``event.lua`` and ``ops``
 (same field names and texts), so backfill, stream and online writes keep
