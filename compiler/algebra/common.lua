@@ -174,7 +174,7 @@ end
 -- number of CountUnique tuples (members u<tuple> of the sorted set, scored
 -- by their last-seen ms) last seen in [lo_ms, hi_ms]: one ZCOUNT, O(log n)
 local function count_seen(key, lo_ms, hi_ms)
-  return redis.call('ZCOUNT', key, string.format('%d', lo_ms), string.format('%d', hi_ms))
+  return redis.call('ZCOUNT', key, lo_ms, hi_ms)
 end
 
 -- Each tiled update is a pure function of the tile's current text (false: no

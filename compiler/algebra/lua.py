@@ -125,6 +125,18 @@ ladder online: a sliding register-wise max needs, for reads up to ``L``
 late, each register's writes since ``t - L`` and the newest one before it
 (not done).
 
+What a call's Lua costs (issue 10: most of a script call's Valkey CPU is its
+Lua, bench/HISTORY.md): a number passed to ``redis.call`` is printed by the
+server, as an integer when it is one (``ll2string``, exact for every ms and
+offset time here, below 2^53), far cheaper than ``string.format('%d')`` in
+Lua, so only texts that Lua itself needs (field names, members, exclusive
+``(`` bounds) are formatted; a field name is one ``string.format('m%d',
+..)``, not a concatenation; a running write passes its values to
+``zr_write``'s ``own`` and ``shift`` as arguments, not in closures made
+per write; ``ex_parse`` splits with plain finds, not a ``gmatch``
+iterator. Together -9.2% of a departure's Lua instructions under valgrind,
+-9.7% of a wide event's (bench/HISTORY.md, twenty-fourth session).
+
 Source: SPEC §3.2 (window rule, via :func:`windows.counted_range` and
 :func:`windows.cover`, reproduced here in Lua), §3.3 (exclusive reads before
 the event's writes; arrival order and late events), §5.2, §5.3 (expiry and
@@ -733,11 +745,10 @@ local OFF, HALF = 1125899906842624, 562949953421312
 
 -- a CountUnique write of member u at t (text ts); cutoff: no read at or after t - LATE uses a time before it
 local function cu_write(key, u, t, ts, cutoff)
-  local fmt = string.format
   redis.call('ZADD', key, 'GT', ts, u)
-  redis.call('ZADD', key, fmt('%d', t + OFF), 'R' .. ts .. ':' .. u)
-  redis.call('ZREMRANGEBYSCORE', key, fmt('%d', -HALF), fmt('%d', cutoff))
-  redis.call('ZREMRANGEBYSCORE', key, fmt('%d', HALF), fmt('%d', cutoff + OFF))
+  redis.call('ZADD', key, t + OFF, 'R' .. ts .. ':' .. u)
+  redis.call('ZREMRANGEBYSCORE', key, -HALF, cutoff)
+  redis.call('ZREMRANGEBYSCORE', key, HALF, cutoff + OFF)
 end
 
 -- the tuple of a raw member 'R<ms>:u<tuple>'
@@ -750,13 +761,13 @@ end
 -- tuple written after t with a raw member in [lo_ms, t].
 local function cu_read(key, lo_ms, t, ts)
   local fmt = string.format
-  local n = redis.call('ZCOUNT', key, fmt('%d', lo_ms), ts)
+  local n = redis.call('ZCOUNT', key, lo_ms, ts)
   local top = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
   local last_ms = top[2] and tonumber(top[2]) - OFF
   if not last_ms or last_ms <= t then return n end
   note_late(last_ms, t)
   local inside = {}
-  local early = redis.call('ZRANGEBYSCORE', key, fmt('%d', lo_ms + OFF), fmt('%d', t + OFF))
+  local early = redis.call('ZRANGEBYSCORE', key, lo_ms + OFF, t + OFF)
   for i = 1, #early do inside[cu_tuple(early[i])] = true end
   local later = redis.call('ZRANGEBYSCORE', key, '(' .. fmt('%d', t + OFF), '+inf')
   local done = {}
@@ -1118,7 +1129,7 @@ local function book(key, args, n, cur, q, t, ts, every, cutoff, rcode, res, rawc
   if not mq then mq = max_tile(key, rcode) end
   if not m or q > mq then
     args[n + 1] = '_m'
-    args[n + 2] = fmt('%d', q > mq and q or mq)
+    args[n + 2] = q > mq and q or mq
     n = n + 2
   end
   local last_ms = t
@@ -1148,13 +1159,13 @@ local function book(key, args, n, cur, q, t, ts, every, cutoff, rcode, res, rawc
   end
   if low and low ~= (r0 and tonumber(r0)) then
     args[n + 1] = '_r'
-    args[n + 2] = fmt('%d', low)
+    args[n + 2] = low
     n = n + 2
   end
   local cursor = c
   if not p or t >= tonumber(p) then
     args[n + 1] = '_p'
-    args[n + 2] = fmt('%d', t + every)
+    args[n + 2] = t + every
     n = n + 2
     cursor = cursor or '0'
   end
@@ -1218,7 +1229,7 @@ end
 -- of resolution tiles lo..hi (size r ms), keep only each tile's newest member (first: its
 -- first, Min/Max's deque, whose first member of a tile is the tile's best)
 local function pc_thin(z, lo, hi, r, first)
-  local ms = redis.call('ZRANGEBYSCORE', z, string.format('%d', lo * r), string.format('%d', hi * r + r - 1),
+  local ms = redis.call('ZRANGEBYSCORE', z, lo * r, hi * r + r - 1,
                         'WITHSCORES')
   local dead, floor = {}, math.floor
   for i = 1, #ms - 2, 2 do
@@ -1261,17 +1272,18 @@ end
 
 -- the newest member of z at or before ms x (a number), or nil
 local function zr_before(z, x)
-  return redis.call('ZREVRANGEBYSCORE', z, string.format('%d', x), '-inf', 'LIMIT', 0, 1)[1]
+  return redis.call('ZREVRANGEBYSCORE', z, x, '-inf', 'LIMIT', 0, 1)[1]
 end
 
--- A write at t (text ts) into running members z. own(m, ms) is the write's member given the
--- newest member m at or before t (ms its time; nil: none); shift(m, ms) a later member with
--- the write added; per_ms: one member per event time (one at t is replaced), else one per
--- write. Returns the newest member's ms before an in-order write (nil: none), false for a
+-- A write at t (text ts) into running members z. own(m, ms, x1, x2, x3, x4) is the write's
+-- member given the newest member m at or before t (ms its time; nil: none); shift(m, ms, x1,
+-- x2, x3, x4) a later member with the write added (x1..x4: the write's own values, passed on,
+-- so that a write makes no closures); per_ms: one member per event time (one at t is
+-- replaced), else one per write. Returns the newest member's ms before an in-order write (nil: none), false for a
 -- late one, and 'L' for one more than L late, which it leaves to the caller: shifting every
 -- later member would cost up to the whole window's members, where the tile ladder in the
 -- state's hash, which reads add, takes it at the cost of any write (the generated code).
-local function zr_write(z, t, ts, own, shift, per_ms)
+local function zr_write(z, t, ts, own, shift, per_ms, x1, x2, x3, x4)
   local top = redis.call('ZREVRANGE', z, 0, 0, 'WITHSCORES')
   local prev = top[2] and tonumber(top[2])
   if prev and prev > t then
@@ -1286,16 +1298,16 @@ local function zr_write(z, t, ts, own, shift, per_ms)
     for i = 1, #later, 2 do
       old[#old + 1] = later[i]
       new[#new + 1] = later[i + 1]
-      new[#new + 1] = shift(later[i], later[i + 1])
+      new[#new + 1] = shift(later[i], later[i + 1], x1, x2, x3, x4)
     end
     if #old > 0 then zrem_all(z, old) end
     new[#new + 1] = ts
-    new[#new + 1] = own(at[1], am)
+    new[#new + 1] = own(at[1], am, x1, x2, x3, x4)
     zadd_all(z, new)
     return false
   end
   if per_ms and prev == t then redis.call('ZREM', z, top[1]) end
-  local m = own(top[1], prev)
+  local m = own(top[1], prev, x1, x2, x3, x4)
   redis.call('ZADD', z, ts, m)
   ZT[z] = m
   return prev
@@ -1312,7 +1324,7 @@ local function zr_horizon(z, t, prev, r, w, every, thin)
   if thin then zr_thin(z, t, prev, r, false) end
   if not prev or floor(t / every) ~= floor(prev / every) then
     local edge = (floor((t - LATE - w) / r) + 1) * r - 1
-    local base = redis.call('ZREVRANGEBYSCORE', z, string.format('%d', edge), '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    local base = redis.call('ZREVRANGEBYSCORE', z, edge, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
     if base[2] then redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. base[2]) end
   end
 end
@@ -1374,10 +1386,20 @@ local function ex_add(ps, x)
   return ps
 end
 
--- the partials of a payload text from character k on (' '-separated doubles)
+-- the partials of a payload text from character k on (' '-separated doubles, as ex_text
+-- writes them; plain finds: no iterator closure, no pattern matching)
 local function ex_parse(p, k)
-  local ps = {}
-  for x in string.gmatch(string.sub(p, k), '%S+') do ps[#ps + 1] = tonumber(x) end
+  local ps, n = {}, 0
+  local e = string.find(p, ' ', k, true)
+  while e do
+    if e > k then
+      n = n + 1
+      ps[n] = tonumber(string.sub(p, k, e - 1))
+    end
+    k = e + 1
+    e = string.find(p, ' ', k, true)
+  end
+  if k <= #p then ps[n + 1] = tonumber(string.sub(p, k)) end
   return ps
 end
 
@@ -1409,12 +1431,15 @@ local function rs_add(kind, p, v)
   return ex_text(ex_add(p and ex_parse(p, 1) or {}, x))
 end
 
+-- a Sum or Average write's member at ts (text) of kind and value v (text) after member m (zr_write's
+-- own), and a later member m at ms with the write added (its shift)
+local function rs_own(m, _, ts, kind, v) return ts .. '|' .. rs_add(kind, rs_payload(m), v) end
+local function rs_shift(m, ms, _, kind, v) return ms .. '|' .. rs_add(kind, rs_payload(m), v) end
+
 -- A Sum or Average write of value v (text) at t (text ts): as pc_write
 local function rs_write(key, kind, v, t, ts, r, w, every, ttl)
   local z = key .. ':z'
-  local function own(m) return ts .. '|' .. rs_add(kind, rs_payload(m), v) end
-  local function shift(m, ms) return ms .. '|' .. rs_add(kind, rs_payload(m), v) end
-  local prev = zr_write(z, t, ts, own, shift, true)
+  local prev = zr_write(z, t, ts, rs_own, rs_shift, true, ts, kind, v)
   zr_horizon(z, t, prev, r, w, every, true)
   redis.call('PEXPIRE', z, ttl)
   return prev == 'L'
@@ -1460,7 +1485,7 @@ local function fi_write(key, t, ts, json, r, w, ttl)
     ZT[z] = true  -- '~' is t + FI_OFF
   end
   local q0 = math.floor(t / r) * r
-  local cur = redis.call('ZRANGEBYSCORE', z, fmt('%d', q0), fmt('%d', q0 + r - 1), 'WITHSCORES', 'LIMIT', 0, 1)
+  local cur = redis.call('ZRANGEBYSCORE', z, q0, q0 + r - 1, 'WITHSCORES', 'LIMIT', 0, 1)
   if not cur[2] or tonumber(cur[2]) > t then
     if cur[1] then redis.call('ZREM', z, cur[1]) end
     redis.call('ZADD', z, ts, ts .. '\t' .. json)
@@ -1483,7 +1508,7 @@ local function fi_read(key, t, ts, lo, hi, r)
     if not s then return nil end
     note_late(tonumber(s) - FI_OFF, t)
   end
-  return redis.call('ZRANGEBYSCORE', z, string.format('%d', lo * r), ts, 'LIMIT', 0, 1)[1]
+  return redis.call('ZRANGEBYSCORE', z, lo * r, ts, 'LIMIT', 0, 1)[1]
 end
 
 -- the earlier of an online First a and the ladder's b (false: none; b on ties: it was written first)
@@ -1552,7 +1577,6 @@ end
 -- deque's first member after t, the best of all later writes, decides: v is popped at its
 -- time, or v is alive from t on and pops the deque's members before t it is as good as.
 local function mx_late(z, v, t, ts, kind, want_less)
-  local fmt = string.format
   local ng, adds = nil, {}
   local d = redis.call('ZRANGEBYSCORE', z, ts, '(' .. MX_SPLIT, 'LIMIT', 0, 2)
   for i = 1, #d do
@@ -1566,10 +1590,10 @@ local function mx_late(z, v, t, ts, kind, want_less)
     end
   end
   if ng then
-    adds[1] = fmt('%d', ng + MX_OFF)
+    adds[1] = ng + MX_OFF
   else
     local before = redis.call('ZREVRANGEBYSCORE', z, '(' .. ts, '-inf', 'WITHSCORES', 'LIMIT', 0, 4)
-    mx_pop(z, before, v, t, fmt('%d', t + MX_OFF), adds, kind, want_less)
+    mx_pop(z, before, v, t, t + MX_OFF, adds, kind, want_less)
     adds[#adds + 1] = ts
   end
   adds[#adds + 1] = ts .. '|' .. v
@@ -1588,7 +1612,7 @@ local function mx_write(key, v, t, ts, kind, want_less, r, w, every, ttl)
     mx_late(z, v, t, ts, kind, want_less)
   else
     local adds = {}
-    if mx_pop(z, tail, v, t, fmt('%d', t + MX_OFF), adds, kind, want_less) then
+    if mx_pop(z, tail, v, t, t + MX_OFF, adds, kind, want_less) then
       adds[#adds + 1] = ts
       adds[#adds + 1] = ts .. '|' .. v
     end
@@ -1598,7 +1622,7 @@ local function mx_write(key, v, t, ts, kind, want_less, r, w, every, ttl)
     if not prev or floor(t / every) ~= floor(prev / every) then
       -- what no read at t - L or later uses: deque tiles before T(t - L - w) + 1, popped with ng <= t - L
       redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. fmt('%d', (floor((t - LATE - w) / r) + 1) * r))
-      redis.call('ZREMRANGEBYSCORE', z, MX_SPLIT, fmt('%d', t - LATE + MX_OFF))
+      redis.call('ZREMRANGEBYSCORE', z, MX_SPLIT, t - LATE + MX_OFF)
     end
   end
   redis.call('PEXPIRE', z, ttl)
@@ -1615,7 +1639,7 @@ local function mx_read(key, t, ts, lo, hi, r, kind, want_less)
     n = tonumber(top[2])
   end
   local lms = lo * r
-  local a = redis.call('ZRANGEBYSCORE', z, string.format('%d', lms), ts, 'LIMIT', 0, 1)[1]
+  local a = redis.call('ZRANGEBYSCORE', z, lms, ts, 'LIMIT', 0, 1)[1]
   local best = nil
   if a then
     local _, x = mx_parse(a)
@@ -1655,23 +1679,26 @@ local function dr_text(ms, sv, sw)
   return ms .. '|' .. string.format('%.17g', sv) .. ' ' .. string.format('%.17g', sw)
 end
 
+-- a Decayed write's member at t (text ts) of value x (decay constant w) after member m at ms
+-- (zr_write's own), and a later member m at ms with the write merged in (its shift)
+local function dr_own(m, ms, t, ts, x, w)
+  if not m then return dr_text(ts, x, 1) end
+  local pv, pw = dr_sums(m)
+  local _, sv, sw = decay_sums(ms, pv, pw, t, x, 1, w)
+  return dr_text(ts, sv, sw)
+end
+local function dr_shift(m, ms, t, _, x, w)
+  local sv, sw = dr_sums(m)
+  local _, nv, nw = decay_sums(tonumber(ms), sv, sw, t, x, 1, w)
+  return dr_text(ms, nv, nw)
+end
+
 -- A Decayed write of value v (text) at t (text ts): decay constant w, pruning period every, expiry ttl (ms)
 local function dr_write(key, t, ts, v, w, every, ttl)
   local z = key .. ':z'
   local x = tonumber(v)
-  local function own(m, ms)
-    if not m then return dr_text(ts, x, 1) end
-    local pv, pw = dr_sums(m)
-    local _, sv, sw = decay_sums(ms, pv, pw, t, x, 1, w)
-    return dr_text(ts, sv, sw)
-  end
-  local function shift(m, ms)
-    local sv, sw = dr_sums(m)
-    local _, nv, nw = decay_sums(tonumber(ms), sv, sw, t, x, 1, w)
-    return dr_text(ms, nv, nw)
-  end
   -- a read up to L late needs no member before the newest one at or before t - L
-  local prev = zr_write(z, t, ts, own, shift, true)
+  local prev = zr_write(z, t, ts, dr_own, dr_shift, true, t, ts, x, w)
   zr_horizon(z, t, prev, 1, 0, every, false)
   redis.call('PEXPIRE', z, ttl)
   if prev == 'L' then  -- more than L late: into the hash's decayed sums (dr_read adds them)
@@ -2068,7 +2095,7 @@ class LuaGenerator:
         """
         op = w.op
         const = s.const if hoist else (lambda text: f"({text})")
-        fields = [const(f"'{LEVEL_CODE[size]}' .. string.format('%d', math.floor(t / {size * 1000}))")
+        fields = [const(f"string.format('{LEVEL_CODE[size]}%d', math.floor(t / {size * 1000}))")
                   for size in levels_s(w.window_s)]
         entry = "v1"  # the write's raw entry: its one-write tile text (raw_tiles)
         rf = "rf_int, nil"  # the partial of a closed chunk of its raw entries (rf_<kind>, its arg)
@@ -2088,7 +2115,7 @@ class LuaGenerator:
         res_ms = w.resolution_s * 1000
         q = const(f"math.floor(t / {res_ms})")
         raw, rsize = _raw_code(w.resolution_s), raw_bucket_s(w.resolution_s) * 1000
-        rawf = const(f"'{raw}' .. string.format('%d', math.floor(t / {rsize}))")
+        rawf = const(f"string.format('{raw}%d', math.floor(t / {rsize}))")
         book = (f"t, ts, {q}, {ord(LEVEL_CODE[w.resolution_s])}, {every}, {cutoff}, {rsize}, "
                 f"'{raw}', {rawf}, {entry}, {rf}")
         return [f"rmw({key}, {{{', '.join(fields)}}}, {book}, {rmw})",
