@@ -134,8 +134,14 @@ Lua, so only texts that Lua itself needs (field names, members, exclusive
 ..)``, not a concatenation; a running write passes its values to
 ``zr_write``'s ``own`` and ``shift`` as arguments, not in closures made
 per write; ``ex_parse`` splits with plain finds, not a ``gmatch``
-iterator. Together -9.2% of a departure's Lua instructions under valgrind,
--9.7% of a wide event's (bench/HISTORY.md, twenty-fourth session).
+iterator; a read's first tile is ``T(t) - W / r + 1`` where ``r`` divides
+``W``, no floor; ``zr_thin`` and the pruning periods skip their floors for
+writes two tiles or a period apart; a ``HyperLogLog`` write stops at the
+first level whose register is already as large (``u_hll``: every coarser
+tile holds that one's writes). Together -12.3% of a departure's Lua
+instructions under valgrind, -11.7% of a wide event's; ``bench/lua_ab.py``
+0.900x of the Valkey CPU per demo call (bench/HISTORY.md, twenty-fourth
+session).
 
 Source: SPEC §3.2 (window rule, via :func:`windows.counted_range` and
 :func:`windows.cover`, reproduced here in Lua), §3.3 (exclusive reads before
@@ -1024,8 +1030,14 @@ local function first_of(v)
 end
 
 local function present(v)
-  local out = {}
-  for i = 1, #v do if v[i] then out[#out + 1] = v[i] end end
+  local out, n = {}, 0
+  for i = 1, #v do
+    local x = v[i]
+    if x then
+      n = n + 1
+      out[n] = x
+    end
+  end
   return out
 end
 
@@ -1184,7 +1196,8 @@ end
 
 -- One read-modify-write of a tiled state written at t into resolution tile q:
 -- HMGET the bookkeeping fields and the level fields fs, new texts from
--- update(cur, i, x, y, z) (nil: unchanged), then one HSET with the bookkeeping
+-- update(cur, i, x, y, z) (nil: unchanged; false: unchanged, and so are the
+-- fields after it, coarser levels: u_hll), then one HSET with the bookkeeping
 local function rmw(key, fs, t, ts, q, rcode, every, cutoff, res, rawcode, rawf, entry, rf, arg, update, x, y, z)
   local cur = redis.call('HMGET', key, '_p', '_m', '_c', '_t', '_r', rawf, unpack(fs))
   local args, n = {}, 0
@@ -1194,6 +1207,8 @@ local function rmw(key, fs, t, ts, q, rcode, every, cutoff, res, rawcode, rawf, 
       args[n + 1] = fs[i]
       args[n + 2] = new
       n = n + 2
+    elseif new == false then
+      break
     end
   end
   n = book(key, args, n, cur, q, t, ts, every, cutoff, rcode, res, rawcode, rawf, entry, rf, arg)
@@ -1244,7 +1259,8 @@ end
 -- tiles (size r ms) that ended before t - L since prev, on a key written at least once a
 -- tile (pc_thin, first as there)
 local function zr_thin(z, t, prev, r, first)
-  if not prev then return end
+  -- (two tiles or more apart: T(t) - T(prev) >= 2, no floors needed to say so)
+  if not prev or t - prev >= 2 * r then return end
   local floor = math.floor
   local a, b = floor((prev - LATE) / r), floor((t - LATE) / r)
   if b > a and floor(t / r) - floor(prev / r) <= 1 then pc_thin(z, a, b - 1, r, first) end
@@ -1322,7 +1338,7 @@ local function zr_horizon(z, t, prev, r, w, every, thin)
   if prev == false or prev == 'L' then return end
   local floor = math.floor
   if thin then zr_thin(z, t, prev, r, false) end
-  if not prev or floor(t / every) ~= floor(prev / every) then
+  if not prev or t - prev >= every or floor(t / every) ~= floor(prev / every) then
     local edge = (floor((t - LATE - w) / r) + 1) * r - 1
     local base = redis.call('ZREVRANGEBYSCORE', z, edge, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
     if base[2] then redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. base[2]) end
@@ -1619,7 +1635,7 @@ local function mx_write(key, v, t, ts, kind, want_less, r, w, every, ttl)
     if #adds > 0 then zadd_all(z, adds) end
     ZT[z] = true  -- the deque's newest member is at t (this write's, or a better one of that ms)
     zr_thin(z, t, prev, r, true)
-    if not prev or floor(t / every) ~= floor(prev / every) then
+    if not prev or t - prev >= every or floor(t / every) ~= floor(prev / every) then
       -- what no read at t - L or later uses: deque tiles before T(t - L - w) + 1, popped with ng <= t - L
       redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. fmt('%d', (floor((t - LATE - w) / r) + 1) * r))
       redis.call('ZREMRANGEBYSCORE', z, MX_SPLIT, t - LATE + MX_OFF)
@@ -1731,7 +1747,17 @@ local function dr_read(key, t, ts, w, res, rawcode, lx)
 end
 
 -- the update functions rmw applies (common.lua's, with the field's index)
-local function u_hll(cur, i, slot, rho) return hll_text(cur, slot, rho) end
+-- (HyperLogLog: common.lua's hll_text with the write's pattern ';<slot>:' made once, pat, and rho
+-- as text and number; false where the level keeps a register at least rho: each coarser level
+-- holds that tile's writes too, so a register as large, and rmw stops)
+local function u_hll(cur, i, pat, rho, r)
+  cur = cur or ''
+  local s, e = string.find(cur, pat, 1, true)
+  if not s then return cur .. pat .. rho end
+  local old = string.match(cur, '^%d+', e + 1)
+  if r > tonumber(old) then return string.sub(cur, 1, e) .. rho .. string.sub(cur, e + 1 + #old) end
+  return false
+end
 local function u_count(cur) return string.format('%d', (tonumber(cur) or 0) + 1) end
 local function u_isum(cur, i, v) return int_add_text(cur, v) end
 local function u_float(cur, i, v) return float_text(cur, v) end
@@ -1948,7 +1974,10 @@ class LuaGenerator:
             # range(t, w, r) inline, its hi a per-call local of the resolution (shared with the writes' q): no
             # call per read. (A local per window too overflowed Lua 5.1's registers in a round of every window.)
             hi = s.const(f"math.floor(t / {r_ms})")
-            lines += [f"  local lo, hi = math.floor((t - {w_ms}) / {r_ms}) + 1, {hi}"]
+            if w_ms % r_ms == 0:  # T(t - W) = T(t) - W / r exactly: no floor per read
+                lines += [f"  local lo, hi = {hi} - {w_ms // r_ms - 1}, {hi}"]
+            else:
+                lines += [f"  local lo, hi = math.floor((t - {w_ms}) / {r_ms}) + 1, {hi}"]
         lines += ["  o = o + 1"]
         expr = self._read_expr(s, r, key, lx)
         lines += ["  " + x for x in expr]
@@ -2100,7 +2129,7 @@ class LuaGenerator:
         entry = "v1"  # the write's raw entry: its one-write tile text (raw_tiles)
         rf = "rf_int, nil"  # the partial of a closed chunk of its raw entries (rf_<kind>, its arg)
         if isinstance(op, HyperLogLogOp):
-            rmw, entry, rf = "u_hll, v1, v2", "';' .. v1 .. ':' .. v2", "rf_hll, nil"
+            rmw, entry, rf = "u_hll, ';' .. v1 .. ':', v2, tonumber(v2)", "';' .. v1 .. ':' .. v2", "rf_hll, nil"
         elif isinstance(op, CountOp):
             rmw, entry = "u_count", "'1'"
         elif isinstance(op, SumOp) and op.is_int:  # int sums: exact text addition (past 2^53 and 2^63)
