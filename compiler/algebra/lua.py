@@ -1238,7 +1238,12 @@ end
 
 -- ZADD of score/member pairs, in calls of at most 500 pairs (Lua's unpack limit)
 local function zadd_all(z, adds)
-  for i = 1, #adds, 1000 do redis.call('ZADD', z, unpack(adds, i, math.min(i + 999, #adds))) end
+  local n = #adds
+  if n <= 1000 then
+    redis.call('ZADD', z, unpack(adds))
+    return
+  end
+  for i = 1, n, 1000 do redis.call('ZADD', z, unpack(adds, i, math.min(i + 999, n))) end
 end
 
 -- of resolution tiles lo..hi (size r ms), keep only each tile's newest member (first: its
@@ -1554,6 +1559,7 @@ end
 -- late take such tiles whole).
 local MX_OFF = 1125899906842624
 local MX_SPLIT = '562949953421312'  -- 2^49: deque scores (event times) below, popped ones above
+local MX_BELOW = '(' .. MX_SPLIT  -- the deque's scores: below MX_SPLIT
 
 local function mx_parse(m)
   local p = string.find(m, '|', 1, true)
@@ -1594,7 +1600,7 @@ end
 -- time, or v is alive from t on and pops the deque's members before t it is as good as.
 local function mx_late(z, v, t, ts, kind, want_less)
   local ng, adds = nil, {}
-  local d = redis.call('ZRANGEBYSCORE', z, ts, '(' .. MX_SPLIT, 'LIMIT', 0, 2)
+  local d = redis.call('ZRANGEBYSCORE', z, ts, MX_BELOW, 'LIMIT', 0, 2)
   for i = 1, #d do
     local u, x = mx_parse(d[i])
     if u == t then
@@ -1621,7 +1627,7 @@ end
 local function mx_write(key, v, t, ts, kind, want_less, r, w, every, ttl)
   local z = key .. ':z'
   local fmt, floor = string.format, math.floor
-  local tail = redis.call('ZREVRANGEBYSCORE', z, '(' .. MX_SPLIT, '-inf', 'WITHSCORES', 'LIMIT', 0, 4)
+  local tail = redis.call('ZREVRANGEBYSCORE', z, MX_BELOW, '-inf', 'WITHSCORES', 'LIMIT', 0, 4)
   local prev = tail[2] and tonumber(tail[2])
   if prev and prev > t then
     note_late(prev, t)
@@ -1650,7 +1656,7 @@ local function mx_read(key, t, ts, lo, hi, r, kind, want_less)
   local z = key .. ':z'
   local n = t  -- this call's write left the deque's newest member at t (mx_write: ZT)
   if not ZT[z] then
-    local top = redis.call('ZREVRANGEBYSCORE', z, '(' .. MX_SPLIT, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    local top = redis.call('ZREVRANGEBYSCORE', z, MX_BELOW, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
     if not top[2] then return nil end
     n = tonumber(top[2])
   end
