@@ -138,10 +138,11 @@ iterator; a read's first tile is ``T(t) - W / r + 1`` where ``r`` divides
 ``W``, no floor; ``zr_thin`` and the pruning periods skip their floors for
 writes two tiles or a period apart; a ``HyperLogLog`` write stops at the
 first level whose register is already as large (``u_hll``: every coarser
-tile holds that one's writes). Together -12.3% of a departure's Lua
-instructions under valgrind, -11.7% of a wide event's; ``bench/lua_ab.py``
-0.900x of the Valkey CPU per demo call (bench/HISTORY.md, twenty-fourth
-session).
+tile holds that one's writes); texts of one or two doubles are one
+``string.format`` (``ex_text``, ``dr_text``, ``rs_add``), and ``ex_add``
+compares magnitudes without ``math.abs`` calls. Together -15.2% of a
+departure's Lua instructions under valgrind, -14.0% of a wide event's
+(bench/HISTORY.md, twenty-fourth session).
 
 Source: SPEC §3.2 (window rule, via :func:`windows.counted_range` and
 :func:`windows.cover`, reproduced here in Lua), §3.3 (exclusive reads before
@@ -1062,12 +1063,12 @@ local function log_write(key, ms, json, n, keep_ms, ttl_ms, every)
   if prev and prev >= t then
     if prev == t then rank = rank_after(top[1]) else rank = next_rank(key, ms) end
   end
-  redis.call('ZADD', key, ms, string.format('%08d', rank) .. ms .. ':' .. json)
+  redis.call('ZADD', key, ms, (rank == 0 and '00000000' or string.format('%08d', rank)) .. ms .. ':' .. json)
   if prev and prev > t then
     log_trim(key, ms, n, string.format('%d', t - keep_ms), ttl_ms, LATE)
     return
   end
-  if prev and not (every > 0 and math.floor(t / every) == math.floor(prev / every)) then
+  if prev and (every <= 0 or t - prev >= every or math.floor(t / every) ~= math.floor(prev / every)) then
     -- the first in-order write of a period: keep every member at or after t - L and the n latest
     -- before (the members before t - W - r - L among those n cost memory only: no read reaches them)
     if prev < t - LATE then  -- this write is the only member at or after t - L
@@ -1390,10 +1391,11 @@ end
 -- adds double x to the partials ps (a list of doubles whose sum is exact), in place, keeping
 -- the sum exact: each step an error-free two-sum (Shewchuk 1997; Python's msum recipe)
 local function ex_add(ps, x)
-  local n, i, abs = #ps, 0, math.abs
+  local n, i = #ps, 0
   for j = 1, n do
     local y = ps[j]
-    if abs(x) < abs(y) then x, y = y, x end
+    -- |x| < |y| (no math.abs calls; the same as theirs for NaN, infinities and -0)
+    if (x < 0 and -x or x) < (y < 0 and -y or y) then x, y = y, x end
     local hi = x + y
     local lo = y - (hi - x)
     if lo ~= 0 then
@@ -1426,6 +1428,9 @@ end
 
 -- the partials as text ('%.17g' round-trips each)
 local function ex_text(ps)
+  local n = #ps
+  if n == 1 then return string.format('%.17g', ps[1]) end  -- (the usual: one format, no table)
+  if n == 2 then return string.format('%.17g %.17g', ps[1], ps[2]) end
   local out = {}
   for j = 1, #ps do out[j] = string.format('%.17g', ps[j]) end
   return table.concat(out, ' ')
@@ -1447,7 +1452,9 @@ local function rs_add(kind, p, v)
       local s1 = string.find(p, ' ', 1, true)
       c, ps = tonumber(string.sub(p, 1, s1 - 1)), ex_parse(p, s1 + 1)
     end
-    return string.format('%d', c + 1) .. ' ' .. ex_text(ex_add(ps, x))
+    ps = ex_add(ps, x)
+    if #ps == 1 then return string.format('%d %.17g', c + 1, ps[1]) end
+    return string.format('%d', c + 1) .. ' ' .. ex_text(ps)
   end
   return ex_text(ex_add(p and ex_parse(p, 1) or {}, x))
 end
@@ -1698,7 +1705,7 @@ local function dr_sums(m)
 end
 
 local function dr_text(ms, sv, sw)
-  return ms .. '|' .. string.format('%.17g', sv) .. ' ' .. string.format('%.17g', sw)
+  return string.format('%s|%.17g %.17g', ms, sv, sw)
 end
 
 -- a Decayed write's member at t (text ts) of value x (decay constant w) after member m at ms
