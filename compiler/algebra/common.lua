@@ -198,16 +198,24 @@ local function first_text(cur, ms, json)
   end
 end
 
--- HyperLogLog register slot of the sparse text ";slot:rho;..." := max(rho, current)
-local function hll_text(cur, slot, rho)
+-- HyperLogLog register of the sparse text ";slot:rho;..." := max(rho, current), given the
+-- slot's pattern pat (';<slot>:') and rho as text and number r; false where the register is
+-- already at least rho (the generated scripts' rmw stops there: each coarser level holds that
+-- tile's writes too, so a register as large)
+local function hll_set(cur, pat, rho, r)
   cur = cur or ''
-  local pat = ';' .. slot .. ':'
   local s, e = string.find(cur, pat, 1, true)
   if not s then return cur .. pat .. rho end
   local old = string.match(cur, '^%d+', e + 1)
-  if tonumber(rho) > tonumber(old) then
+  if r > tonumber(old) then
     return string.sub(cur, 1, e) .. rho .. string.sub(cur, e + 1 + #old)
   end
+  return false
+end
+
+-- HyperLogLog register slot of the sparse text := max(rho, current) (hll_set; false: unchanged)
+local function hll_text(cur, slot, rho)
+  return hll_set(cur, ';' .. slot .. ':', rho, tonumber(rho))
 end
 
 -- float sum of a tile: the double sum, as %.17g (round-trips exactly;

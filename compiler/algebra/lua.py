@@ -1594,20 +1594,13 @@ end
 -- needed: appends each to adds rescored toff (t + MX_OFF), or removes one at t itself.
 -- Returns false if a member at t is better than v (v then changes nothing).
 local function mx_pop(z, b, v, t, toff, adds, kind, want_less)
-  local vn = kind == 'n' and tonumber(v)  -- (a number: parsed once, not at each comparison)
+  local vc = kind == 'n' and tonumber(v) or v  -- (less's tonumber of a number: no parse per comparison)
   while true do
     for i = 1, #b, 2 do
       -- a deque member's score is its time (the batch holds no popped member)
       local m, u = b[i], tonumber(b[i + 1])
       local x = string.sub(m, string.find(m, '|', 1, true) + 1)
-      local ge
-      if vn then
-        local xn = tonumber(x)
-        if want_less then ge = not (xn < vn) else ge = not (vn < xn) end
-      else
-        ge = mx_ge(v, x, kind, want_less)
-      end
-      if not ge then return u ~= t end
+      if not mx_ge(vc, x, kind, want_less) then return u ~= t end
       if u == t then
         redis.call('ZREM', z, b[i])
       else
@@ -1780,17 +1773,8 @@ local function dr_read(key, t, ts, w, res, rawcode, lx)
 end
 
 -- the update functions rmw applies (common.lua's, with the field's index)
--- (HyperLogLog: common.lua's hll_text with the write's pattern ';<slot>:' made once, pat, and rho
--- as text and number; false where the level keeps a register at least rho: each coarser level
--- holds that tile's writes too, so a register as large, and rmw stops)
-local function u_hll(cur, i, pat, rho, r)
-  cur = cur or ''
-  local s, e = string.find(cur, pat, 1, true)
-  if not s then return cur .. pat .. rho end
-  local old = string.match(cur, '^%d+', e + 1)
-  if r > tonumber(old) then return string.sub(cur, 1, e) .. rho .. string.sub(cur, e + 1 + #old) end
-  return false
-end
+-- (HyperLogLog: common.lua's hll_set, the write's pattern ';<slot>:' made once; its false stops rmw)
+local function u_hll(cur, i, pat, rho, r) return hll_set(cur, pat, rho, r) end
 local function u_count(cur) return string.format('%d', (tonumber(cur) or 0) + 1) end
 local function u_isum(cur, i, v) return int_add_text(cur, v) end
 local function u_float(cur, i, v) return float_text(cur, v) end
