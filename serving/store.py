@@ -19,7 +19,16 @@ calls under ``wrk`` load, 10-15% fewer events/s), then packed by hiredis
 and sent by the first caller, who read every reply (2.35 calls per
 Valkey read, 10-15% fewer events/s, Valkey's CPU per call unchanged:
 bench/HISTORY.md, sixth session): the calls wait for each other, and
-under load Valkey already serves several connections per wake-up.
+under load Valkey already serves several connections per wake-up. A third
+form, where no call waits for another's reply (one connection, a sender
+task writing each loop iteration's calls as they come and a reader task
+handing the replies out in order; branch ``experiment/pipelined-store``),
+measured worse too: 0.70-0.75x the calls per second of one connection per
+call in flight, with 8 concurrent callers over captured demo calls, and
+Valkey's CPU per call unchanged (212-236 against 208-213 µs): Valkey
+answers the calls of one write after running all of them, so the client
+and the store take turns instead of overlapping (bench/HISTORY.md,
+twenty-fifth session).
 
 ``Store.record_online`` keeps the *online-writer start times* in the hash
 :data:`ONLINE_KEY` (named in ``compiler.algebra.storekeys``): per aggregate
