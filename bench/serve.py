@@ -64,14 +64,16 @@ worker); ``other load`` (CPU of every other process -- other jobs, kernel
 threads -- from their own counters, as % of one core, the most over the
 row's phases; ``!`` from 10%: that row was measured on a shared machine). Lines under the table check the issue's goals: the demo row's p99
 at 1,000 events/s ≤ 5 ms, the wide row's p99 at 250 events/s ≤ 10 ms, and
-two workers ≥ 1.3× one worker's max events/s on the demo topology.
+two workers ≥ 1.3× one worker's max events/s on the demo topology;
+with ``--alternate PAIRS`` also as the median of pairs of phases measured
+in turns, both servers running on one timeline (:func:`alternated`).
 
 Ratios matter, not absolute numbers (``shared/PERFORMANCE.md``): the client,
 the server and Valkey share the machine's cores.
 
 Usage: ``python bench/serve.py [--topology demo|wide|both] [--workers N]
 [--seconds 8] [--rates 1000,250] [--concurrency 8] [--pool 32]
-[--client auto|wrk|asyncio] [--cluster] [--late SECONDS]``.
+[--client auto|wrk|asyncio] [--cluster] [--late SECONDS] [--alternate PAIRS]``.
 """
 
 from __future__ import annotations
@@ -894,6 +896,88 @@ def scowl_row(label: str, topology: Path, store_url: str, bodies: list[bytes], s
     return row, row.max_phase.usage.commands / max(1, row.max_phase.events)
 
 
+def alternated(topology: Path, store_url: str, bodies: list[bytes], opts: Options, workers: int,
+               pairs: int) -> list[tuple[Phase, Phase]]:
+    """Max events/s of one worker and of ``workers`` workers, measured in turns on one timeline.
+
+    Both servers run at once over one flushed store and get an untimed
+    phase of ``opts.seconds`` each; then their closed-loop phases (a
+    warm-up, then ``wrk`` for ``opts.seconds``) alternate, one
+    worker first in odd pairs and second in even ones (ABBA: a drift of the
+    host's speed within a pair weighs on both sides alike), and they post
+    the next events of one cursor, so the store goes on in time order. On a
+    host whose speed moves by a third within minutes (bench/HISTORY.md,
+    twenty-fifth session), the ratio of two rows measured minutes apart
+    says more about the host than about the workers; the median of pairs
+    taken seconds apart does not.
+
+    Args:
+        topology: the scowl topology directory.
+        store_url: the store (flushed first).
+        bodies: the events, in time order (enough for ``2 * pairs`` phases).
+        opts: load options (``seconds``, ``warmup``, ``concurrency``, ``workdir``; wrk only).
+        workers: worker processes of the second server.
+        pairs: how many (one worker, ``workers`` workers) pairs.
+
+    Returns:
+        ``[(one worker's phase, the workers' phase), ...]``, one per pair.
+
+    Raises:
+        RuntimeError: a server did not start, or wrk failed.
+    """
+    flush(store_url)
+    env = {"SCOWL_REDIS_URL": store_url, "SCOWL_TOPOLOGY": str(topology)}
+    cursor = Bodies(bodies)
+    procs: list[subprocess.Popen] = []
+    try:
+        ports = []
+        for n in (1, workers):
+            port = free_port()
+            procs.append(start_server("bench.apps:scowl_app", port, env, n))
+            ports.append((port, n, procs[-1]))
+        # an untimed phase on each server first: the first phase on a flushed store runs colder
+        # than the later ones (1,351 against 1,611-1,922 events/s for one worker in the first run)
+        for port, n, proc in ports:
+            run_async(closed_loop(http_connector(port, cursor), Probe(store_url, proc.pid), 0.0, opts.seconds,
+                                  opts.concurrency * n))
+        out = []
+        for i in range(pairs):
+            got: dict[int, Phase] = {}
+            for port, n, proc in (ports if i % 2 == 0 else ports[::-1]):
+                probe = Probe(store_url, proc.pid)
+                run_async(closed_loop(http_connector(port, cursor), probe, 0.0, opts.warmup * (1 if n == 1 else 2),
+                                      opts.concurrency * n))
+                got[n] = wrk_closed_loop(port, cursor, probe, opts.seconds, opts.concurrency * n, opts.workdir)
+            out.append((got[1], got[workers]))
+        if cursor.wraps:
+            raise RuntimeError("the events ran out (raise --events)")
+        return out
+    finally:
+        for proc in procs:
+            stop_server(proc)
+
+
+def alternated_lines(pairs: list[tuple[Phase, Phase]], workers: int) -> list[str]:
+    """The ``--alternate`` result: each pair's events/s and ratio, then the medians and the goal line."""
+    from statistics import median
+
+    ones = [a.per_s for a, _ in pairs]
+    manys = [b.per_s for _, b in pairs]
+    ratios = [b / a for a, b in zip(ones, manys)]
+    def cpu(ph: Phase) -> str:
+        return (f"worker {ph.ms_per_event(ph.usage.server_cpu_s):.2f}, "
+                f"Valkey {ph.ms_per_event(ph.usage.valkey_cpu_s):.2f} ms/ev")
+
+    out = [f"alternated (one timeline, ABBA), per pair: 1 worker / {workers} workers events/s (ratio; CPU of each)"]
+    out += [f"  {a.per_s:,.0f} / {b.per_s:,.0f} ({r:.2f}x; {cpu(a)}; {cpu(b)})" for (a, b), r in zip(pairs, ratios)]
+    goal = "≥ 1.3x" if workers == 2 else "(goal is set for 2)"
+    m = median(ratios)
+    out.append(f"scowl demo, alternated: {workers} workers / 1 worker max events/s {goal}: median of "
+               f"{len(pairs)} pairs {m:.2f}x (medians {median(manys):,.0f} / {median(ones):,.0f} events/s)"
+               + (f", {'met' if m >= 1.3 else 'NOT MET'}" if workers == 2 else ""))
+    return out
+
+
 def redis_row(label: str, store_url: str, n_commands: int, opts: Options) -> Row:
     """One pipelined round trip of ``n_commands`` commands per event, from this process.
 
@@ -1115,6 +1199,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rates", default="1000,250", help="open-loop offered rates, events/s, comma-separated")
     ap.add_argument("--cluster", action="store_true",
                     help="also run the scowl rows on a local Redis Cluster of 1 and of 3 masters")
+    ap.add_argument("--alternate", type=int, default=0, metavar="PAIRS",
+                    help="with --workers N: also measure one worker and N workers in PAIRS alternated pairs of "
+                         "max-events/s phases on one timeline, both servers running (the median ratio: for a host "
+                         "whose speed drifts; needs wrk)")
     ap.add_argument("--late", type=int, default=0, metavar="SECONDS",
                     help="also run the scowl rows on the same events arriving up to SECONDS late (SPEC §3.3; "
                          "at most the allowed lateness, 3600 s by default, to stay exact)")
@@ -1135,6 +1223,7 @@ def main(argv: list[str] | None = None) -> None:
 
     console = Console(width=max(160, shutil.get_terminal_size((160, 40)).columns))
     rows: list[Row] = []
+    alt_lines: list[str] = []
     with tempfile.TemporaryDirectory() as home, EmbeddedStore(home, persist=False) as store:
         opts = options(args, parse_rates(args.rates), Path(home))
         floor_bodies = [orjson.dumps(e) for e in topologies[0][2]]
@@ -1164,6 +1253,15 @@ def main(argv: list[str] | None = None) -> None:
                 rows.append(safely(lambda: scowl_row(label, topo, store.url, late_bodies, states, opts, 1)[0],
                                    f"scowl {label}"))
                 rows[-1].name += f", up to {args.late} s late"
+            if args.alternate and args.workers > 1 and label == "demo":
+                if opts.client != "wrk":
+                    raise SystemExit("--alternate needs wrk on PATH")
+                try:
+                    alt_bodies = [orjson.dumps(e) for e in continued(events, args.alternate * 60_000)]
+                    alt_pairs = alternated(topo, store.url, alt_bodies, opts, args.workers, args.alternate)
+                    alt_lines = alternated_lines(alt_pairs, args.workers)
+                except Exception as exc:  # noqa: BLE001 -- reported under the table
+                    alt_lines = [f"alternated: failed: {type(exc).__name__}: {exc}"[:300]]
             console.print(f"[dim]done: {label}[/dim]")
             if args.cluster:
                 for masters in (1, 3):
@@ -1182,7 +1280,7 @@ def main(argv: list[str] | None = None) -> None:
                   "CPU then, % of all cores.  other load: CPU of other jobs on "
                   "the machine during the row (% of a core, the most over its phases; ! from 10%: rerun on a quiet "
                   "machine).")
-    for line in goals(rows, args.workers):
+    for line in goals(rows, args.workers) + alt_lines:
         console.print(line)
     if opts.client != "wrk" and args.client == "auto":
         console.print("note: wrk is not on PATH, so the max-events/s phases ran the asyncio client in this process; "
