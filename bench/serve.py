@@ -53,8 +53,8 @@ ms/ev`` (``used_cpu_user + used_cpu_sys`` of ``INFO cpu``, delta over the
 measured max-events/s interval, divided by the events answered in it);
 ``worker ms/ev`` (CPU of the uvicorn process and all its children, by
 ``psutil``, same interval; for the redis-pipeline row, this process's CPU);
-``idle at max`` (the machine's idle CPU in that interval, % of all its
-cores: a closed loop that leaves cores idle is held back by waiting, not
+``idle at max`` (the cores' time no process used in that interval, from
+the processes' own counters, % of all cores: a closed loop that leaves cores idle is held back by waiting, not
 by CPU -- with two workers on two cores, by the store's replies queued
 behind a busy worker's core: bench/HISTORY.md, eighteenth session);
 ``client CPU`` (the load generator's CPU as % of one core, the most over
@@ -238,9 +238,7 @@ class Sample:
     """Cumulative counters at one instant (:class:`Probe`); CPU in seconds.
 
     ``others_s`` is the CPU time of every other process alive at the
-    instant (:func:`_others_cpu_s`), ``idle_s`` the machine's idle time
-    (all cores, I/O wait included);
-    ``client_is_server`` says the client's CPU is already in
+    instant (:func:`_others_cpu_s`); ``client_is_server`` says the client's CPU is already in
     ``server_cpu_s`` (the redis-pipeline row runs in this process).
     """
 
@@ -251,7 +249,6 @@ class Sample:
     commands: int
     others_s: dict[int, float] = field(default_factory=dict)
     client_is_server: bool = False
-    idle_s: float = 0.0
 
 
 @dataclass
@@ -261,7 +258,11 @@ class Usage:
     ``other_cpu_s`` is the CPU that other processes (other jobs, kernel
     threads) spent in the interval, from their own counters: noise sharing
     the cores.
-    ``idle_s`` is the cores' idle time in the interval (all cores summed).
+    ``busy_s`` is the CPU every process spent in the interval (Valkey, the
+    server, the client once, the others), from the processes' own counters
+    like the rest (``/proc/stat``'s idle time drifts from them: see
+    :func:`_others_cpu_s`); the cores' idle time is ``wall_s`` times the
+    cores less it (:meth:`idle_s`).
     """
 
     wall_s: float
@@ -270,13 +271,11 @@ class Usage:
     client_cpu_s: float
     commands: int
     other_cpu_s: float = 0.0
-    idle_s: float = 0.0
+    busy_s: float = 0.0
 
-
-def _idle_s() -> float:
-    """The machine's idle CPU seconds (idle and I/O wait), all cores, from ``/proc/stat``."""
-    t = psutil.cpu_times()
-    return t.idle + getattr(t, "iowait", 0.0)
+    def idle_s(self, cores: int) -> float:
+        """The cores' idle CPU seconds in the interval (all ``cores`` summed; never below 0)."""
+        return max(0.0, self.wall_s * cores - self.busy_s)
 
 
 def _others_cpu_s(ours: set[int]) -> dict[int, float]:
@@ -355,15 +354,16 @@ class Probe:
         others = _others_cpu_s(self.valkey_pids | {p.pid for p in self.procs})
         return Sample(time.perf_counter(), valkey_s,
                       self._server_cpu(), time.process_time() if client_cpu_s is None else client_cpu_s,
-                      commands, others, self.server is None, _idle_s())
+                      commands, others, self.server is None)
 
     @staticmethod
     def usage(a: Sample, b: Sample) -> Usage:
         """Return the counters from ``a`` to ``b``."""
         other = sum(max(0.0, cpu - a.others_s[pid]) for pid, cpu in b.others_s.items() if pid in a.others_s)
-        return Usage(b.wall_s - a.wall_s, b.valkey_cpu_s - a.valkey_cpu_s, b.server_cpu_s - a.server_cpu_s,
-                     b.client_cpu_s - a.client_cpu_s, b.commands - a.commands,
-                     other, b.idle_s - a.idle_s)
+        valkey, server, client = (b.valkey_cpu_s - a.valkey_cpu_s, b.server_cpu_s - a.server_cpu_s,
+                                  b.client_cpu_s - a.client_cpu_s)
+        busy = valkey + server + other + (0.0 if b.client_is_server else client)
+        return Usage(b.wall_s - a.wall_s, valkey, server, client, b.commands - a.commands, other, busy)
 
 
 @dataclass
@@ -1084,7 +1084,8 @@ def render(rows: list[Row], opts: Options, title: str) -> Any:
                 mark = "*" if ph.saturated else ""
                 cells += [f"{ph.pct(50):.2f}{mark}", f"{ph.pct(99):.2f}{mark}"]
         cpu = row.client_cpu_pct()
-        idle = 100 * mp.usage.idle_s / max(1e-9, mp.usage.wall_s * (os.cpu_count() or 1))
+        cores = os.cpu_count() or 1
+        idle = 100 * mp.usage.idle_s(cores) / max(1e-9, mp.usage.wall_s * cores)
         cells += [f"{mp.ms_per_event(mp.usage.valkey_cpu_s):.3f}", f"{mp.ms_per_event(mp.usage.server_cpu_s):.3f}",
                   f"{idle:.0f}%",
                   "—" if cpu is None or row.name.startswith("redis") else f"{cpu:.0f}%" + ("!" if cpu >= 80 else ""),
