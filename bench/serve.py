@@ -846,9 +846,20 @@ class Options:
 
 
 def measure_http(row: Row, port: int, bodies: Bodies, probe: Probe, opts: Options, workers: int = 1) -> None:
-    """Run the max-events/s phase and then each open-loop rate against the server on ``port``, filling ``row``."""
+    """Run an untimed phase, the max-events/s phase and each open-loop rate against the server on ``port``.
+
+    The untimed phase (closed loop for ``opts.seconds``, the row's
+    connections) takes the store and the server past their cold start: on
+    a flushed store the first phase ran ~15-30% slower than the next ones
+    (one worker 1,351 against 1,611-1,922 events/s), and a one-worker row
+    measured cold made two workers look 1.12-1.57x faster where phases in
+    turns gave 0.91-1.15x (:func:`alternated`; bench/HISTORY.md,
+    twenty-fifth session: earlier sessions' rows were measured cold).
+    Fills ``row``.
+    """
     concurrency = opts.concurrency * workers
     connect = http_connector(port, bodies)
+    run_async(closed_loop(connect, probe, 0.0, opts.seconds, concurrency))
     if opts.client == "wrk":
         run_async(closed_loop(connect, probe, 0.0, opts.warmup * (1 if workers == 1 else 2), concurrency))
         row.max_phase = wrk_closed_loop(port, bodies, probe, opts.seconds, concurrency, opts.workdir)
@@ -876,15 +887,7 @@ def bare_row(store_url: str, bodies: list[bytes], opts: Options, workers: int) -
 
 def scowl_row(label: str, topology: Path, store_url: str, bodies: list[bytes], states: tuple[float, int],
               opts: Options, workers: int) -> tuple[Row, float]:
-    """The scowl API on ``topology`` over a flushed store, after an untimed phase of ``opts.seconds``.
-
-    The untimed phase (closed loop, the row's connections) takes the store
-    and the server past their cold start: on a flushed store the first
-    phase ran ~15-30% slower than the next ones (one worker 1,351 against
-    1,611-1,922 events/s), and a one-worker row measured cold made two
-    workers look 1.12-1.57x faster where phases in turns gave 0.91-1.15x
-    (:func:`alternated`; bench/HISTORY.md, twenty-fifth session: earlier
-    sessions' rows were measured cold).
+    """The scowl API on ``topology`` over a flushed store (:func:`measure_http`, an untimed phase first).
 
     Returns:
         The row and the store commands run per answered event in its
@@ -897,9 +900,7 @@ def scowl_row(label: str, topology: Path, store_url: str, bodies: list[bytes], s
                         {"SCOWL_REDIS_URL": store_url, "SCOWL_TOPOLOGY": str(topology)}, workers)
     cursor = Bodies(bodies)
     try:
-        probe = Probe(store_url, proc.pid)
-        run_async(closed_loop(http_connector(port, cursor), probe, 0.0, opts.seconds, opts.concurrency * workers))
-        measure_http(row, port, cursor, probe, opts, workers)
+        measure_http(row, port, cursor, Probe(store_url, proc.pid), opts, workers)
     finally:
         stop_server(proc)
     row.wrapped = cursor.wraps > 0
