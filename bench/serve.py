@@ -845,27 +845,41 @@ class Options:
     workdir: Path
 
 
-def measure_http(row: Row, port: int, bodies: Bodies, probe: Probe, opts: Options, workers: int = 1) -> None:
-    """Run an untimed phase, the max-events/s phase and each open-loop rate against the server on ``port``.
+def untimed_phase(port: int, bodies: Bodies, probe: Probe, opts: Options, workers: int = 1) -> None:
+    """Post ``bodies`` to the server on ``port`` for ``opts.seconds`` in a closed loop, measuring nothing.
 
-    The untimed phase (closed loop for ``opts.seconds``, the row's
-    connections) takes the store and the server past their cold start: on
-    a flushed store the first phase ran ~15-30% slower than the next ones
-    (one worker 1,351 against 1,611-1,922 events/s), and a one-worker row
-    measured cold made two workers look 1.12-1.57x faster where phases in
-    turns gave 0.91-1.15x (:func:`alternated`; bench/HISTORY.md,
-    twenty-fifth session: earlier sessions' rows were measured cold).
-    Fills ``row``.
+    It takes the store and the server past their cold start: on a flushed
+    store the first phase ran ~15-30% slower than the next ones (one worker
+    1,351 against 1,611-1,922 events/s), and a one-worker row measured cold
+    made two workers look 1.12-1.57x faster where phases in turns gave
+    0.91-1.15x (:func:`alternated`; bench/HISTORY.md, twenty-fifth session:
+    earlier sessions' rows were measured cold).
+    """
+    run_async(closed_loop(http_connector(port, bodies), probe, 0.0, opts.seconds, opts.concurrency * workers))
+
+
+def max_phase(port: int, bodies: Bodies, probe: Probe, opts: Options, workers: int = 1) -> Phase:
+    """The max-events/s phase against the server on ``port``: a warm-up, then ``opts.seconds`` of closed loop.
+
+    ``opts.concurrency`` connections per worker, by ``wrk`` (its warm-up by
+    the asyncio client) or by the asyncio client (``opts.client``); the
+    warm-up is ``opts.warmup``, twice that for several workers.
     """
     concurrency = opts.concurrency * workers
+    warmup = opts.warmup * (1 if workers == 1 else 2)
     connect = http_connector(port, bodies)
-    run_async(closed_loop(connect, probe, 0.0, opts.seconds, concurrency))
     if opts.client == "wrk":
-        run_async(closed_loop(connect, probe, 0.0, opts.warmup * (1 if workers == 1 else 2), concurrency))
-        row.max_phase = wrk_closed_loop(port, bodies, probe, opts.seconds, concurrency, opts.workdir)
-    else:
-        row.max_phase = run_async(closed_loop(connect, probe, opts.seconds,
-                                              opts.warmup * (1 if workers == 1 else 2), concurrency))
+        run_async(closed_loop(connect, probe, 0.0, warmup, concurrency))
+        return wrk_closed_loop(port, bodies, probe, opts.seconds, concurrency, opts.workdir)
+    return run_async(closed_loop(connect, probe, opts.seconds, warmup, concurrency))
+
+
+def measure_http(row: Row, port: int, bodies: Bodies, probe: Probe, opts: Options, workers: int = 1) -> None:
+    """Fill ``row``: an :func:`untimed_phase`, the :func:`max_phase` and each open-loop rate of ``opts.rates``
+    up to that max, against the server on ``port``."""
+    untimed_phase(port, bodies, probe, opts, workers)
+    row.max_phase = max_phase(port, bodies, probe, opts, workers)
+    connect = http_connector(port, bodies)
     for rate in opts.rates:
         if rate > row.max_phase.per_s:
             row.rates[rate] = None
@@ -911,9 +925,8 @@ def alternated(topology: Path, store_url: str, bodies: list[bytes], opts: Option
                pairs: int) -> list[tuple[Phase, Phase]]:
     """Max events/s of one worker and of ``workers`` workers, measured in turns on one timeline.
 
-    Both servers run at once over one flushed store and get an untimed
-    phase of ``opts.seconds`` each; then their closed-loop phases (a
-    warm-up, then ``wrk`` for ``opts.seconds``) alternate, one
+    Both servers run at once over one flushed store and get an
+    :func:`untimed_phase` each; then their :func:`max_phase` s alternate, one
     worker first in odd pairs and second in even ones (ABBA: a drift of the
     host's speed within a pair weighs on both sides alike), and they post
     the next events of one cursor, so the store goes on in time order. On a
@@ -926,7 +939,7 @@ def alternated(topology: Path, store_url: str, bodies: list[bytes], opts: Option
         topology: the scowl topology directory.
         store_url: the store (flushed first).
         bodies: the events, in time order (enough for ``2 * pairs`` phases).
-        opts: load options (``seconds``, ``warmup``, ``concurrency``, ``workdir``; wrk only).
+        opts: load options (``seconds``, ``warmup``, ``concurrency``, ``client``, ``workdir``).
         workers: worker processes of the second server.
         pairs: how many (one worker, ``workers`` workers) pairs.
 
@@ -946,19 +959,12 @@ def alternated(topology: Path, store_url: str, bodies: list[bytes], opts: Option
             port = free_port()
             procs.append(start_server("bench.apps:scowl_app", port, env, n))
             ports.append((port, n, procs[-1]))
-        # an untimed phase on each server first: the first phase on a flushed store runs colder
-        # than the later ones (1,351 against 1,611-1,922 events/s for one worker in the first run)
         for port, n, proc in ports:
-            run_async(closed_loop(http_connector(port, cursor), Probe(store_url, proc.pid), 0.0, opts.seconds,
-                                  opts.concurrency * n))
+            untimed_phase(port, cursor, Probe(store_url, proc.pid), opts, n)
         out = []
         for i in range(pairs):
-            got: dict[int, Phase] = {}
-            for port, n, proc in (ports if i % 2 == 0 else ports[::-1]):
-                probe = Probe(store_url, proc.pid)
-                run_async(closed_loop(http_connector(port, cursor), probe, 0.0, opts.warmup * (1 if n == 1 else 2),
-                                      opts.concurrency * n))
-                got[n] = wrk_closed_loop(port, cursor, probe, opts.seconds, opts.concurrency * n, opts.workdir)
+            got = {n: max_phase(port, cursor, Probe(store_url, proc.pid), opts, n)
+                   for port, n, proc in (ports if i % 2 == 0 else ports[::-1])}
             out.append((got[1], got[workers]))
         if cursor.wraps:
             raise RuntimeError("the events ran out (raise --events)")
@@ -1214,7 +1220,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--alternate", type=int, default=0, metavar="PAIRS",
                     help="with --workers N: also measure one worker and N workers in PAIRS alternated pairs of "
                          "max-events/s phases on one timeline, both servers running (the median ratio: for a host "
-                         "whose speed drifts; needs wrk)")
+                         "whose speed drifts)")
     ap.add_argument("--late", type=int, default=0, metavar="SECONDS",
                     help="also run the scowl rows on the same events arriving up to SECONDS late (SPEC §3.3; "
                          "at most the allowed lateness, 3600 s by default, to stay exact)")
@@ -1266,8 +1272,6 @@ def main(argv: list[str] | None = None) -> None:
                                    f"scowl {label}"))
                 rows[-1].name += f", up to {args.late} s late"
             if args.alternate and args.workers > 1 and label == "demo":
-                if opts.client != "wrk":
-                    raise SystemExit("--alternate needs wrk on PATH")
                 try:
                     alt_bodies = [orjson.dumps(e) for e in continued(events, args.alternate * 60_000)]
                     alt_pairs = alternated(topo, store.url, alt_bodies, opts, args.workers, args.alternate)

@@ -1598,9 +1598,8 @@ local function mx_pop(z, b, v, t, toff, adds, kind, want_less)
   while true do
     for i = 1, #b, 2 do
       -- a deque member's score is its time (the batch holds no popped member)
-      local m, u = b[i], tonumber(b[i + 1])
-      local x = string.sub(m, string.find(m, '|', 1, true) + 1)
-      if not mx_ge(vc, x, kind, want_less) then return u ~= t end
+      local u = tonumber(b[i + 1])
+      if not mx_ge(vc, rs_payload(b[i]), kind, want_less) then return u ~= t end
       if u == t then
         redis.call('ZREM', z, b[i])
       else
