@@ -162,6 +162,26 @@ def demo_events(n: int) -> list[dict[str, Any]]:
 
 #: bodies per scowl row: more than a row sends at ~4k events/s (scowl_row never wraps to old times)
 CONTINUED_EVENTS = 200_000
+#: events/s that sizes ``--alternate``'s timeline: twice the fastest one-worker demo row measured (4,626/s)
+ALTERNATE_MAX_RATE = 8_000
+
+
+def alternate_events(pairs: int, opts: Options) -> int:
+    """Events enough for :func:`alternated`'s phases (two untimed, ``2 * pairs`` timed) at ``ALTERNATE_MAX_RATE``.
+
+    A cursor that runs out wraps to the first events, a month late: beyond
+    the allowed lateness (SPEC §3.3), so the rows would measure another
+    workload (and before 2026-12-02 a ``Decayed*`` read that late failed).
+
+    Args:
+        pairs: ``--alternate``.
+        opts: the load options (``seconds``, ``warmup`` per phase, s).
+
+    Returns:
+        the number of events, at least ``60_000 * pairs``.
+    """
+    per_phase = (opts.seconds + 2 * opts.warmup) * ALTERNATE_MAX_RATE
+    return max(60_000 * pairs, int(math.ceil((2 + 2 * pairs) * per_phase)))
 
 
 def continued(events: list[dict[str, Any]], at_least: int) -> list[dict[str, Any]]:
@@ -1273,7 +1293,7 @@ def main(argv: list[str] | None = None) -> None:
                 rows[-1].name += f", up to {args.late} s late"
             if args.alternate and args.workers > 1 and label == "demo":
                 try:
-                    alt_bodies = [orjson.dumps(e) for e in continued(events, args.alternate * 60_000)]
+                    alt_bodies = [orjson.dumps(e) for e in continued(events, alternate_events(args.alternate, opts))]
                     alt_pairs = alternated(topo, store.url, alt_bodies, opts, args.workers, args.alternate)
                     alt_lines = alternated_lines(alt_pairs, args.workers)
                 except Exception as exc:  # noqa: BLE001 -- reported under the table

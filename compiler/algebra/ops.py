@@ -762,6 +762,19 @@ class DecayedOp(AggregateOp):
     def value_at(self, ir, read_ms: int) -> float | None:
         """Return the feature value of ``ir`` read at ``read_ms``.
 
+        The sums weigh ``exp(-(read_ms - ref) / W)``, and at most 1: a read
+        before ``ref`` only meets sums weighed at a later time when its event
+        is more than the allowed lateness late (the state's hash takes such
+        writes, and every exact path returns sums at or before the read), and
+        is then answered from what the store holds (SPEC §3.3): the sums as
+        they stand at ``ref``. Weighing them back to ``read_ms`` would scale
+        them by ``exp((ref - read_ms) / W)``, beyond every value written, and
+        past ~709 W beyond a double (``OverflowError``).
+
+        Args:
+            ir: ``(ref_ms, sum_v, sum_w)`` or ``None``.
+            read_ms: the read's event time in ms.
+
         Returns:
             float; ``0.0`` for an empty count/sum, ``None`` for an empty average.
         """
@@ -770,7 +783,7 @@ class DecayedOp(AggregateOp):
         ref, sv, sw = ir
         if self.kind == "average":
             return sv / sw if sw > 0 else None
-        f = math.exp(-(read_ms - ref) / self.window_ms)
+        f = math.exp(-(read_ms - ref) / self.window_ms) if read_ms > ref else 1.0
         return (sw if self.kind == "count" else sv) * f
 
     def encode(self, ir):

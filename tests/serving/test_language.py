@@ -513,6 +513,31 @@ def test_events_later_than_the_allowed_lateness_are_answered_and_counted(redis_u
     assert set(got[2]) == set(want[2]) and got[2]["n"] >= 1
 
 
+
+def test_a_decayed_read_long_after_its_sums_is_answered(redis_url):
+    """SPEC §3.3: an event more than L late is answered from what the store holds, never refused. A
+    ``Decayed*`` read may then meet sums weighed at a later time (the state's hash, where writes more than
+    L late go); weighing them back to the read's time would scale them by ``exp((ref - t) / W)``, which
+    overflows a double two days back with W = 1 minute. Regression: that read answered 500 (an
+    ``OverflowError`` in ``DecayedOp.value_at``); the sums now weigh at their own time (at most 1)."""
+    t = 1_700_000_000_000
+    day = 86_400_000
+    events = [
+        {"_type": "e", "_time": t + 2 * day, "k": "a", "v": 1},
+        {"_type": "e", "_time": t + day, "k": "a", "v": 2},   # a day late: into the hash (dt = t + 1 day)
+        {"_type": "e", "_time": t, "k": "a", "v": 3},         # two days late: reads the hash's later sums
+    ]
+    with client_for(LATER, redis_url, allowed_lateness=10) as c:
+        got = []
+        for e in events:
+            r = c.post("/event", json=e)
+            assert r.status_code == 200, r.text
+            got.append(r.json()["features"])
+    d = got[2]["d"]
+    assert isinstance(d, float) and math.isfinite(d)
+    assert 0.0 <= d <= 1 + 2 + 3  # never more than the values written
+
+
 BIG = """
 event e
 k := $.k as string
