@@ -161,9 +161,13 @@ from math import fsum
 from operator import itemgetter
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from compiler.algebra.keys import encode_value_tuple
 from compiler.algebra.ops import (
     DECAY_HORIZON,
+    HLL_M,
+    HLL_Q,
     AggregateOp,
     AverageOp,
     CountOp,
@@ -182,7 +186,9 @@ from compiler.algebra.ops import (
     log_every_ms,
     prune_every_ms,
     hll_coupon,
-    parse_log_member,
+    hll_estimate,
+    hll_estimate_counts,
+    log_member_parser,
     values_json,
 )
 from compiler.algebra.script import CALL_MARKER, code_names, common_script, shake, top_level_names
@@ -196,19 +202,25 @@ MAX_LOCAL_CONSTS = 100
 
 
 _HLL_REGISTER = re.compile(rb";(\d+):(\d+)")
-#: parsed HyperLogLog tile texts (closed tiles come back on every read of their window)
+#: parsed HyperLogLog tile texts of at least :data:`_HLL_CACHED_BYTES` (closed tiles come back on every read of
+#: their window)
 _HLL_TILES: dict[bytes, list[tuple[int, int]]] = {}
 #: registers held in :data:`_HLL_TILES`; past :data:`_HLL_REGISTERS_MAX` (~100 MB) it starts over
 _HLL_HELD = [0]
 _HLL_REGISTERS_MAX = 1_000_000
+#: the shortest tile text kept parsed (~25 registers): shorter ones parse in a few µs, and keeping every one
+#: (a key's open tile is a new text at each write) grew the heap that Python's cyclic GC walks (bench/HISTORY.md,
+#: twenty-seventh session)
+_HLL_CACHED_BYTES = 256
 
 
 def hll_merge(texts: Sequence[bytes | str]) -> dict[int, int]:
     """Merge sparse HyperLogLog tile texts (``";slot:rho;slot:rho"``) register-wise by max.
 
-    Each text is parsed once per process (a cache bounded by the registers it
-    holds, ~100 MB: a window's closed tiles come back unchanged on every
-    read); the merge sorts all
+    Each text of ``_HLL_CACHED_BYTES`` or more is parsed once per process (a
+    cache bounded by the registers it holds, ~100 MB: a window's closed
+    tiles come back unchanged on every read), shorter ones at each read;
+    the merge sorts all
     ``(slot, rho)`` pairs by ``rho`` so that ``dict`` keeps each slot's
     largest, both in C.
 
@@ -223,6 +235,9 @@ def hll_merge(texts: Sequence[bytes | str]) -> dict[int, int]:
     for raw in texts:
         if isinstance(raw, str):
             raw = raw.encode()
+        if len(raw) < _HLL_CACHED_BYTES:
+            pairs += [(int(a), int(b)) for a, b in _HLL_REGISTER.findall(raw)]
+            continue
         parsed = cache.get(raw)
         if parsed is None:
             parsed = [(int(a), int(b)) for a, b in _HLL_REGISTER.findall(raw)]
@@ -234,6 +249,66 @@ def hll_merge(texts: Sequence[bytes | str]) -> dict[int, int]:
         pairs += parsed
     pairs.sort(key=itemgetter(1))
     return dict(pairs)
+
+
+#: a read's tile texts from this many bytes on are merged as register arrays (:func:`hll_read_estimate`)
+_HLL_DENSE_BYTES = 512
+#: texts of at least :data:`_HLL_CACHED_BYTES` parsed into ``(slots, rhos)`` arrays, and the bytes they hold
+_HLL_ARRAYS: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+_HLL_ARRAYS_HELD = [0]
+_HLL_ARRAYS_MAX_BYTES = 64 << 20
+
+
+def _hll_arrays(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """The ``(slots, rhos)`` int64 arrays of one tile text ``";slot:rho;.."`` (parsed by numpy's text reader)."""
+    v = np.fromstring(raw[1:].replace(b":", b";"), dtype=np.int64, sep=";") if len(raw) > 1 else np.zeros(0, np.int64)
+    return v[0::2], v[1::2]
+
+
+def hll_read_estimate(texts: Sequence[bytes | str]) -> int:
+    """The estimate of a ``HyperLogLog`` read from its tiles' texts: ``hll_estimate(hll_merge(texts))``.
+
+    Reads whose texts are short (most: a key's few registers) merge as
+    :func:`hll_merge` does. From ``_HLL_DENSE_BYTES`` on, the texts become
+    ``(slots, rhos)`` arrays (those of ``_HLL_CACHED_BYTES`` or more kept
+    per text, ~64 MB at most: numpy arrays add nothing to the heap the cyclic
+    GC walks), the register array is their ``np.maximum.at``, and its
+    histogram (``np.bincount``) goes to ``ops.hll_estimate_counts``: the
+    same histogram, so the same estimate. A key's open tiles are new texts
+    at every write; parsing them in Python took most of the wide topology's
+    ``HyperLogLog`` reads (bench/HISTORY.md, twenty-seventh session).
+
+    Args:
+        texts: the tiles' texts as the script returns them (bytes; str accepted).
+
+    Returns:
+        The rounded estimate (0 for no registers).
+
+    Source: ``ops.hll_estimate`` (Ertl 2017); SPEC §2.4 (HyperLogLog).
+    """
+    raws = [t.encode() if isinstance(t, str) else t for t in texts]
+    if sum(map(len, raws)) < _HLL_DENSE_BYTES:
+        return hll_estimate(hll_merge(raws))
+    cache = _HLL_ARRAYS
+    slots, rhos = [], []
+    for raw in raws:
+        got = cache.get(raw) if len(raw) >= _HLL_CACHED_BYTES else None
+        if got is None:
+            got = _hll_arrays(raw)
+            if len(raw) >= _HLL_CACHED_BYTES:
+                if _HLL_ARRAYS_HELD[0] + 2 * got[0].nbytes > _HLL_ARRAYS_MAX_BYTES:
+                    cache.clear()
+                    _HLL_ARRAYS_HELD[0] = 0
+                cache[raw] = got
+                _HLL_ARRAYS_HELD[0] += 2 * got[0].nbytes
+        slots.append(got[0])
+        rhos.append(got[1])
+    registers = np.zeros(HLL_M, dtype=np.int64)
+    np.maximum.at(registers, np.concatenate(slots), np.concatenate(rhos))
+    counts = np.bincount(registers, minlength=HLL_Q + 2)
+    if counts[0] == HLL_M:
+        return 0
+    return hll_estimate_counts(counts.tolist())
 
 
 def _floats(texts: Sequence[bytes]) -> list[float]:
@@ -2241,11 +2316,10 @@ class LuaGenerator:
         op = r.op
         int_sum = isinstance(op, SumOp) and op.is_int
         if r.limit is not None:
-            vtypes = op.value_types
+            parse = log_member_parser(op.value_types)
 
             def log(res: Any, t_ms: int, after_ms: int | None) -> Any:
-                writes = [(int(float(res[j + 1])), parse_log_member(res[j], vtypes))
-                          for j in range(len(res) - 2, -1, -2)]
+                writes = [(int(float(res[j + 1])), parse(res[j])) for j in range(len(res) - 2, -1, -2)]
                 v = fold(op, writes)
                 if v is None and int_sum:  # SumOp.finalize: null only for a total outside int64
                     raise EvalError("integer overflow")
@@ -2271,6 +2345,8 @@ class LuaGenerator:
                 return op.finalize(ir)
 
             return latest
+        if isinstance(op, HyperLogLogOp):
+            return lambda res, t_ms, after_ms: hll_read_estimate(res)
         decode, finalize = self.read_decoder(r), op.finalize
         return lambda res, t_ms, after_ms: finalize(decode(res))
 

@@ -133,10 +133,12 @@ against a brute-force oracle.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
+from collections import Counter
 from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import orjson
 
@@ -844,8 +846,28 @@ def _tau(x: float) -> float:
             return z / 3.0
 
 
+@functools.lru_cache(maxsize=None)
+def _tau_of(saturated: int) -> float:
+    """``_tau(1 - saturated / m)`` for ``saturated`` registers at ``HLL_Q + 1`` (one of ``m + 1`` values, kept)."""
+    return _tau(1.0 - saturated / HLL_M)
+
+
+@functools.lru_cache(maxsize=None)
+def _sigma_of(zeros: int) -> float:
+    """``_sigma(zeros / m)`` for ``zeros`` empty registers (one of ``m + 1`` values, kept)."""
+    return _sigma(zeros / HLL_M)
+
+
 def hll_estimate(registers: dict[int, int]) -> int:
     """Estimate the distinct count of merged HLL registers.
+
+    The series ``_tau`` and ``_sigma`` depend only on the number of
+    saturated and of empty registers, so their values are kept per count
+    (``_tau_of``, ``_sigma_of``), and the halving steps above the largest
+    register are skipped while the sum is 0.0 (``0.5 * (0.0 + 0)`` is
+    0.0): the same double operations on the same values, the same result
+    (the serving finisher of every ``HyperLogLog`` read; bench/HISTORY.md,
+    twenty-seventh session).
 
     Args:
         registers: ``{slot: rho}`` for the non-zero registers (``rho`` in 1..53).
@@ -859,15 +881,32 @@ def hll_estimate(registers: dict[int, int]) -> int:
     """
     if not registers:
         return 0
-    m = HLL_M
     c = [0] * (HLL_Q + 2)
-    for rho in registers.values():
-        c[rho] += 1
-    c[0] = m - len(registers)
-    z = m * _tau(1.0 - c[HLL_Q + 1] / m)
-    for k in range(HLL_Q, 0, -1):
+    for rho, n in Counter(registers.values()).items():
+        c[rho] = n
+    c[0] = HLL_M - len(registers)
+    return hll_estimate_counts(c)
+
+
+def hll_estimate_counts(c: Sequence[int]) -> int:
+    """:func:`hll_estimate` of the registers whose histogram is ``c``.
+
+    Args:
+        c: ``HLL_Q + 2`` ints: ``c[k]`` registers hold ``k`` (``c[0]``: the
+            empty ones; at least one register non-zero).
+
+    Returns:
+        The rounded estimate, as :func:`hll_estimate` (same operations).
+    """
+    m = HLL_M
+    z = m * _tau_of(c[HLL_Q + 1])
+    top = HLL_Q
+    if z == 0.0:
+        while top > 0 and not c[top]:
+            top -= 1
+    for k in range(top, 0, -1):
         z = 0.5 * (z + c[k])
-    z += m * _sigma(c[0] / m)
+    z += m * _sigma_of(c[0])
     if z == 0.0:  # every register saturated: beyond what 64-bit hashes can tell apart
         return 2**63 - 1
     return min(int(round(m * m / (2.0 * math.log(2.0)) / z)), 2**63 - 1)
@@ -963,6 +1002,37 @@ def parse_log_member(member: bytes | str, value_types: Sequence[str]) -> tuple:
     """Return the value tuple of a write-log member (inverse of :func:`log_member`)."""
     text = member.decode("utf-8") if isinstance(member, bytes) else member
     return _values_of_json(text[text.index(":", 8) + 1 :], value_types)
+
+
+def log_member_parser(value_types: Sequence[str]) -> Callable[[bytes | str], tuple]:
+    """:func:`parse_log_member` for one read slot's ``value_types``, made once (the serving finisher's form).
+
+    The same values: the JSON after the member's ``:`` (bytes parsed as
+    UTF-8 by orjson, no decoded copy), ``v<i>`` looked up by keys made here,
+    floats back to ``float``, a missing value ``None``.
+
+    Args:
+        value_types: the state's value types.
+
+    Returns:
+        ``member -> values tuple``.
+
+    Raises:
+        ValueError: (from the returned function) a member without ``:`` after its rank.
+    """
+    keys = tuple((f"v{i}", typ == "float") for i, typ in enumerate(value_types))
+
+    def parse(member: bytes | str) -> tuple:
+        colon = b":" if isinstance(member, bytes) else ":"
+        payload = member[member.index(colon, 8) + 1:]
+        obj = orjson.loads(payload) if payload else {}
+        out = []
+        for key, is_float in keys:
+            v = obj.get(key)
+            out.append(float(v) if is_float and v is not None else v)
+        return tuple(out)
+
+    return parse
 
 
 def make_op(function: str, value_types: Sequence[str], value_names: Sequence[str] = (),

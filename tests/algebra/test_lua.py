@@ -22,8 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compiler.algebra.keys import RUNNING_SUFFIX
-from compiler.algebra.lua import MAX_LOCAL_CONSTS, LuaGenerator, ReadSlot, RoundSpec, WriteSlot, hll_merge
-from compiler.algebra.ops import fold, log_every_ms, make_op, prune_every_ms
+from compiler.algebra.lua import (MAX_LOCAL_CONSTS, LuaGenerator, ReadSlot, RoundSpec, WriteSlot, hll_merge,
+                                  hll_read_estimate)
+from compiler.algebra.ops import HLL_M, HLL_Q, fold, hll_estimate, log_every_ms, make_op, prune_every_ms
 from compiler.algebra.script import common_script
 from compiler.runtime import EvalError
 from compiler.algebra.windows import resolution_s, tile_index
@@ -661,15 +662,51 @@ def test_hll_merge_is_the_register_wise_max(tiles, as_str):
 
 
 def test_hll_tile_cache_stays_bounded_by_registers(monkeypatch):
+    """Texts of ``_HLL_CACHED_BYTES`` or more are kept parsed, up to ``_HLL_REGISTERS_MAX`` registers; shorter
+    ones are parsed at each read and not kept."""
     import compiler.algebra.lua as lua
 
     monkeypatch.setattr(lua, "_HLL_REGISTERS_MAX", 100)
     monkeypatch.setattr(lua, "_HLL_TILES", {})
     monkeypatch.setattr(lua, "_HLL_HELD", [0])
     for i in range(50):
-        text = "".join(f";{i * 10 + j}:{j + 1}" for j in range(10)).encode()
-        assert hll_merge([text]) == {i * 10 + j: j + 1 for j in range(10)}
+        text = "".join(f";{1000 + i * 40 + j}:{j % 9 + 1}" for j in range(40)).encode()
+        assert len(text) >= lua._HLL_CACHED_BYTES
+        assert hll_merge([text]) == {1000 + i * 40 + j: j % 9 + 1 for j in range(40)}
         assert sum(len(v) for v in lua._HLL_TILES.values()) == lua._HLL_HELD[0] <= 100
+        assert text in lua._HLL_TILES
+    short = b";1:2;3:4"
+    assert hll_merge([short]) == {1: 2, 3: 4} and short not in lua._HLL_TILES
+
+
+REGISTERS = st.dictionaries(st.integers(0, HLL_M - 1), st.integers(1, HLL_Q + 1), max_size=400)
+
+
+@settings(max_examples=150, deadline=None)
+@given(tiles=st.lists(REGISTERS, max_size=8), repeat=st.booleans(), as_str=st.booleans())
+def test_hll_read_estimate_is_the_estimate_of_the_merged_registers(tiles, repeat, as_str):
+    """A HyperLogLog read's finisher (``hll_read_estimate``: register arrays from ``_HLL_DENSE_BYTES`` of text
+    on) answers ``hll_estimate(hll_merge(texts))`` exactly, for short and long texts, a tile read twice in one
+    cover, and again from its cache of parsed texts."""
+    texts = [("".join(f";{s}:{r}" for s, r in t.items())).encode() for t in tiles]
+    if repeat and texts:
+        texts.append(texts[0])
+    want = hll_estimate(hll_merge(texts))
+    for _ in range(2):
+        assert hll_read_estimate([x.decode() for x in texts] if as_str else texts) == want
+
+
+def test_hll_read_estimate_keeps_a_bounded_cache_of_arrays(monkeypatch):
+    import compiler.algebra.lua as lua
+
+    monkeypatch.setattr(lua, "_HLL_ARRAYS", {})
+    monkeypatch.setattr(lua, "_HLL_ARRAYS_HELD", [0])
+    monkeypatch.setattr(lua, "_HLL_ARRAYS_MAX_BYTES", 4_000)
+    for i in range(30):
+        regs = {(i * 97 + j) % HLL_M: j % 7 + 1 for j in range(100)}
+        text = "".join(f";{s}:{r}" for s, r in regs.items()).encode()
+        assert hll_read_estimate([text]) == hll_estimate(regs)
+        assert sum(2 * a.nbytes for a, _ in lua._HLL_ARRAYS.values()) == lua._HLL_ARRAYS_HELD[0] <= 4_000
 
 
 def test_shake_keeps_what_the_body_reaches_and_drops_the_rest():
