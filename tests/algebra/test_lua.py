@@ -1320,3 +1320,18 @@ def test_an_int_sums_read_is_finished_exactly_in_the_worker(res, want):
             GEN.finisher(rd)(res, 0, None)
     else:
         assert GEN.finisher(rd)(res, 0, None) == want
+
+
+def test_hll_read_estimate_without_numpys_text_reader(monkeypatch):
+    """``_hll_arrays`` parses with ``int`` where a NumPy has no ``np.fromstring`` text mode: the same estimate."""
+    import compiler.algebra.lua as lua
+
+    regs = {(j * 37) % HLL_M: j % 11 + 1 for j in range(200)}
+    text = "".join(f";{s}:{r}" for s, r in regs.items()).encode()
+
+    def gone(*args, **kwargs):
+        raise AttributeError("np.fromstring")
+
+    monkeypatch.setattr(lua, "_HLL_ARRAYS", {})
+    monkeypatch.setattr(lua.np, "fromstring", gone)
+    assert hll_read_estimate([text, b";1:3"]) == hll_estimate(hll_merge([text, b";1:3"]))
