@@ -277,6 +277,19 @@ def format_time(ms: int) -> str:
     if not MIN_TIME_MS <= ms <= MAX_TIME_MS:
         raise ValueError(f"time out of range: {ms!r}")
     days, ms_of_day = divmod(ms, _MS_PER_DAY)
+    sec, milli = divmod(ms_of_day, 1000)
+    mi, sec = divmod(sec, 60)
+    h, mi = divmod(mi, 60)
+    return f"{_date_text(days)}T{h:02d}:{mi:02d}:{sec:02d}.{milli:03d}Z"
+
+
+@lru_cache(maxsize=4096)
+def _date_text(days: int) -> str:
+    """``YYYY-MM-DD`` of the UTC day ``days`` after 1970-01-01 (:func:`format_time`; kept per day: a served
+    event formats its time and its time features' values, mostly within a few days).
+
+    Source: H. Hinnant, "chrono-Compatible Low-Level Date Algorithms" (``civil_from_days``).
+    """
     z = days + _EPOCH_SHIFT_DAYS + _DAYS_PER_400Y
     era = z // _DAYS_PER_400Y
     doe = z - era * _DAYS_PER_400Y
@@ -286,10 +299,7 @@ def format_time(ms: int) -> str:
     d = doy - (153 * mp + 2) // 5 + 1
     m = mp + 3 if mp < 10 else mp - 9
     y = yoe + era * 400 - 400 + (m <= 2)
-    sec, milli = divmod(ms_of_day, 1000)
-    mi, sec = divmod(sec, 60)
-    h, mi = divmod(mi, 60)
-    return f"{y:04d}-{m:02d}-{d:02d}T{h:02d}:{mi:02d}:{sec:02d}.{milli:03d}Z"
+    return f"{y:04d}-{m:02d}-{d:02d}"
 
 
 def format_float(x: float) -> str:

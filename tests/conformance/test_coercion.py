@@ -406,3 +406,26 @@ def test_format_time_column_matches_format_time(spark):
     assert {v: got[v] for v in values} == {v: format_time(v) for v in values}
     assert [got[v] for v in outside] == [None] * len(outside)
     assert got[None] is None
+
+
+def test_format_time_is_datetimes_utc_text():
+    """``format_time`` writes what ``datetime`` does for years 0001-9999 (an independent calendar), for days
+    met again (its date text is kept per day) and at both ends of each day."""
+    import random
+    from datetime import datetime, timedelta, timezone
+
+    from compiler.typesystem import MAX_TIME_MS, format_time
+
+    rng = random.Random(12)
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    first = int((datetime(1, 1, 1, tzinfo=timezone.utc) - epoch).total_seconds()) * 1000
+    day = 86_400_000
+    values = [rng.randint(first, MAX_TIME_MS) for _ in range(5000)]
+    values += [d * day + off for d in (rng.randint(first // day + 1, MAX_TIME_MS // day - 1) for _ in range(300))
+               for off in (0, day - 1, rng.randrange(day))]
+    values += values[:200]
+    for ms in values:
+        t = epoch + timedelta(milliseconds=ms)
+        want = (f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}."
+                f"{t.microsecond // 1000:03d}Z")
+        assert format_time(ms) == want, ms
