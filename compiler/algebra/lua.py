@@ -202,27 +202,52 @@ MAX_LOCAL_CONSTS = 100
 
 
 _HLL_REGISTER = re.compile(rb";(\d+):(\d+)")
-#: parsed HyperLogLog tile texts of at least :data:`_HLL_CACHED_BYTES` (closed tiles come back on every read of
-#: their window)
-_HLL_TILES: dict[bytes, list[tuple[int, int]]] = {}
-#: registers held in :data:`_HLL_TILES`; past :data:`_HLL_REGISTERS_MAX` (~100 MB) it starts over
-_HLL_HELD = [0]
-_HLL_REGISTERS_MAX = 1_000_000
-#: the shortest tile text kept parsed (~25 registers): shorter ones parse in a few µs, and keeping every one
-#: (a key's open tile is a new text at each write) grew the heap that Python's cyclic GC walks (bench/HISTORY.md,
-#: twenty-seventh session)
+#: the shortest tile text kept parsed (~25 registers): shorter ones parse in a few µs at each read, and keeping
+#: every one (a key's open tile is a new text at each write) grew the heap that Python's cyclic GC walks and
+#: emptied the cache every ~25k reads (bench/HISTORY.md, twenty-seventh session)
 _HLL_CACHED_BYTES = 256
+#: a read's tile texts from this many bytes on are merged as register arrays (:func:`hll_read_estimate`)
+_HLL_DENSE_BYTES = 512
+#: tile texts of at least :data:`_HLL_CACHED_BYTES`, parsed into ``(slots, rhos)`` arrays (closed tiles come
+#: back on every read of their window; numpy arrays add nothing to what the cyclic GC walks), and the bytes they
+#: hold: past :data:`_HLL_ARRAYS_MAX_BYTES` the cache starts over
+_HLL_ARRAYS: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+_HLL_ARRAYS_HELD = [0]
+_HLL_ARRAYS_MAX_BYTES = 64 << 20
+
+
+def _hll_arrays(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """The ``(slots, rhos)`` int64 arrays of one tile text ``";slot:rho;.."`` (parsed by numpy's text reader,
+    ``np.fromstring`` with a separator: 6x faster than ``int`` per number; where a NumPy lacks it, by ``int``),
+    from :data:`_HLL_ARRAYS` for texts of :data:`_HLL_CACHED_BYTES` or more."""
+    long = len(raw) >= _HLL_CACHED_BYTES
+    got = _HLL_ARRAYS.get(raw) if long else None
+    if got is not None:
+        return got
+    if len(raw) <= 1:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    numbers = raw[1:].replace(b":", b";")
+    try:
+        v = np.fromstring(numbers, dtype=np.int64, sep=";")
+    except (AttributeError, TypeError):
+        v = np.array(list(map(int, numbers.split(b";"))), dtype=np.int64)
+    got = v[0::2], v[1::2]
+    if long:
+        if _HLL_ARRAYS_HELD[0] + v.nbytes > _HLL_ARRAYS_MAX_BYTES:
+            _HLL_ARRAYS.clear()
+            _HLL_ARRAYS_HELD[0] = 0
+        _HLL_ARRAYS[raw] = got
+        _HLL_ARRAYS_HELD[0] += v.nbytes
+    return got
 
 
 def hll_merge(texts: Sequence[bytes | str]) -> dict[int, int]:
     """Merge sparse HyperLogLog tile texts (``";slot:rho;slot:rho"``) register-wise by max.
 
-    Each text of ``_HLL_CACHED_BYTES`` or more is parsed once per process (a
-    cache bounded by the registers it holds, ~100 MB: a window's closed
-    tiles come back unchanged on every read), shorter ones at each read;
-    the merge sorts all
-    ``(slot, rho)`` pairs by ``rho`` so that ``dict`` keeps each slot's
-    largest, both in C.
+    Texts shorter than ``_HLL_CACHED_BYTES`` are parsed at each read, longer
+    ones once per process (:func:`_hll_arrays`: a window's closed tiles come
+    back unchanged on every read); the merge sorts all ``(slot, rho)``
+    pairs by ``rho`` so that ``dict`` keeps each slot's largest, both in C.
 
     Args:
         texts: the tiles' texts as the script returns them (bytes; str accepted).
@@ -231,45 +256,16 @@ def hll_merge(texts: Sequence[bytes | str]) -> dict[int, int]:
         ``{slot: rho}`` of the non-zero registers (``ops.HyperLogLogOp``'s IR).
     """
     pairs: list[tuple[int, int]] = []
-    cache = _HLL_TILES
     for raw in texts:
         if isinstance(raw, str):
             raw = raw.encode()
         if len(raw) < _HLL_CACHED_BYTES:
             pairs += [(int(a), int(b)) for a, b in _HLL_REGISTER.findall(raw)]
-            continue
-        parsed = cache.get(raw)
-        if parsed is None:
-            parsed = [(int(a), int(b)) for a, b in _HLL_REGISTER.findall(raw)]
-            if _HLL_HELD[0] + len(parsed) > _HLL_REGISTERS_MAX:
-                cache.clear()
-                _HLL_HELD[0] = 0
-            cache[raw] = parsed
-            _HLL_HELD[0] += len(parsed)
-        pairs += parsed
+        else:
+            slots, rhos = _hll_arrays(raw)
+            pairs += zip(slots.tolist(), rhos.tolist())
     pairs.sort(key=itemgetter(1))
     return dict(pairs)
-
-
-#: a read's tile texts from this many bytes on are merged as register arrays (:func:`hll_read_estimate`)
-_HLL_DENSE_BYTES = 512
-#: texts of at least :data:`_HLL_CACHED_BYTES` parsed into ``(slots, rhos)`` arrays, and the bytes they hold
-_HLL_ARRAYS: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
-_HLL_ARRAYS_HELD = [0]
-_HLL_ARRAYS_MAX_BYTES = 64 << 20
-
-
-def _hll_arrays(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """The ``(slots, rhos)`` int64 arrays of one tile text ``";slot:rho;.."`` (parsed by numpy's text reader,
-    ``np.fromstring`` with a separator: 6x faster than ``int`` per number; where a NumPy lacks it, by ``int``)."""
-    if len(raw) <= 1:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    numbers = raw[1:].replace(b":", b";")
-    try:
-        v = np.fromstring(numbers, dtype=np.int64, sep=";")
-    except (AttributeError, TypeError):
-        v = np.array(list(map(int, numbers.split(b";"))), dtype=np.int64)
-    return v[0::2], v[1::2]
 
 
 def hll_read_estimate(texts: Sequence[bytes | str]) -> int:
@@ -277,13 +273,12 @@ def hll_read_estimate(texts: Sequence[bytes | str]) -> int:
 
     Reads whose texts are short (most: a key's few registers) merge as
     :func:`hll_merge` does. From ``_HLL_DENSE_BYTES`` on, the texts become
-    ``(slots, rhos)`` arrays (those of ``_HLL_CACHED_BYTES`` or more kept
-    per text, ~64 MB at most: numpy arrays add nothing to the heap the cyclic
-    GC walks), the register array is their ``np.maximum.at``, and its
-    histogram (``np.bincount``) goes to ``ops.hll_estimate_counts``: the
-    same histogram, so the same estimate. A key's open tiles are new texts
-    at every write; parsing them in Python took most of the wide topology's
-    ``HyperLogLog`` reads (bench/HISTORY.md, twenty-seventh session).
+    ``(slots, rhos)`` arrays (:func:`_hll_arrays`), the register array is
+    their ``np.maximum.at``, and its histogram (``np.bincount``) goes to
+    ``ops.hll_estimate_counts``: the same histogram, so the same estimate.
+    A key's open tiles are new texts at every write; parsing them in Python
+    took most of the wide topology's ``HyperLogLog`` reads (bench/HISTORY.md,
+    twenty-seventh session).
 
     Args:
         texts: the tiles' texts as the script returns them (bytes; str accepted).
@@ -296,22 +291,9 @@ def hll_read_estimate(texts: Sequence[bytes | str]) -> int:
     raws = [t.encode() if isinstance(t, str) else t for t in texts]
     if sum(map(len, raws)) < _HLL_DENSE_BYTES:
         return hll_estimate(hll_merge(raws))
-    cache = _HLL_ARRAYS
-    slots, rhos = [], []
-    for raw in raws:
-        got = cache.get(raw) if len(raw) >= _HLL_CACHED_BYTES else None
-        if got is None:
-            got = _hll_arrays(raw)
-            if len(raw) >= _HLL_CACHED_BYTES:
-                if _HLL_ARRAYS_HELD[0] + 2 * got[0].nbytes > _HLL_ARRAYS_MAX_BYTES:
-                    cache.clear()
-                    _HLL_ARRAYS_HELD[0] = 0
-                cache[raw] = got
-                _HLL_ARRAYS_HELD[0] += 2 * got[0].nbytes
-        slots.append(got[0])
-        rhos.append(got[1])
+    parsed = [_hll_arrays(raw) for raw in raws]
     registers = np.zeros(HLL_M, dtype=np.int64)
-    np.maximum.at(registers, np.concatenate(slots), np.concatenate(rhos))
+    np.maximum.at(registers, np.concatenate([p[0] for p in parsed]), np.concatenate([p[1] for p in parsed]))
     counts = np.bincount(registers, minlength=HLL_Q + 2)
     if counts[0] == HLL_M:
         return 0

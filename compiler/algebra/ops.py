@@ -999,17 +999,18 @@ def log_member(rank: int, time_ms: int, values: Sequence[Any]) -> str:
 
 
 def parse_log_member(member: bytes | str, value_types: Sequence[str]) -> tuple:
-    """Return the value tuple of a write-log member (inverse of :func:`log_member`)."""
-    text = member.decode("utf-8") if isinstance(member, bytes) else member
-    return _values_of_json(text[text.index(":", 8) + 1 :], value_types)
+    """Return the value tuple of a write-log member (inverse of :func:`log_member`; :func:`log_member_parser`)."""
+    return log_member_parser(value_types)(member)
 
 
 def log_member_parser(value_types: Sequence[str]) -> Callable[[bytes | str], tuple]:
-    """:func:`parse_log_member` for one read slot's ``value_types``, made once (the serving finisher's form).
+    """The parser of write-log members (inverse of :func:`log_member`) for one read slot's ``value_types``, made
+    once (the serving finisher's form; :func:`parse_log_member` makes one per call).
 
-    The same values: the JSON after the member's ``:`` (bytes parsed as
-    UTF-8 by orjson, no decoded copy), ``v<i>`` looked up by keys made here,
-    floats back to ``float``, a missing value ``None``.
+    The values of :func:`_values_of_json` of the JSON after the member's
+    ``:`` (bytes parsed as UTF-8 by orjson, no decoded copy), ``v<i>``
+    looked up by keys made here, floats back to ``float``, a missing value
+    ``None``.
 
     Args:
         value_types: the state's value types.

@@ -661,22 +661,27 @@ def test_hll_merge_is_the_register_wise_max(tiles, as_str):
         assert hll_merge(texts if as_str else [x.encode() for x in texts]) == want
 
 
-def test_hll_tile_cache_stays_bounded_by_registers(monkeypatch):
-    """Texts of ``_HLL_CACHED_BYTES`` or more are kept parsed, up to ``_HLL_REGISTERS_MAX`` registers; shorter
-    ones are parsed at each read and not kept."""
+def test_hll_tile_cache_stays_bounded_and_holds_only_long_texts(monkeypatch):
+    """Texts of ``_HLL_CACHED_BYTES`` or more are kept parsed (``_hll_arrays``), up to ``_HLL_ARRAYS_MAX_BYTES``
+    of arrays, for ``hll_merge`` and ``hll_read_estimate`` alike; shorter ones are parsed at each read and not
+    kept."""
     import compiler.algebra.lua as lua
 
-    monkeypatch.setattr(lua, "_HLL_REGISTERS_MAX", 100)
-    monkeypatch.setattr(lua, "_HLL_TILES", {})
-    monkeypatch.setattr(lua, "_HLL_HELD", [0])
+    monkeypatch.setattr(lua, "_HLL_ARRAYS", {})
+    monkeypatch.setattr(lua, "_HLL_ARRAYS_HELD", [0])
+    monkeypatch.setattr(lua, "_HLL_ARRAYS_MAX_BYTES", 2_000)
     for i in range(50):
-        text = "".join(f";{1000 + i * 40 + j}:{j % 9 + 1}" for j in range(40)).encode()
+        regs = {1000 + (i * 97 + j) % 3000: j % 9 + 1 for j in range(40)}
+        text = "".join(f";{s}:{r}" for s, r in regs.items()).encode()
         assert len(text) >= lua._HLL_CACHED_BYTES
-        assert hll_merge([text]) == {1000 + i * 40 + j: j % 9 + 1 for j in range(40)}
-        assert sum(len(v) for v in lua._HLL_TILES.values()) == lua._HLL_HELD[0] <= 100
-        assert text in lua._HLL_TILES
+        if i % 2:
+            assert hll_merge([text]) == regs
+        else:
+            assert hll_read_estimate([text, text]) == hll_estimate(regs)
+        assert sum(2 * a.nbytes for a, _ in lua._HLL_ARRAYS.values()) == lua._HLL_ARRAYS_HELD[0] <= 2_000
+        assert text in lua._HLL_ARRAYS
     short = b";1:2;3:4"
-    assert hll_merge([short]) == {1: 2, 3: 4} and short not in lua._HLL_TILES
+    assert hll_merge([short]) == {1: 2, 3: 4} and short not in lua._HLL_ARRAYS
 
 
 REGISTERS = st.dictionaries(st.integers(0, HLL_M - 1), st.integers(1, HLL_Q + 1), max_size=400)
@@ -694,19 +699,6 @@ def test_hll_read_estimate_is_the_estimate_of_the_merged_registers(tiles, repeat
     want = hll_estimate(hll_merge(texts))
     for _ in range(2):
         assert hll_read_estimate([x.decode() for x in texts] if as_str else texts) == want
-
-
-def test_hll_read_estimate_keeps_a_bounded_cache_of_arrays(monkeypatch):
-    import compiler.algebra.lua as lua
-
-    monkeypatch.setattr(lua, "_HLL_ARRAYS", {})
-    monkeypatch.setattr(lua, "_HLL_ARRAYS_HELD", [0])
-    monkeypatch.setattr(lua, "_HLL_ARRAYS_MAX_BYTES", 4_000)
-    for i in range(30):
-        regs = {(i * 97 + j) % HLL_M: j % 7 + 1 for j in range(100)}
-        text = "".join(f";{s}:{r}" for s, r in regs.items()).encode()
-        assert hll_read_estimate([text]) == hll_estimate(regs)
-        assert sum(2 * a.nbytes for a, _ in lua._HLL_ARRAYS.values()) == lua._HLL_ARRAYS_HELD[0] <= 4_000
 
 
 def test_shake_keeps_what_the_body_reaches_and_drops_the_rest():
