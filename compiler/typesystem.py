@@ -546,6 +546,49 @@ def to_json_value(value: Any, type_name: str) -> Any:
     return {name: to_json_value(value.get(name), t) for name, t in param}
 
 
+def _time_json(value: Any) -> Any:
+    """A ``time`` value's JSON form (:func:`to_json_value`): ISO text, ``None`` out of the printable range."""
+    try:
+        return format_time(value)
+    except ValueError:
+        return None
+
+
+def _float_json(value: Any) -> Any:
+    """A ``float``/``duration`` value's JSON form (:func:`to_json_value`): a float, ``None`` if not finite."""
+    x = float(value)
+    return x if math.isfinite(x) else None
+
+
+@lru_cache(maxsize=4096)
+def json_encoder(type_name: str) -> Callable[[Any], Any] | None:
+    """The encoder of one type's non-null values for a JSON response: :func:`to_json_value` chosen once per type.
+
+    For a response's every feature (serving's hot path), where
+    :func:`to_json_value` parses the type name and branches at each value.
+
+    Args:
+        type_name: a type name (see :func:`parse_type`).
+
+    Returns:
+        ``None`` where a value is its own JSON form (``int``, ``str``,
+        ``bool`` and the other scalars :func:`to_json_value` returns as they
+        are), else ``value -> to_json_value(value, type_name)`` for a value
+        that is not ``None`` (callers pass ``None`` through).
+
+    >>> json_encoder("int") is None, json_encoder("time")(0)
+    (True, '1970-01-01T00:00:00.000Z')
+    """
+    kind, param = parse_type(type_name)
+    if kind == "scalar":
+        if param == "time":
+            return _time_json
+        if param in ("float", "duration"):
+            return _float_json
+        return None
+    return lambda value: to_json_value(value, type_name)
+
+
 # ---------------------------------------------------------------------- Spark
 def spark_type(type_name: str) -> str:
     """Return the Spark SQL DDL type of a scalar type (:data:`SPARK_TYPES`).

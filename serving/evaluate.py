@@ -40,7 +40,8 @@ from compiler.algebra.storekeys import id_key
 from compiler.algebra.windows import ALLOWED_LATENESS_S, counted_range
 from compiler.codegen.python import EvalError, compile_expr
 from compiler.plan import AggregateSpec, EventPlan, Feature, Plan, StateSpec, WriteSpec
-from compiler.typesystem import MAX_TIME_MS, MIN_TIME_MS, format_time, parse_time, read_input, to_json_value
+from compiler.typesystem import (MAX_TIME_MS, MIN_TIME_MS, format_time, json_encoder, parse_time, read_input,
+                                 to_json_value)
 from serving.metrics import LATE_EVENTS, OUT_OF_ORDER_EVENTS
 from serving.store import PipelineBroken, StoreUnavailable
 
@@ -261,6 +262,9 @@ class EventProgram:
         self.features: tuple[Feature, ...] = self.event.features
         #: the features a response returns: the named ones (inline aggregates are computed, not returned)
         self.outputs: tuple[Feature, ...] = self.event.outputs
+        #: ``(name, encoder or None)`` per output: its values' JSON form (``compiler.typesystem.json_encoder``)
+        self.output_encoders: tuple[tuple[str, Callable[[Any], Any] | None], ...] = tuple(
+            (f.name, json_encoder(f.type)) for f in self.outputs)
         #: inline aggregate name -> the feature that contains it (SPEC §2.4)
         self.inline_parent: dict[str, str] = {f.name: f.inline_of for f in self.features if f.inline_of}
         self.scalars: dict[str, Callable[[Any, int], Any]] = {
@@ -900,7 +904,10 @@ class Evaluator:
             OUT_OF_ORDER_EVENTS.labels(prog.name).inc()
             if late & BEYOND:
                 LATE_EVENTS.labels(prog.name).inc()
-        feats = {f.name: to_json_value(values[f.name], f.type) for f in prog.outputs}
+        feats = {}
+        for name, encode in prog.output_encoders:
+            v = values[name]
+            feats[name] = v if encode is None or v is None else encode(v)
         if errors and prog.inline_parent:
             errors = _errors_of_outputs(errors, prog.inline_parent)
         out: dict[str, Any] = {

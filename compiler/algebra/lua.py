@@ -241,6 +241,51 @@ def _hll_arrays(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
     return got
 
 
+#: a read slot's parsed write-log members kept (:func:`log_member_values`); past it the slot's cache starts over
+_LOG_MEMBERS_KEPT = 4096
+#: value types whose parsed values are immutable, so one tuple may serve every read that returns the member
+_ATOMIC_VALUES = (str, int, float, bool, type(None))
+
+
+def log_member_values(value_types: Sequence[str]) -> Callable[[bytes | str], tuple]:
+    """The write-log member parser of one read slot (``ops.log_member_parser``), with the members it parsed kept.
+
+    A log read returns the same members at every read of its key until they
+    leave the window (a wide-topology event parsed ~90 members, 90% of them
+    seen before: bench/HISTORY.md, twenty-eighth session), and a member's
+    text fixes its values (``ops.log_member``: rank, time and values' JSON),
+    so a member's values are parsed once: up to :data:`_LOG_MEMBERS_KEPT`
+    members per slot (then the cache starts over), values of immutable types
+    only (a tuple holding a list or dict is parsed at each read, as no caller
+    may then change a shared one).
+
+    Args:
+        value_types: the state's value types.
+
+    Returns:
+        ``member (bytes or str) -> values tuple``; raises ``ValueError`` as ``ops.log_member_parser``'s parser.
+    """
+    parse = log_member_parser(value_types)
+    kept: dict[bytes | str, tuple] = {}
+    get = kept.get
+    atomic = _ATOMIC_VALUES
+
+    def values(member: bytes | str) -> tuple:
+        got = get(member)
+        if got is not None:
+            return got
+        got = parse(member)
+        for v in got:
+            if not isinstance(v, atomic):
+                return got
+        if len(kept) >= _LOG_MEMBERS_KEPT:
+            kept.clear()
+        kept[member] = got
+        return got
+
+    return values
+
+
 def hll_merge(texts: Sequence[bytes | str]) -> dict[int, int]:
     """Merge sparse HyperLogLog tile texts (``";slot:rho;slot:rho"``) register-wise by max.
 
@@ -2305,7 +2350,7 @@ class LuaGenerator:
         op = r.op
         int_sum = isinstance(op, SumOp) and op.is_int
         if r.limit is not None:
-            parse = log_member_parser(op.value_types)
+            parse = log_member_values(op.value_types)
 
             def log(res: Any, t_ms: int, after_ms: int | None) -> Any:
                 writes = [(int(float(res[j + 1])), parse(res[j])) for j in range(len(res) - 2, -1, -2)]

@@ -1327,3 +1327,45 @@ def test_hll_read_estimate_without_numpys_text_reader(monkeypatch):
     monkeypatch.setattr(lua, "_HLL_ARRAYS", {})
     monkeypatch.setattr(lua.np, "fromstring", gone)
     assert hll_read_estimate([text, b";1:3"]) == hll_estimate(hll_merge([text, b";1:3"]))
+
+
+_LOG_VALUES = {"int": st.integers(-2**63, 2**63 - 1), "float": st.floats(allow_nan=False),
+               "str": st.text(max_size=12), "bool": st.booleans()}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(sorted(_LOG_VALUES)).flatmap(
+    lambda vtype: st.tuples(st.just(vtype), st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2**41),
+                                                                 st.one_of(st.none(), _LOG_VALUES[vtype])),
+                                                       max_size=30))))
+def test_log_member_values_keep_what_the_parser_gives(case):
+    """A read slot's kept write-log members (``log_member_values``) give the values ``log_member_parser`` gives,
+    member after member, from bytes and from str, the second time from the cache."""
+    from compiler.algebra.lua import log_member_values
+    from compiler.algebra.ops import log_member, log_member_parser
+
+    vtype, writes = case
+    cached, plain = log_member_values([vtype, "str"]), log_member_parser([vtype, "str"])
+    for rank, ms, v in writes:
+        member = log_member(rank, ms, [v, "x"])
+        for m in (member, member.encode(), member.encode()):
+            assert cached(m) == plain(m)
+
+
+def test_log_member_values_stay_bounded_and_keep_only_immutable_values(monkeypatch):
+    """At most ``_LOG_MEMBERS_KEPT`` members per slot are kept (then the cache starts over, answers unchanged);
+    a member whose values hold a list or dict is parsed at each read, so no read shares a mutable value."""
+    import compiler.algebra.lua as lua
+    from compiler.algebra.ops import log_member
+
+    monkeypatch.setattr(lua, "_LOG_MEMBERS_KEPT", 5)
+    values = lua.log_member_values(["int"])
+    kept = next(c.cell_contents for c in values.__closure__ if isinstance(c.cell_contents, dict))
+    for i in range(23):
+        m = log_member(0, 1000 + i, [i]).encode()
+        assert values(m) == (i,) and values(m) is values(m)
+        assert m in kept and len(kept) <= 5
+    nested = lua.log_member_values(["str"])
+    m = b'00000000' + b'1000:{"v0":[1,2]}'
+    first = nested(m)
+    assert first == ([1, 2],) and nested(m) is not first

@@ -429,3 +429,28 @@ def test_format_time_is_datetimes_utc_text():
         want = (f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}."
                 f"{t.microsecond // 1000:03d}Z")
         assert format_time(ms) == want, ms
+
+
+@pytest.mark.parametrize("type_name, values", [
+    ("int", [0, -5, INT64_MAX, INT64_MIN]),
+    ("str", ["", "é", "a\x00b"]),
+    ("bool", [True, False]),
+    ("float", [0.0, -0.0, 1, 2.5, float("inf"), float("-inf"), float("nan"), 1e308]),
+    ("duration", [0, 1.5, float("nan")]),
+    ("time", [0, 1357035420123, -62135596800000, 253402300799999, 253402300800000, -62135596800001]),
+    ("array<struct{t:time,n:int}>", [[], [{"t": 0, "n": 2}, {"t": None, "n": None}]]),
+    ("array<tuple{time,duration}>", [[[0, 1.5], [None, float("inf")]]]),
+    ("struct{a:float,b:str}", [{"a": float("nan"), "b": "x"}, {}]),
+])
+def test_json_encoder_is_to_json_value(type_name, values):
+    """``json_encoder`` (serving's per-output encoder, chosen once) gives what ``to_json_value`` gives, value by
+    value, and is ``None`` only where every value is its own JSON form."""
+    from compiler.typesystem import json_encoder, to_json_value
+
+    encode = json_encoder(type_name)
+    for v in values:
+        got = v if encode is None else encode(v)
+        want = to_json_value(v, type_name)
+        assert json.dumps(got) == json.dumps(want)
+        if encode is None:
+            assert got is v
