@@ -255,9 +255,10 @@ def log_member_values(value_types: Sequence[str]) -> Callable[[bytes | str], tup
     seen before: bench/HISTORY.md, twenty-eighth session), and a member's
     text fixes its values (``ops.log_member``: rank, time and values' JSON),
     so a member's values are parsed once: up to :data:`_LOG_MEMBERS_KEPT`
-    members per slot (then the cache starts over), values of immutable types
-    only (a tuple holding a list or dict is parsed at each read, as no caller
-    may then change a shared one).
+    members per slot (then the cache starts over; ~1 MB per slot at most for
+    members of ~60 bytes), values of immutable types only (a tuple holding a
+    list or dict is parsed at each read, as no caller may then change a
+    shared one).
 
     Args:
         value_types: the state's value types.
