@@ -31,9 +31,21 @@ generated events (``bench.wide.wide_events``), as ``bench/lua_calls.py``
 does: ``--topology bench/topology_wide --events 3000 --capture 600
 --chunk 20`` A/Bs the 70-state topology.
 
+``--callgrind`` counts instructions instead of CPU time: each side's
+server runs under ``valgrind --tool=callgrind`` (its environment as the
+embedded server's, ``scowl.embedded.server_env``), its counters zeroed
+after the prefix and dumped after the captured calls, replayed once in
+order. The count does not move with the host's load, so it resolves a
+change of 1% where the CPU ratio's noise is ±4-20% (bench/HISTORY.md,
+twenty-eighth session: every ``PEXPIRE`` removed, -6.8% of a departure's
+instructions, -8.0% of a wide event's). It counts instructions, not their
+cost: a change that trades instructions for cache misses shows in
+``--callgrind`` and not in the time. Needs ``valgrind`` on PATH; replaying
+under it is ~50x slower, so keep ``--capture`` to a few hundred events.
+
 Usage: ``git worktree add /tmp/base <commit>`` then
 ``python bench/lua_ab.py --base /tmp/base [--events 12000] [--capture 3000]
-[--chunk 100] [--repeat 2] [--topology examples/flights]``.
+[--chunk 100] [--repeat 2] [--topology examples/flights] [--callgrind]``.
 """
 
 from __future__ import annotations
@@ -86,6 +98,74 @@ def _send(client, loaded: dict, calls: list, batch: int) -> None:
     pipe.execute()
 
 
+def callgrind_instructions(prefix: list, calls: list, env: dict[str, str], workdir: Path) -> int:
+    """Instructions a Valkey server runs for ``calls`` after ``prefix`` (``--callgrind``; module docstring).
+
+    Starts the embedded server's binary (``scowl.embedded.server_binary``)
+    under ``valgrind --tool=callgrind`` with environment ``env`` in
+    ``workdir``, loads the calls' scripts (``lua_calls.load_sources``),
+    replays ``prefix`` (500 a round trip), zeroes the counters
+    (``callgrind_control -z``), replays ``calls`` (50 a round trip), dumps
+    the counters (``callgrind_control -d``) and stops the server.
+
+    Args:
+        prefix: the calls rebuilding the state, ``[(event index, event type, script, keys, argv)]``.
+        calls: the measured calls, same shape.
+        env: the server's environment.
+        workdir: an empty directory for its files and the dumps.
+
+    Returns:
+        The instructions (callgrind's ``Ir``) between the zeroing and the dump.
+
+    Raises:
+        RuntimeError: valgrind or callgrind_control missing, the server did not answer, or no dump was written.
+    """
+    import glob
+    import shutil
+    import time
+
+    import redis
+
+    from bench.lua_calls import load_sources
+    from scowl.embedded import free_port, server_binary
+
+    for tool in ("valgrind", "callgrind_control"):
+        if shutil.which(tool) is None:
+            raise RuntimeError(f"--callgrind needs {tool} on PATH (Debian: apt-get install valgrind)")
+    port = free_port()
+    out = workdir / "callgrind.out"
+    proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no",
+                             server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--dir", str(workdir)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        client = redis.Redis(port=port)
+        for _ in range(1200):
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.1)
+        else:
+            raise RuntimeError("the server under valgrind did not answer in 120 s")
+        loaded = load_sources(client, [c[2] for c in prefix] + [c[2] for c in calls])
+        _send(client, loaded, prefix, 500)
+        subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
+        _send(client, loaded, calls, 50)
+        subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
+    finally:
+        proc.terminate()
+        proc.wait()
+    for path in sorted(glob.glob(f"{out}*"), key=os.path.getmtime):
+        text = Path(path).read_text(errors="replace")
+        if "Trigger: Program termination" in text:
+            continue  # the run's end, not the dump after the calls
+        for line in text.splitlines():
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+    raise RuntimeError(f"no callgrind dump after the calls in {workdir}")
+
+
 def main() -> None:
     """Parse the arguments, capture both sides, replay them interleaved and print the table."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -99,6 +179,8 @@ def main() -> None:
     ap.add_argument("--base-env", action="append", default=[], metavar="NAME=VALUE",
                     help="environment of the base side's server only (repeatable), e.g. "
                          "SCOWL_EMBEDDED_ALLOCATOR=libc with --base . to measure the allocator")
+    ap.add_argument("--callgrind", action="store_true",
+                    help="count each side's server instructions under valgrind instead of timing CPU (module docstring)")
     args = ap.parse_args()
 
     import redis
@@ -125,6 +207,29 @@ def main() -> None:
             for c in calls:
                 if c[0] >= first:
                     chunks[name][(c[0] - first) // args.chunk].append(c)
+        if args.callgrind:
+            from scowl.embedded import server_env
+
+            counts = {}
+            for i, name in enumerate(sides):
+                with mock.patch.dict(os.environ,
+                                     dict(kv.split("=", 1) for kv in args.base_env) if name == "base" else {}):
+                    env = server_env()
+                work = Path(tmp) / f"cg{i}"
+                work.mkdir()
+                counts[name] = (callgrind_instructions(prefix[name], [c for j in sorted(chunks[name])
+                                                                      for c in chunks[name][j]], env, work),
+                                sum(len(cs) for cs in chunks[name].values()))
+            table = Table(title=f"Valkey server instructions per script call (callgrind), {args.capture:,} of "
+                                f"{args.events:,} events of {args.topology}")
+            for col in ("side", "checkout", "calls", "instructions/call", "÷ base"):
+                table.add_column(col, justify="left" if col in ("side", "checkout") else "right")
+            base_ir = counts["base"][0] / max(1, counts["base"][1])
+            for name, (ir, calls) in counts.items():
+                table.add_row(name, str(sides[name]), f"{calls:,}", f"{ir / max(1, calls):,.0f}",
+                              f"{ir / max(1, calls) / base_ir:.4f}")
+            Console(width=160).print(table)
+            return
         clients = {}
         for i, name in enumerate(sides):
             # the base side's server may run with --base-env settings (scowl.embedded.server_env reads them)
