@@ -1169,9 +1169,9 @@ end
 -- PEXPIRE, 14.7 of them per wide-topology event; a departure's three logs, keyed by aircraft and
 -- written hours apart, trimmed with four commands at every write).
 local function log_write(key, ms, json, n, keep_ms, ttl_ms, every)
-  local t = tonumber(ms)
+  local t = ms - 0
   local top = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
-  local prev = top[2] and tonumber(top[2])
+  local prev = top[2] and top[2] - 0
   local rank = 0
   if prev and prev >= t then
     if prev == t then rank = rank_after(top[1]) else rank = next_rank(key, ms) end
@@ -1393,16 +1393,21 @@ local ZT = {}
 
 -- The newest member of running members z at or before t (text ts), noting a later one
 -- (note_late): its text and ms, or nil
+--
+-- (Numeric texts the scripts made or the store scored are read as `x - 0`, not tonumber(x): Lua
+-- 5.1's tonumber parses a string twice with strtod (lua_isnumber, then lua_tonumber), arithmetic
+-- once, and `- 0` keeps every double, -0.0 and NaN included; tonumber stays where a text may be
+-- empty or nil. bench/HISTORY.md, twenty-eighth session: strtod was 8% of a wide call's instructions.)
 local function zr_at(z, t, ts)
   local own = ZT[z]
   if own then return own, t end
   local top = redis.call('ZREVRANGE', z, 0, 0, 'WITHSCORES')
   if not top[1] then return nil end
-  local ms = tonumber(top[2])
+  local ms = top[2] - 0
   if ms <= t then return top[1], ms end
   note_late(ms, t)
   local at = redis.call('ZREVRANGEBYSCORE', z, ts, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  return at[1], at[2] and tonumber(at[2])
+  return at[1], at[2] and at[2] - 0
 end
 
 -- the newest member of z at or before ms x (a number), or nil
@@ -1420,14 +1425,14 @@ end
 -- state's hash, which reads add, takes it at the cost of any write (the generated code).
 local function zr_write(z, t, ts, own, shift, per_ms, x1, x2, x3, x4)
   local top = redis.call('ZREVRANGE', z, 0, 0, 'WITHSCORES')
-  local prev = top[2] and tonumber(top[2])
+  local prev = top[2] and top[2] - 0
   if prev and prev > t then
     ZT[z] = nil
     note_late(prev, t)
     if prev - t > LATE then return 'L' end
     local at = redis.call('ZREVRANGEBYSCORE', z, ts, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
     local later = redis.call('ZRANGEBYSCORE', z, '(' .. ts, '+inf', 'WITHSCORES')
-    local am = at[2] and tonumber(at[2])
+    local am = at[2] and at[2] - 0
     local old, new = {}, {}
     if per_ms and am == t then old[1] = at[1] end
     for i = 1, #later, 2 do
@@ -1464,8 +1469,8 @@ local function zr_horizon(z, t, prev, r, w, every, thin)
   end
 end
 
-local function pc_own(m) return string.format(PC_PAD, (m and tonumber(m) or 0) + 1) end
-local function pc_shift(m) return string.format(PC_PAD, tonumber(m) + 1) end
+local function pc_own(m) return string.format(PC_PAD, (m and m - 0 or 0) + 1) end
+local function pc_shift(m) return string.format(PC_PAD, m + 1) end
 
 -- A Count write at t (text ts) into state key: resolution r, window w, pruning period
 -- every, expiry ttl (ms, text). Returns true for a write more than L late (zr_write: the
@@ -1486,7 +1491,7 @@ local function pc_read(key, t, ts, lo, hi, r)
   local a = zr_at(z, t, ts)
   if not a then return 0 end
   local b = zr_before(z, lo * r - 1)
-  return tonumber(a) - (b and tonumber(b) or 0)
+  return a - (b and b - 0 or 0)
 end
 
 -- Sum and Average states written online keep running totals too, one member of <key>:z
@@ -1530,12 +1535,12 @@ local function ex_parse(p, k)
   while e do
     if e > k then
       n = n + 1
-      ps[n] = tonumber(string.sub(p, k, e - 1))
+      ps[n] = string.sub(p, k, e - 1) - 0
     end
     k = e + 1
     e = string.find(p, ' ', k, true)
   end
-  if k <= #p then ps[n + 1] = tonumber(string.sub(p, k)) end
+  if k <= #p then ps[n + 1] = string.sub(p, k) - 0 end
   return ps
 end
 
@@ -1560,12 +1565,12 @@ end
 local function rs_add(kind, p, v, k)
   k = k or 1
   if kind == 'i' then return int_add_text(p and string.sub(p, k), v) end
-  local x = tonumber(v)
+  local x = v - 0
   if kind == 'a' then
     local c, ps = 0, {}
     if p then
       local s1 = string.find(p, ' ', k, true)
-      c, ps = tonumber(string.sub(p, k, s1 - 1)), ex_parse(p, s1 + 1)
+      c, ps = string.sub(p, k, s1 - 1) - 0, ex_parse(p, s1 + 1)
     end
     ps = ex_add(ps, x)
     if #ps == 1 then return string.format('%d %.17g', c + 1, ps[1]) end
@@ -1708,7 +1713,7 @@ local function mx_pop(z, b, v, t, toff, adds, kind, want_less)
   while true do
     for i = 1, #b, 2 do
       -- a deque member's score is its time (the batch holds no popped member)
-      local u = tonumber(b[i + 1])
+      local u = b[i + 1] - 0
       if not mx_ge(vc, rs_payload(b[i]), kind, want_less) then return u ~= t end
       if u == t then
         redis.call('ZREM', z, b[i])
@@ -1757,7 +1762,7 @@ local function mx_write(key, v, t, ts, kind, want_less, r, w, every, ttl)
   local z = key .. ':z'
   local fmt, floor = string.format, math.floor
   local tail = redis.call('ZREVRANGEBYSCORE', z, MX_BELOW, '-inf', 'WITHSCORES', 'LIMIT', 0, 4)
-  local prev = tail[2] and tonumber(tail[2])
+  local prev = tail[2] and tail[2] - 0
   if prev and prev > t then
     note_late(prev, t)
     mx_late(z, v, t, ts, kind, want_less)
@@ -1787,7 +1792,7 @@ local function mx_read(key, t, ts, lo, hi, r, kind, want_less)
   if not ZT[z] then
     local top = redis.call('ZREVRANGEBYSCORE', z, MX_BELOW, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
     if not top[2] then return nil end
-    n = tonumber(top[2])
+    n = top[2] - 0
   end
   local lms = lo * r
   local a = redis.call('ZRANGEBYSCORE', z, lms, ts, 'LIMIT', 0, 1)[1]
@@ -1823,7 +1828,7 @@ end
 local function dr_sums(m)
   local p = rs_payload(m)
   local sp = string.find(p, ' ', 1, true)
-  return tonumber(string.sub(p, 1, sp - 1)), tonumber(string.sub(p, sp + 1))
+  return string.sub(p, 1, sp - 1) - 0, string.sub(p, sp + 1) - 0
 end
 
 local function dr_text(ms, sv, sw)
@@ -1847,7 +1852,7 @@ end
 -- A Decayed write of value v (text) at t (text ts): decay constant w, pruning period every, expiry ttl (ms)
 local function dr_write(key, t, ts, v, w, every, ttl)
   local z = key .. ':z'
-  local x = tonumber(v)
+  local x = v - 0
   -- a read up to L late needs no member before the newest one at or before t - L
   local prev = zr_write(z, t, ts, dr_own, dr_shift, true, t, ts, x, w)
   zr_horizon(z, t, prev, 1, 0, every, false)
