@@ -102,16 +102,33 @@ def owner(server_port: int, client_port: int, pids: list[int]) -> int | None:
     return None
 
 
+class WorkerGone(Exception):
+    """The worker to connect to exited (uvicorn's supervisor replaced it: see :func:`connect_to`)."""
+
+
+def _signal(pid: int, sig: int) -> None:
+    """Send ``sig`` to ``pid``; nothing if it has exited (a worker the supervisor replaced)."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def connect_to(worker: int, others: list[int], port: int) -> http.client.HTTPConnection:
     """An HTTP connection accepted by ``worker``: the others are stopped while it is opened (each time < 3 s,
     well within uvicorn's 5 s health check); retried until ``worker`` accepts (the workers may still be starting:
     the port listens once the first one is up; the kernel may queue the connection on a stopped worker's socket).
     Between tries the others run for 0.2 s: the supervisor's health check pings every worker, and one stopped
-    again at once would not answer in time and be replaced."""
+    again at once would not answer in time and be replaced. On a loaded machine a worker may miss a health
+    check all the same (a ``SCHED_IDLE`` worker runs only when nothing else wants the core) and be replaced:
+    a replaced other is skipped, and a replaced ``worker`` raises :class:`WorkerGone` for the caller to
+    connect to its successor."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
+        if not Path(f"/proc/{worker}").exists():
+            raise WorkerGone(worker)
         for p in others:
-            os.kill(p, signal.SIGSTOP)
+            _signal(p, signal.SIGSTOP)
         try:
             sock = socket.create_connection(("127.0.0.1", port), timeout=30)
         except ConnectionRefusedError:  # no worker has started listening yet
@@ -123,7 +140,7 @@ def connect_to(worker: int, others: list[int], port: int) -> http.client.HTTPCon
                 time.sleep(0.02)
         finally:
             for p in others:
-                os.kill(p, signal.SIGCONT)
+                _signal(p, signal.SIGCONT)
         if sock is not None and owner(port, client_port, [worker]) == worker:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
             conn.sock = sock
@@ -308,12 +325,35 @@ def test_worker_policy_sets_every_workers_threads(tmp_path, choice, policy):
         assert cmd.proc.poll() is None, cmd.err.read_text()
         assert cmd.out.read_text() == (f"serving examples/flights on http://127.0.0.1:{port} with 2 workers "
                                        f"({policy}; store {cmd.store_url()})\n")
-        pids = workers(cmd.proc.pid)
-        for k, w in enumerate(pids, start=1):  # each worker serves: it has set its policy (first thing it does)
-            feats = post(connect_to(w, [p for p in pids if p != w], port), departure(k))["features"]
-            assert feats["departures_1h"] == k
+        # each worker serves: it has set its policy (the first thing it does); one the supervisor replaces
+        # meanwhile (a missed health check on a loaded machine) is served by its successor instead
+        served: list[int] = []
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            pids = workers(cmd.proc.pid)
+            todo = [p for p in pids if p not in served]
+            if len(pids) == 2 and not todo:
+                break
+            if not todo:
+                time.sleep(0.2)  # a replacement is starting
+                continue
+            try:
+                conn = connect_to(todo[0], [p for p in pids if p != todo[0]], port)
+            except WorkerGone:
+                continue
+            feats = post(conn, departure(len(served) + 1))["features"]
+            served.append(todo[0])
+            assert feats["departures_1h"] == len(served)
+        else:
+            pytest.fail(f"the workers did not all serve in 180 s (served {served}, live {workers(cmd.proc.pid)})")
         want = getattr(os, policy)
-        assert {p: policies(p) for p in pids} == {p: {want} for p in pids}
+        got = {}
+        for p in workers(cmd.proc.pid):  # (a worker replaced since sets its policy first too)
+            try:
+                got[p] = policies(p)
+            except FileNotFoundError:  # replaced just now
+                pass
+        assert got and got == {p: {want} for p in got}, got
         assert cmd.stop(signal.SIGTERM) == 128 + signal.SIGTERM
 
 
