@@ -531,13 +531,9 @@ def to_json_value(value: Any, type_name: str) -> Any:
     kind, param = parse_type(type_name)
     if kind == "scalar":
         if param == "time":
-            try:
-                return format_time(value)
-            except ValueError:
-                return None
+            return _time_json(value)
         if param in ("float", "duration"):
-            x = float(value)
-            return x if math.isfinite(x) else None
+            return _float_json(value)
         return value
     if kind == "array":
         return [to_json_value(v, param) for v in value]
