@@ -1168,6 +1168,19 @@ end
 -- trim keeps (issue 10: a log write made ZREVRANGEBYSCORE, ZADD, ZREMRANGEBYSCORE, ZCOUNT and
 -- PEXPIRE, 14.7 of them per wide-topology event; a departure's three logs, keyed by aircraft and
 -- written hours apart, trimmed with four commands at every write).
+-- The write logs this call's write created (the key's first write: its member, at the call's t,
+-- is the only one), so that a read of one in the same call needs no lookup (log_read; ZF's
+-- reason). Reset by every call.
+local LF = {}
+
+-- The n latest members of write log key from ms lms to t (text ts), with their scores, newest
+-- first: ZREVRANGEBYSCORE .. WITHSCORES LIMIT 0 n, or the one member of a log this call created
+local function log_read(key, t, ts, lms, n)
+  local f = LF[key]
+  if f and lms <= t then return { f, ts } end
+  return redis.call('ZREVRANGEBYSCORE', key, ts, lms, 'WITHSCORES', 'LIMIT', 0, n)
+end
+
 local function log_write(key, ms, json, n, keep_ms, ttl_ms, every)
   local t = ms - 0
   local top = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
@@ -1176,7 +1189,9 @@ local function log_write(key, ms, json, n, keep_ms, ttl_ms, every)
   if prev and prev >= t then
     if prev == t then rank = rank_after(top[1]) else rank = next_rank(key, ms) end
   end
-  redis.call('ZADD', key, ms, (rank == 0 and '00000000' or string.format('%08d', rank)) .. ms .. ':' .. json)
+  local m = (rank == 0 and '00000000' or string.format('%08d', rank)) .. ms .. ':' .. json
+  redis.call('ZADD', key, ms, m)
+  if not prev then LF[key] = m end
   if prev and prev > t then
     log_trim(key, ms, n, string.format('%d', t - keep_ms), ttl_ms, LATE)
     return
@@ -1390,6 +1405,11 @@ end
 -- it added to running members (zr_write), true for a Min/Max deque (mx_write) and a First's
 -- newest-write mark (fi_write). Reset by every call.
 local ZT = {}
+-- The sorted sets of running members an in-order write of this call created (the key's first
+-- write: its member at t, the call's t, is the only one), so that a read of one in the same call
+-- needs no lookup before t (zr_before): a key's first write is common where keys are many and
+-- sparse (bench/HISTORY.md, twenty-ninth session). Reset by every call.
+local ZF = {}
 
 -- The newest member of running members z at or before t (text ts), noting a later one
 -- (note_late): its text and ms, or nil
@@ -1412,6 +1432,8 @@ end
 
 -- the newest member of z at or before ms x (a number), or nil
 local function zr_before(z, x)
+  local f = ZF[z]
+  if f and x < f then return nil end  -- this call created z: its one member is at f
   return redis.call('ZREVRANGEBYSCORE', z, x, '-inf', 'LIMIT', 0, 1)[1]
 end
 
@@ -1450,6 +1472,7 @@ local function zr_write(z, t, ts, own, shift, per_ms, x1, x2, x3, x4)
   local m = own(top[1], prev, x1, x2, x3, x4)
   redis.call('ZADD', z, ts, m)
   ZT[z] = m
+  if not prev then ZF[z] = t end
   return prev
 end
 
@@ -1459,10 +1482,11 @@ end
 -- time) drop the members no read at t - L or later can use but the newest of them: those
 -- before the end of tile T(t - L - w) (w the window).
 local function zr_horizon(z, t, prev, r, w, every, thin)
-  if prev == false or prev == 'L' then return end
+  -- (a key's first write, prev nil, left it this write's member alone: nothing to drop or thin)
+  if not prev or prev == 'L' then return end
   local floor = math.floor
   if thin then zr_thin(z, t, prev, r, false) end
-  if not prev or t - prev >= every or floor(t / every) ~= floor(prev / every) then
+  if t - prev >= every or floor(t / every) ~= floor(prev / every) then
     local edge = (floor((t - LATE - w) / r) + 1) * r - 1
     local base = redis.call('ZREVRANGEBYSCORE', z, edge, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
     if base[2] then redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. base[2]) end
@@ -1690,6 +1714,10 @@ end
 -- tiles that ended before t - L are thinned to each tile's first (its best: reads up to L
 -- late take such tiles whole).
 local MX_OFF = 1125899906842624
+-- The value texts of the deques this call's write created (the key's first write: its member,
+-- at the call's t, is the only one), so that a read of one in the same call needs no lookup
+-- (mx_read; ZF's reason). Reset by every call.
+local MF = {}
 local MX_SPLIT = '562949953421312'  -- 2^49: deque scores (event times) below, popped ones above
 local MX_BELOW = '(' .. MX_SPLIT  -- the deque's scores: below MX_SPLIT
 
@@ -1774,8 +1802,11 @@ local function mx_write(key, v, t, ts, kind, want_less, r, w, every, ttl)
     end
     if #adds > 0 then zadd_all(z, adds) end
     ZT[z] = true  -- the deque's newest member is at t (this write's, or a better one of that ms)
+    if not prev then MF[z] = v end  -- (an empty deque: mx_pop added this write's member)
     zr_thin(z, t, prev, r, true)
-    if not prev or t - prev >= every or floor(t / every) ~= floor(prev / every) then
+    -- (prev nil: the deque was empty, so the key was, as every write leaves a member in the deque;
+    -- its first write has nothing to drop)
+    if prev and (t - prev >= every or floor(t / every) ~= floor(prev / every)) then
       -- what no read at t - L or later uses: deque tiles before T(t - L - w) + 1, popped with ng <= t - L
       redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. fmt('%d', (floor((t - LATE - w) / r) + 1) * r))
       redis.call('ZREMRANGEBYSCORE', z, MX_SPLIT, t - LATE + MX_OFF)
@@ -1788,6 +1819,8 @@ end
 local function mx_read(key, t, ts, lo, hi, r, kind, want_less)
   if lo > hi then return nil end
   local z = key .. ':z'
+  local f = MF[z]
+  if f and lo * r <= t then return f end  -- this call created the deque: its one member, at t
   local n = t  -- this call's write left the deque's newest member at t (mx_write: ZT)
   if not ZT[z] then
     local top = redis.call('ZREVRANGEBYSCORE', z, MX_BELOW, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
@@ -1955,7 +1988,7 @@ _STRING = re.compile(r"'(?:[^'\\]|\\.)*'")
 #: Top-level locals of the prelude that hold one call's state, with the statement that sets
 #: each anew at the start of a call (after :data:`CALL_MARKER`; as a function library's
 #: upvalues they would otherwise carry over from one call to the next).
-_PER_CALL_STATE = (("late_flag", "late_flag = 0"), ("ZT", "ZT = {}"))
+_PER_CALL_STATE = (("late_flag", "late_flag = 0"), ("ZT", "ZT = {}"), ("ZF", "ZF = {}"), ("LF", "LF = {}"), ("MF", "MF = {}"))
 
 #: Top-level locals of the prelude that code inside functions fills and that are kept from one call to
 #: the next on purpose: memos of pure functions, each entry a function of its key alone (``tiles``'
@@ -2142,8 +2175,7 @@ class LuaGenerator:
         has = f"{lx} > 0 and redis.call('EXISTS', {key}) == 1"
         r_ms = r.resolution_s * 1000
         if r.limit is not None:
-            return [f"out[o] = redis.call('ZREVRANGEBYSCORE', {key}, ts, lo * {r_ms}, "
-                    f"'WITHSCORES', 'LIMIT', 0, {int(r.limit)})"]
+            return [f"out[o] = log_read({key}, t, ts, lo * {r_ms}, {int(r.limit)})"]
         if isinstance(op, DecayedOp):
             rsize = raw_bucket_s(r.resolution_s) * 1000
             return [f"out[o] = dr_read({key}, t, ts, {op.window_ms}, {rsize}, '{_raw_code(r.resolution_s)}', {lx})"]

@@ -1369,3 +1369,43 @@ def test_log_member_values_stay_bounded_and_keep_only_immutable_values(monkeypat
     m = b'00000000' + b'1000:{"v0":[1,2]}'
     first = nested(m)
     assert first == ([1, 2],) and nested(m) is not first
+
+
+_FRESH_SLOTS = [("Count", (), None), ("Sum", ("float",), None), ("Sum", ("int",), None), ("Average", ("float",), None),
+                ("Min", ("float",), None), ("Max", ("int",), None), ("First", ("string",), None),
+                ("DecayedSum", ("float",), None), ("Sequence", ("string",), 3), ("Latest", ("string",), 2)]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(window_s=st.sampled_from([60, 3600, 86400]), dt=st.integers(0, 90_000), x=st.integers(-50, 50),
+       earlier=st.booleans())
+def test_a_read_of_a_state_its_own_call_created_answers_as_a_lookup_does(client, window_s, dt, x, earlier):
+    """A read after a write in the same call, of a key that write created (its first write), is answered from
+    what the write did, without a lookup (``zr_before``'s ``ZF``, ``mx_read``'s ``MF``, ``log_read``'s ``LF``):
+    it equals what a read-only call at the same time then finds in the store, for every kind of state, and a
+    key written before (``earlier``) takes the lookups as ever."""
+    key_slots = [(make_op(f, vt, ("v",) if limit else (), window_s), limit) for f, vt, limit in _FRESH_SLOTS]
+    r = resolution_s(window_s)
+    writes = tuple(WriteSlot(op, window_s, r, limit=limit) for op, limit in key_slots)
+    reads = tuple(ReadSlot(op, window_s, r, limit=limit) for op, limit in key_slots)
+    both = RoundSpec("wr", writes=writes, reads_after=reads)
+    read_only = RoundSpec("r", reads_after=reads)
+    keys = [f"t:{{{uuid.uuid4().hex}}}:{i}" for i in range(len(key_slots))]
+
+    def argv(t, x):
+        values = {"string": f"v{x % 3}", "float": x / 4, "int": x}
+        return [t, "", ""] + [v for w, (f, vt, _) in zip(writes, _FRESH_SLOTS)
+                              for v in GEN.write_values(w, [values[k] for k in vt])]
+
+    t = T0 + dt
+    if earlier:  # one write before the window, one in it, with other values
+        for at, y in ((t - 1000 * (window_s + 2 * r), x - 5), (t - 1000 * r - 7, x + 9)):
+            run_round(client, RoundSpec("w", writes=writes), ["", "", *keys], argv(at, y))
+    got = run_round(client, both, ["", "", *keys, *keys], argv(t, x))
+    again = run_round(client, read_only, ["", "", *keys], [t, "", ""])
+    assert got[1:] == again[1:]
+    for (f, _, _), rd, a in zip(_FRESH_SLOTS, reads, got[1:]):  # every read counts the call's write (SPEC §3.2)
+        if f.startswith("Decayed") or rd.limit:  # (finished by the worker: serving.evaluate)
+            assert a and (not isinstance(a, list) or any(a)), (f, a)
+        else:
+            assert rd.op.finalize(GEN.decode_read(rd, a)) is not None, f
