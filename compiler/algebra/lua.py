@@ -865,8 +865,8 @@ local OFF, HALF = 1125899906842624, 562949953421312
 
 -- a CountUnique write of member u at t (text ts); cutoff: no read at or after t - LATE uses a time before it
 local function cu_write(key, u, t, ts, cutoff)
-  redis.call('ZADD', key, 'GT', ts, u)
-  redis.call('ZADD', key, t + OFF, 'R' .. ts .. ':' .. u)
+  -- (one ZADD: GT only keeps u's later time; the raw member is new, or the same at the same score)
+  redis.call('ZADD', key, 'GT', ts, u, t + OFF, 'R' .. ts .. ':' .. u)
   redis.call('ZREMRANGEBYSCORE', key, -HALF, cutoff)
   redis.call('ZREMRANGEBYSCORE', key, HALF, cutoff + OFF)
 end
@@ -1714,9 +1714,10 @@ end
 -- tiles that ended before t - L are thinned to each tile's first (its best: reads up to L
 -- late take such tiles whole).
 local MX_OFF = 1125899906842624
--- The value texts of the deques this call's write created (the key's first write: its member,
--- at the call's t, is the only one), so that a read of one in the same call needs no lookup
--- (mx_read; ZF's reason). Reset by every call.
+-- The deques this call's in-order write saw whole (fewer than the 4 members mx_write fetches; an
+-- empty one: the key's first write), so that a read of one in the same call needs no lookup
+-- (mx_read; ZF's reason): { the members and scores fetched, newest first; how many of them the
+-- write popped; its value }. Reset by every call.
 local MF = {}
 local MX_SPLIT = '562949953421312'  -- 2^49: deque scores (event times) below, popped ones above
 local MX_BELOW = '(' .. MX_SPLIT  -- the deque's scores: below MX_SPLIT
@@ -1797,12 +1798,14 @@ local function mx_write(key, v, t, ts, kind, want_less, r, w, every, ttl)
   else
     local adds = {}
     if mx_pop(z, tail, v, t, t + MX_OFF, adds, kind, want_less) then
+      -- (before a write after the deque's newest member, mx_pop pops and adds, and this write
+      -- comes last: the deque is what it did not pop, then this write)
+      if #tail < 8 and (not prev or prev < t) then MF[z] = { tail, #adds / 2, v } end
       adds[#adds + 1] = ts
       adds[#adds + 1] = ts .. '|' .. v
     end
     if #adds > 0 then zadd_all(z, adds) end
     ZT[z] = true  -- the deque's newest member is at t (this write's, or a better one of that ms)
-    if not prev then MF[z] = v end  -- (an empty deque: mx_pop added this write's member)
     zr_thin(z, t, prev, r, true)
     -- (prev nil: the deque was empty, so the key was, as every write leaves a member in the deque;
     -- its first write has nothing to drop)
@@ -1819,8 +1822,15 @@ end
 local function mx_read(key, t, ts, lo, hi, r, kind, want_less)
   if lo > hi then return nil end
   local z = key .. ':z'
-  local f = MF[z]
-  if f and lo * r <= t then return f end  -- this call created the deque: its one member, at t
+  local d = MF[z]
+  if d and lo * r <= t then  -- this call's write saw the deque whole: its first member from tile lo on
+    -- (thinning keeps each tile's first member, and pruning only tiles before lo)
+    local tail, lms = d[1], lo * r
+    for i = #tail - 1, 2 * d[2] + 1, -2 do  -- the members it did not pop, oldest first
+      if tail[i + 1] - 0 >= lms then return rs_payload(tail[i]) end
+    end
+    return d[3]
+  end
   local n = t  -- this call's write left the deque's newest member at t (mx_write: ZT)
   if not ZT[z] then
     local top = redis.call('ZREVRANGEBYSCORE', z, MX_BELOW, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
