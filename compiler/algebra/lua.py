@@ -1241,7 +1241,7 @@ local function max_tile(key, rcode)
       if idx and idx > m then m = idx end
     end
   end
-  return m
+  return m, #names
 end
 
 -- Bookkeeping of a tiled write at t (text ts) into resolution tile q, given
@@ -1267,7 +1267,8 @@ local function book(key, args, n, cur, q, t, ts, every, cutoff, rcode, res, rawc
   local p, m, c, tt, r0 = cur[1], cur[2], cur[3], cur[4], cur[5]
   local fmt = string.format
   local mq = m and tonumber(m)
-  if not mq then mq = max_tile(key, rcode) end
+  local fields = 1  -- (the hash's fields, when max_tile counts them: 0, a key's first write)
+  if not mq then mq, fields = max_tile(key, rcode) end
   if not m or q > mq then
     args[n + 1] = '_m'
     args[n + 2] = q > mq and q or mq
@@ -1310,7 +1311,7 @@ local function book(key, args, n, cur, q, t, ts, every, cutoff, rcode, res, rawc
     n = n + 2
     cursor = cursor or '0'
   end
-  if cursor then
+  if cursor and fields > 0 then  -- (an empty hash has nothing to prune)
     local nxt = prune_step(key, cursor, cutoff, last_ms - LATE)
     if nxt ~= '0' then
       args[n + 1] = '_c'
