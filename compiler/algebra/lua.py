@@ -1654,8 +1654,14 @@ end
 -- so this is exact at any lateness. The member '~' holds the newest write's ms plus FI_OFF
 -- (2^50 ms, past any time a read names) for the late-event flag (note_late).
 local FI_OFF = 1125899906842624
-local function fi_write(key, t, ts, json, r, w, ttl)
-  local z = key .. ':z'
+-- The members First writes of this call created keys with (the key's first write: its member is the
+-- only tile member), so that a read in the same call needs no lookup (fi_read; ZF's reason). Reset
+-- by every call.
+local FF = {}
+
+-- a First write that did not find '~' among the first two members from its tile on (fi_write): two
+-- later tiles hold writes, so it is late
+local function fi_late(z, t, ts, json, r, w)
   local fmt = string.format
   if redis.call('ZADD', z, 'GT', 'CH', t + FI_OFF, '~') == 0 then
     note_late(tonumber(redis.call('ZSCORE', z, '~')) - FI_OFF, t)
@@ -1674,6 +1680,43 @@ local function fi_write(key, t, ts, json, r, w, ttl)
   if not cur[1] then
     redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. fmt('%d', (math.floor((t - LATE - w) / r) + 1) * r))
   end
+end
+
+-- A First write at t (text ts) of json: one lookup of tile T(t)'s earliest member and the mark '~'
+-- after it (a live key always holds '~', above every tile member), then one ZADD of the raised
+-- mark and of the write where it is the tile's earliest, as fi_late does it in three to five
+-- commands (bench/HISTORY.md, twenty-ninth session). Pruning as there: when a write makes a tile's
+-- member, but for a key's first write (nothing to drop)
+local function fi_write(key, t, ts, json, r, w, ttl)
+  local z = key .. ':z'
+  local q0 = math.floor(t / r) * r
+  local got = redis.call('ZRANGEBYSCORE', z, q0, '+inf', 'WITHSCORES', 'LIMIT', 0, 2)
+  local cur, mark = nil, nil  -- tile q0's earliest member (its index in got); '~''s ms
+  for i = 1, #got, 2 do
+    if got[i] == '~' then mark = got[i + 1] - FI_OFF elseif got[i + 1] - 0 < q0 + r then cur = i end
+  end
+  if #got > 0 and not mark then
+    fi_late(z, t, ts, json, r, w)
+  else
+    local adds = {}
+    if not mark or mark < t then
+      adds[1], adds[2] = t + FI_OFF, '~'
+      ZT[z] = true  -- '~' is t + FI_OFF
+    else
+      note_late(mark, t)
+    end
+    if not cur or got[cur + 1] - 0 > t then
+      if cur then redis.call('ZREM', z, got[cur]) end
+      local m = ts .. '\t' .. json
+      adds[#adds + 1] = ts
+      adds[#adds + 1] = m
+      if not mark then FF[z] = m end
+    end
+    if #adds > 0 then redis.call('ZADD', z, unpack(adds)) end
+    if mark and not cur then
+      redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. string.format('%d', (math.floor((t - LATE - w) / r) + 1) * r))
+    end
+  end
   redis.call('PEXPIRE', z, ttl)
 end
 
@@ -1681,6 +1724,8 @@ end
 local function fi_read(key, t, ts, lo, hi, r)
   if lo > hi then return nil end
   local z = key .. ':z'
+  local f = FF[z]
+  if f and lo * r <= t then return f end  -- this call created the key: its one member, at t
   if not ZT[z] then  -- else this call's write made '~' t + FI_OFF: nothing later
     local s = redis.call('ZSCORE', z, '~')
     if not s then return nil end
@@ -1999,7 +2044,7 @@ _STRING = re.compile(r"'(?:[^'\\]|\\.)*'")
 #: Top-level locals of the prelude that hold one call's state, with the statement that sets
 #: each anew at the start of a call (after :data:`CALL_MARKER`; as a function library's
 #: upvalues they would otherwise carry over from one call to the next).
-_PER_CALL_STATE = (("late_flag", "late_flag = 0"), ("ZT", "ZT = {}"), ("ZF", "ZF = {}"), ("LF", "LF = {}"), ("MF", "MF = {}"))
+_PER_CALL_STATE = (("late_flag", "late_flag = 0"), ("ZT", "ZT = {}"), ("ZF", "ZF = {}"), ("LF", "LF = {}"), ("MF", "MF = {}"), ("FF", "FF = {}"))
 
 #: Top-level locals of the prelude that code inside functions fills and that are kept from one call to
 #: the next on purpose: memos of pure functions, each entry a function of its key alone (``tiles``'
