@@ -863,12 +863,24 @@ end
 -- older one). One sorted set, one key: the ranges never meet (|ms| < 2^49).
 local OFF, HALF = 1125899906842624, 562949953421312
 
--- a CountUnique write of member u at t (text ts); cutoff: no read at or after t - LATE uses a time before it
-local function cu_write(key, u, t, ts, cutoff)
+-- The CountUnique keys an in-order write of this call made newest (its raw member, at the call's
+-- t, tops the set), so that a read in the same call needs no lookup of the newest (cu_read). Reset
+-- by every call.
+local CT = {}
+
+-- a CountUnique write of member u at t (text ts); cutoff: no read at or after t - LATE uses a time
+-- before it, dropped once a period (every ms of event time, as zr_horizon: memory only) from the
+-- newest raw member's time on (the first member from the top: raw members score above tuples)
+local function cu_write(key, u, t, ts, cutoff, every)
+  local top = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
+  local prev = top[2] and top[2] - OFF
   -- (one ZADD: GT only keeps u's later time; the raw member is new, or the same at the same score)
   redis.call('ZADD', key, 'GT', ts, u, t + OFF, 'R' .. ts .. ':' .. u)
-  redis.call('ZREMRANGEBYSCORE', key, -HALF, cutoff)
-  redis.call('ZREMRANGEBYSCORE', key, HALF, cutoff + OFF)
+  if prev and (t - prev >= every or math.floor(t / every) ~= math.floor(prev / every)) then
+    redis.call('ZREMRANGEBYSCORE', key, -HALF, cutoff)
+    redis.call('ZREMRANGEBYSCORE', key, HALF, cutoff + OFF)
+  end
+  if not prev or prev <= t then CT[key] = true end
 end
 
 -- the tuple of a raw member 'R<ms>:u<tuple>'
@@ -882,6 +894,7 @@ end
 local function cu_read(key, lo_ms, t, ts)
   local fmt = string.format
   local n = redis.call('ZCOUNT', key, lo_ms, ts)
+  if CT[key] then return n end  -- this call's write at t is the newest
   local top = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
   local last_ms = top[2] and tonumber(top[2]) - OFF
   if not last_ms or last_ms <= t then return n end
@@ -2044,7 +2057,7 @@ _STRING = re.compile(r"'(?:[^'\\]|\\.)*'")
 #: Top-level locals of the prelude that hold one call's state, with the statement that sets
 #: each anew at the start of a call (after :data:`CALL_MARKER`; as a function library's
 #: upvalues they would otherwise carry over from one call to the next).
-_PER_CALL_STATE = (("late_flag", "late_flag = 0"), ("ZT", "ZT = {}"), ("ZF", "ZF = {}"), ("LF", "LF = {}"), ("MF", "MF = {}"), ("FF", "FF = {}"))
+_PER_CALL_STATE = (("late_flag", "late_flag = 0"), ("ZT", "ZT = {}"), ("ZF", "ZF = {}"), ("LF", "LF = {}"), ("MF", "MF = {}"), ("FF", "FF = {}"), ("CT", "CT = {}"))
 
 #: Top-level locals of the prelude that code inside functions fills and that are kept from one call to
 #: the next on purpose: memos of pure functions, each entry a function of its key alone (``tiles``'
@@ -2318,7 +2331,7 @@ class LuaGenerator:
             body += self._ladder_write(s, w, key, every, cutoff, ttl_ms)
             return lines + ["  " + x for x in body] + ["end"]
         if isinstance(op, CountUniqueOp):
-            body.append(f"cu_write({key}, v1, t, ts, t - {keep_ms})")
+            body.append(f"cu_write({key}, v1, t, ts, t - {keep_ms}, {every})")
         elif isinstance(op, LatestOp):
             body.append(f"latest({key}, ts, v1)")
         else:
