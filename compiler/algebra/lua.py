@@ -539,6 +539,13 @@ local function note_late(last_ms, t)
   end
 end
 
+-- Whether a write at t (ms) is its state's first in a pruning period of every ms of event time,
+-- its state's newest write before it having been at prev: the writes that drop what no read at
+-- t - LATE or later can use (zr_horizon, mx_write, cu_write, log_write)
+local function prune_due(t, prev, every)
+  return t - prev >= every or math.floor(t / every) ~= math.floor(prev / every)
+end
+
 -- Raw entries of a raw bucket (tiled states: book; Decayed* hashes written before dr_write), kept
 -- for late reads: '<ms> <length> <payload>' each, in arrival order, in chunks of
 -- about RAW_CHUNK bytes, so that a write copies at most two chunks, not its
@@ -876,7 +883,7 @@ local function cu_write(key, u, t, ts, cutoff, every)
   local prev = top[2] and top[2] - OFF
   -- (one ZADD: GT only keeps u's later time; the raw member is new, or the same at the same score)
   redis.call('ZADD', key, 'GT', ts, u, t + OFF, 'R' .. ts .. ':' .. u)
-  if prev and (t - prev >= every or math.floor(t / every) ~= math.floor(prev / every)) then
+  if prev and prune_due(t, prev, every) then
     redis.call('ZREMRANGEBYSCORE', key, -HALF, cutoff)
     redis.call('ZREMRANGEBYSCORE', key, HALF, cutoff + OFF)
   end
@@ -1209,7 +1216,7 @@ local function log_write(key, ms, json, n, keep_ms, ttl_ms, every)
     log_trim(key, ms, n, string.format('%d', t - keep_ms), ttl_ms, LATE)
     return
   end
-  if prev and (every <= 0 or t - prev >= every or math.floor(t / every) ~= math.floor(prev / every)) then
+  if prev and (every <= 0 or prune_due(t, prev, every)) then
     -- the first in-order write of a period: keep every member at or after t - L and the n latest
     -- before (the members before t - W - r - L among those n cost memory only: no read reaches them)
     if prev < t - LATE then  -- this write is the only member at or after t - L
@@ -1500,7 +1507,7 @@ local function zr_horizon(z, t, prev, r, w, every, thin)
   if not prev or prev == 'L' then return end
   local floor = math.floor
   if thin then zr_thin(z, t, prev, r, false) end
-  if t - prev >= every or floor(t / every) ~= floor(prev / every) then
+  if prune_due(t, prev, every) then
     local edge = (floor((t - LATE - w) / r) + 1) * r - 1
     local base = redis.call('ZREVRANGEBYSCORE', z, edge, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
     if base[2] then redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. base[2]) end
@@ -1672,10 +1679,16 @@ local FI_OFF = 1125899906842624
 -- by every call.
 local FF = {}
 
+-- what no read at t - L or later counts: tiles before T(t - L - W) + 1, dropped when a write
+-- makes a tile's member (the bound moves by whole tiles, with T(t) when L + W is a multiple of
+-- r): pruning is memory only, since reads take members from tile lo on
+local function fi_prune(z, t, r, w)
+  redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. string.format('%d', (math.floor((t - LATE - w) / r) + 1) * r))
+end
+
 -- a First write that did not find '~' among the first two members from its tile on (fi_write): two
 -- later tiles hold writes, so it is late
 local function fi_late(z, t, ts, json, r, w)
-  local fmt = string.format
   if redis.call('ZADD', z, 'GT', 'CH', t + FI_OFF, '~') == 0 then
     note_late(tonumber(redis.call('ZSCORE', z, '~')) - FI_OFF, t)
   else
@@ -1687,12 +1700,7 @@ local function fi_late(z, t, ts, json, r, w)
     if cur[1] then redis.call('ZREM', z, cur[1]) end
     redis.call('ZADD', z, ts, ts .. '\t' .. json)
   end
-  -- what no read at t - L or later counts: tiles before T(t - L - W) + 1, dropped when a write
-  -- makes a tile's member (the bound moves by whole tiles, with T(t) when L + W is a multiple of
-  -- r): pruning is memory only, since reads take members from tile lo on
-  if not cur[1] then
-    redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. fmt('%d', (math.floor((t - LATE - w) / r) + 1) * r))
-  end
+  if not cur[1] then fi_prune(z, t, r, w) end
 end
 
 -- A First write at t (text ts) of json: one lookup of tile T(t)'s earliest member and the mark '~'
@@ -1726,9 +1734,7 @@ local function fi_write(key, t, ts, json, r, w, ttl)
       if not mark then FF[z] = m end
     end
     if #adds > 0 then redis.call('ZADD', z, unpack(adds)) end
-    if mark and not cur then
-      redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. string.format('%d', (math.floor((t - LATE - w) / r) + 1) * r))
-    end
+    if mark and not cur then fi_prune(z, t, r, w) end
   end
   redis.call('PEXPIRE', z, ttl)
 end
@@ -1868,7 +1874,7 @@ local function mx_write(key, v, t, ts, kind, want_less, r, w, every, ttl)
     zr_thin(z, t, prev, r, true)
     -- (prev nil: the deque was empty, so the key was, as every write leaves a member in the deque;
     -- its first write has nothing to drop)
-    if prev and (t - prev >= every or floor(t / every) ~= floor(prev / every)) then
+    if prev and prune_due(t, prev, every) then
       -- what no read at t - L or later uses: deque tiles before T(t - L - w) + 1, popped with ng <= t - L
       redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. fmt('%d', (floor((t - LATE - w) / r) + 1) * r))
       redis.call('ZREMRANGEBYSCORE', z, MX_SPLIT, t - LATE + MX_OFF)
@@ -2057,7 +2063,8 @@ _STRING = re.compile(r"'(?:[^'\\]|\\.)*'")
 #: Top-level locals of the prelude that hold one call's state, with the statement that sets
 #: each anew at the start of a call (after :data:`CALL_MARKER`; as a function library's
 #: upvalues they would otherwise carry over from one call to the next).
-_PER_CALL_STATE = (("late_flag", "late_flag = 0"), ("ZT", "ZT = {}"), ("ZF", "ZF = {}"), ("LF", "LF = {}"), ("MF", "MF = {}"), ("FF", "FF = {}"), ("CT", "CT = {}"))
+_PER_CALL_STATE = (("late_flag", "late_flag = 0"), ("ZT", "ZT = {}"), ("ZF", "ZF = {}"), ("LF", "LF = {}"),
+                   ("MF", "MF = {}"), ("FF", "FF = {}"), ("CT", "CT = {}"))
 
 #: Top-level locals of the prelude that code inside functions fills and that are kept from one call to
 #: the next on purpose: memos of pure functions, each entry a function of its key alone (``tiles``'
