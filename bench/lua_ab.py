@@ -127,7 +127,7 @@ def callgrind_instructions(prefix: list, calls: list, env: dict[str, str], workd
     import redis
 
     from bench.lua_calls import load_sources
-    from scowl.embedded import free_port, server_binary
+    from scowl.embedded import STORE_SETTINGS, free_port, server_binary
 
     for tool in ("valgrind", "callgrind_control"):
         if shutil.which(tool) is None:
@@ -136,7 +136,7 @@ def callgrind_instructions(prefix: list, calls: list, env: dict[str, str], workd
     out = workdir / "callgrind.out"
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no",
                              server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", str(workdir)],
+                             "--appendonly", "no", "--dir", str(workdir), *STORE_SETTINGS],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         client = redis.Redis(port=port)

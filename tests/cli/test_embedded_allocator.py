@@ -77,3 +77,19 @@ def test_an_unknown_allocator_is_refused_before_starting(tmp_path, monkeypatch):
     monkeypatch.setenv(ALLOCATOR_ENV, "tcmalloc")
     with pytest.raises(EmbeddedStoreError, match="SCOWL_EMBEDDED_ALLOCATOR must be 'mimalloc' or 'libc', not 'tcmalloc'"):
         EmbeddedStore(tmp_path, persist=False).start()
+
+
+def test_the_embedded_server_runs_with_the_store_settings(tmp_path):
+    """``STORE_SETTINGS``: tile hashes past 32 fields are hashtables, and the Lua VM runs without a count hook."""
+    from scowl.embedded import STORE_SETTINGS
+
+    assert STORE_SETTINGS == ("--hash-max-listpack-entries", "32", "--busy-reply-threshold", "0")
+    with EmbeddedStore(tmp_path, persist=False) as store:
+        r = redis.Redis.from_url(store.url)
+        assert r.config_get("hash-max-listpack-entries") == {"hash-max-listpack-entries": "32"}
+        assert r.config_get("busy-reply-threshold") == {"busy-reply-threshold": "0"}
+        r.hset("small", mapping={f"f{i}": i for i in range(32)})
+        r.hset("large", mapping={f"f{i}": i for i in range(33)})
+        assert (r.object("encoding", "small"), r.object("encoding", "large")) == (b"listpack", b"hashtable")
+        # a script still runs to its end and answers (no hook, no BUSY machinery needed for it)
+        assert r.eval("local n = 0 for i = 1, 2000000 do n = n + i end return n", 0) == 2000001000000
