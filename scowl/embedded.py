@@ -61,7 +61,7 @@ def server_binary() -> str:
 
 
 #: Store settings of every server the CLI, the tests and the benchmarks start (command-line options;
-#: ``deploy/redis.conf`` gives the same ones to a server of one's own):
+#: ``deploy/redis.conf`` gives the first to a server of one's own, and offers the second):
 #:
 #: * ``hash-max-listpack-entries 32``: tile hashes hold hundreds of fields, and the hashtable encoding
 #:   makes the per-event ``HMGET`` ~20x cheaper than a listpack (shared/PERFORMANCE.md).
@@ -70,7 +70,11 @@ def server_binary() -> str:
 #:   ``BUSY`` while a script runs past it and let ``SCRIPT KILL`` stop it; the generated scripts are
 #:   straight-line code over one event's keys, each call well under a millisecond, and a script that
 #:   has written cannot be killed anyway. Valkey's instructions per script call (``callgrind``,
-#:   bench/HISTORY.md, thirtieth session): 0.968x on the wide topology, 0.978x on the demo's.
+#:   bench/HISTORY.md, thirtieth session): 0.968x on the wide topology, 0.978x on the demo's. The
+#:   price: a runaway script holds the server until it ends (only stopping the process ends it
+#:   sooner), and a script sees the server's cached clock as it was when it started (the hook
+#:   refreshed it for scripts past the threshold; scowl's scripts take their times from ``ARGV``).
+#:   ``deploy/redis.conf`` leaves it commented out for stores of one's own.
 STORE_SETTINGS: tuple[str, ...] = ("--hash-max-listpack-entries", "32", "--busy-reply-threshold", "0")
 
 #: ``SCOWL_EMBEDDED_ALLOCATOR``: ``mimalloc`` (default) or ``libc`` (see :func:`server_env`).

@@ -70,10 +70,16 @@ def test_run_on_a_store_that_is_gone_is_unavailable():
         asyncio.run(go())
 
 
-#: a script that keeps the server busy for ARGV[1] µs, then answers ARGV[2]
-SLOW = """local t = redis.call('TIME')
-repeat local n = redis.call('TIME') until (n[1] - t[1]) * 1000000 + (n[2] - t[2]) >= tonumber(ARGV[1])
+#: a script that keeps the server busy for ARGV[1] loop steps (~6 ns each on the 2-core machine), then
+#: answers ARGV[2]. Not a wait on ``TIME``: a script sees the server's clock as it was when it started
+#: (the cached time), and the embedded store runs without the Lua count hook that used to refresh it
+#: (``scowl.embedded.STORE_SETTINGS``), so such a wait would never end
+SLOW = """local x = 0
+for i = 1, tonumber(ARGV[1]) do x = x + 1 end
 return ARGV[2]"""
+
+#: SLOW's steps for a call that outlasts a 0.2 s timeout many times over (~1.8 s at 6 ns a step)
+SLOW_STEPS = 300_000_000
 
 
 def test_a_call_past_the_timeout_is_unavailable_and_the_next_call_gets_its_own_reply(redis_url):
@@ -87,7 +93,7 @@ def test_a_call_past_the_timeout_is_unavailable_and_the_next_call_gets_its_own_r
         store = Store(redis_url, timeout_s=0.2)
         try:
             with pytest.raises(StoreUnavailable, match="no answer within the store timeout") as e:
-                await store.run(SLOW, ["k"], [600_000, "late"])
+                await store.run(SLOW, ["k"], [SLOW_STEPS, "late"])
             store.timeout_s = 30.0  # the next calls wait for the slow one to end (the server runs one at a time)
             after = [await store.run(SLOW, ["k"], [0, f"own {i}"]) for i in range(3)]
             return str(e.value), after
