@@ -178,6 +178,8 @@ from compiler.algebra.ops import (
     LatestOp,
     MaxOp,
     MinOp,
+    SequenceOp,
+    SetOp,
     SumOp,
     _encode_scalar,
     _g17,
@@ -2465,6 +2467,17 @@ class LuaGenerator:
         int_sum = isinstance(op, SumOp) and op.is_int
         if r.limit is not None:
             parse = log_member_values(op.value_types)
+            if isinstance(op, (SequenceOp, SetOp)):
+                # their update ignores the write's time and only collects the value tuples: the members'
+                # values, oldest first, are the IR as fold builds it (a list; a set), and no score is
+                # parsed (the wide topology's eight Sequence and Set reads: bench/HISTORY.md, thirtieth session)
+                collect = list if isinstance(op, SequenceOp) else frozenset
+                finalize = op.finalize
+
+                def log_values(res: Any, t_ms: int, after_ms: int | None) -> Any:
+                    return finalize(collect([parse(res[j]) for j in range(len(res) - 2, -1, -2)]))
+
+                return log_values
 
             def log(res: Any, t_ms: int, after_ms: int | None) -> Any:
                 writes = [(int(float(res[j + 1])), parse(res[j])) for j in range(len(res) - 2, -1, -2)]

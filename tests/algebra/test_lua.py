@@ -1411,3 +1411,30 @@ def test_a_read_of_a_state_its_own_call_created_answers_as_a_lookup_does(client,
             assert a and (not isinstance(a, list) or any(a)), (f, a)
         else:
             assert rd.op.finalize(GEN.decode_read(rd, a)) is not None, f
+
+
+_LOG_VALUES = {"int": st.integers(-2**63, 2**63 - 1), "float": st.floats(allow_nan=False, width=64),
+               "string": st.text(max_size=8), "bool": st.booleans()}
+
+
+@settings(max_examples=150, deadline=None)
+@given(function=st.sampled_from(["Sequence", "Set"]),
+       vtypes=st.lists(st.sampled_from(sorted(_LOG_VALUES)), min_size=1, max_size=2).map(tuple),
+       data=st.data())
+def test_a_sequence_or_set_log_read_equals_the_fold_of_its_members(function, vtypes, data):
+    """``LuaGenerator.finisher``'s bulk form for ``Sequence`` and ``Set`` logs (no score parsed) gives what
+    ``ops.fold`` gives over the members with their times, for every value type and repeats."""
+    from compiler.algebra.ops import log_member, parse_log_member
+
+    op = make_op(function, vtypes, tuple(f"v{i}" for i in range(len(vtypes))), 600)
+    writes = data.draw(st.lists(st.tuples(st.integers(0, 10**12), st.tuples(*[_LOG_VALUES[t] for t in vtypes])),
+                                max_size=12))
+    writes.sort(key=lambda w: w[0])
+    members = [log_member(i, t, list(v)) for i, (t, v) in enumerate(writes)]
+    res = []  # as the script returns them: newest first, each member then its score
+    for m, (t, _) in zip(reversed(members), reversed(writes)):
+        res += [m.encode(), str(t).encode()]
+    finish = GEN.finisher(ReadSlot(op, 600, 1, 20))
+    want = fold(op, [(t, parse_log_member(m, vtypes)) for m, (t, _) in zip(members, writes)])
+    assert finish(res, 10**12, None) == want
+    assert finish(res, 10**12, None) == want  # again, from the parsed members the slot kept
