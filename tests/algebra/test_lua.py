@@ -1413,13 +1413,13 @@ def test_a_read_of_a_state_its_own_call_created_answers_as_a_lookup_does(client,
             assert rd.op.finalize(GEN.decode_read(rd, a)) is not None, f
 
 
-_LOG_VALUES = {"int": st.integers(-2**63, 2**63 - 1), "float": st.floats(allow_nan=False, width=64),
+_FOLD_VALUES = {"int": st.integers(-2**63, 2**63 - 1), "float": st.floats(allow_nan=False, width=64),
                "string": st.text(max_size=8), "bool": st.booleans()}
 
 
 @settings(max_examples=150, deadline=None)
 @given(function=st.sampled_from(["Sequence", "Set"]),
-       vtypes=st.lists(st.sampled_from(sorted(_LOG_VALUES)), min_size=1, max_size=2).map(tuple),
+       vtypes=st.lists(st.sampled_from(sorted(_FOLD_VALUES)), min_size=1, max_size=2).map(tuple),
        data=st.data())
 def test_a_sequence_or_set_log_read_equals_the_fold_of_its_members(function, vtypes, data):
     """``LuaGenerator.finisher``'s bulk form for ``Sequence`` and ``Set`` logs (no score parsed) gives what
@@ -1427,7 +1427,7 @@ def test_a_sequence_or_set_log_read_equals_the_fold_of_its_members(function, vty
     from compiler.algebra.ops import log_member, parse_log_member
 
     op = make_op(function, vtypes, tuple(f"v{i}" for i in range(len(vtypes))), 600)
-    writes = data.draw(st.lists(st.tuples(st.integers(0, 10**12), st.tuples(*[_LOG_VALUES[t] for t in vtypes])),
+    writes = data.draw(st.lists(st.tuples(st.integers(0, 10**12), st.tuples(*[_FOLD_VALUES[t] for t in vtypes])),
                                 max_size=12))
     writes.sort(key=lambda w: w[0])
     members = [log_member(i, t, list(v)) for i, (t, v) in enumerate(writes)]
