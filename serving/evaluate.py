@@ -33,7 +33,6 @@ from typing import Any, AsyncIterator, Awaitable, Callable, NamedTuple, Sequence
 
 import orjson
 
-from compiler.algebra.keys import encode_key, redis_key
 from compiler.algebra.lua import LuaGenerator, ReadSlot, RoundSpec, WriteSlot
 from compiler.algebra.ops import AggregateOp, DecayedOp, make_op
 from compiler.algebra.storekeys import id_key
@@ -43,6 +42,7 @@ from compiler.plan import AggregateSpec, EventPlan, Feature, Plan, StateSpec, Wr
 from compiler.typesystem import (MAX_TIME_MS, MIN_TIME_MS, format_time, json_encoder, parse_time, read_input,
                                  to_json_value)
 from serving.metrics import LATE_EVENTS, OUT_OF_ORDER_EVENTS
+from serving.roundargs import RoundBuilder, round_builder
 from serving.store import PipelineBroken, StoreUnavailable
 
 
@@ -187,6 +187,8 @@ class _Round:
     #: per KEYS slot after the two fixed keys: (ARGV elements it takes when its key is live, whether it
     #: is a read), for a Redis Cluster call split by hash slot (serving.store.Store.run)
     layout: tuple[tuple[int, bool], ...] = ()
+    #: lays out the round's KEYS and ARGV for one event (serving.roundargs.round_builder)
+    build: RoundBuilder | None = None
 
     def compile(self, name: str, lateness_ms: int, dry: bool = False) -> "_Round":
         """Set :attr:`layout` and :attr:`script` from the round's slots (``compiler.algebra.lua``); return self."""
@@ -201,6 +203,8 @@ class _Round:
             lateness_ms=lateness_ms,
             dry=dry,
         ))
+        self.build, _ = round_builder(self.reads_before, self.writes, self.reads_after,
+                                      lambda w: LUA.write_arity(w.slot))
         return self
 
 
@@ -588,19 +592,8 @@ class EventProgram:
         keys: list[str] = [id_key(event_id) if use_id else "", append[0] if use_stream else ""]  # type: ignore[index, arg-type]
         argv: list[Any] = [t_ms, id_ttl_ms if use_id else "", append[1] if use_stream else ""]  # type: ignore[index]
         pending: list[tuple[_Read, int | None]] = []
-        # encoded entity keys of this round by (feature names, key types): states keyed
-        # alike share one encoding (env does not change within a round)
-        encoded: dict[tuple, str | None] = {}
-        for r in rd.reads_before:
-            self._read_args(r, env, keys, argv, pending, encoded)
         written: list[str] = []
-        for w in rd.writes:
-            if not skip_writes and self._write_args(w, env, t_ms, keys, argv, encoded):
-                written.append(w.state.definition_hash)
-            else:
-                keys.append("")
-        for r in rd.reads_after:
-            self._read_args(r, env, keys, argv, pending, encoded)
+        rd.build(env, t_ms, keys, argv, pending, written, skip_writes)  # type: ignore[misc]
         if written and online is not None:
             await online.note(written, t_ms)
         if pending or ((written or use_id or use_stream) and not dry_run):
@@ -621,46 +614,6 @@ class EventProgram:
             if counted is not None:
                 counted[r.feature] = None if r.count_writes is None else r.count_writes(res)
         return flag
-
-    def _read_args(self, r: _Read, env: dict, keys: list, argv: list, pending: list, encoded: dict) -> None:
-        """Append one read's slot key (``""``: null key, the value is null) and ``after`` argument."""
-        memo = (r.spec.read_keys, r.state.key_types)
-        enc = encoded.get(memo, False)
-        if enc is False:
-            enc = encoded[memo] = encode_key([env.get(n) for n in r.spec.read_keys], r.state.key_types)
-        if enc is None:
-            env[r.feature] = None
-            keys.append("")
-            return
-        keys.append(redis_key(enc, r.state.definition_hash))
-        after_ms = None
-        if r.spec.after is not None:
-            after_ms = env.get(r.spec.after)
-            argv.append("" if after_ms is None else int(after_ms))
-        pending.append((r, after_ms))
-
-    def _write_args(self, w: _Write, env: dict, t_ms: int, keys: list, argv: list, encoded: dict) -> bool:
-        """Append one write's slot key and values if it writes (SPEC §2.4 write rules); return whether."""
-        spec = w.write
-        if w.where is not None:
-            try:
-                ok = w.where(env, t_ms)
-            except EvalError:
-                ok = None
-            if ok is not True:
-                return False
-        values = [env.get(n) for n in spec.values]
-        if any(v is None for v in values):
-            return False
-        memo = (spec.keys, w.state.key_types)
-        enc = encoded.get(memo, False)
-        if enc is False:
-            enc = encoded[memo] = encode_key([env.get(n) for n in spec.keys], w.state.key_types)
-        if enc is None:
-            return False
-        keys.append(redis_key(enc, w.state.definition_hash))
-        argv.extend(w.encode_values(values))
-        return True
 
 
 class Evaluator:
