@@ -2478,6 +2478,39 @@ class LuaGenerator:
                     return finalize(collect([parse(res[j]) for j in range(len(res) - 2, -1, -2)]))
 
                 return log_values
+            if isinstance(op, (LatestOp, FirstOp)):
+                # a pick: fold keeps the last write in (time, arrival) order for Latest (>=), the first for
+                # First (<); the reply lists the members newest first, so it is the reply's first member or
+                # its last, alone parsed (the wide topology's Latest*/First* log reads: bench/HISTORY.md,
+                # thirty-first session)
+                newest = isinstance(op, LatestOp)
+                finalize = op.finalize
+
+                def log_pick(res: Any, t_ms: int, after_ms: int | None) -> Any:
+                    if not res:
+                        return finalize(None)
+                    j = 0 if newest else len(res) - 2
+                    return finalize((int(float(res[j + 1])), parse(res[j])))
+
+                return log_pick
+            if isinstance(op, CountUniqueOp):
+                # the distinct value tuples among the members: fold's dict of their encodings, whose times
+                # finalize (len) does not read; each member's encoding kept, as its parsed values are
+                types = op.value_types
+                kept: dict[bytes | str, str] = {}
+
+                def encoding(member: bytes | str) -> str:
+                    got = kept.get(member)
+                    if got is None:
+                        if len(kept) >= _LOG_MEMBERS_KEPT:
+                            kept.clear()
+                        got = kept[member] = encode_value_tuple(parse(member), types)
+                    return got
+
+                def log_distinct(res: Any, t_ms: int, after_ms: int | None) -> Any:
+                    return len({encoding(res[j]) for j in range(0, len(res), 2)})
+
+                return log_distinct
 
             def log(res: Any, t_ms: int, after_ms: int | None) -> Any:
                 writes = [(int(float(res[j + 1])), parse(res[j])) for j in range(len(res) - 2, -1, -2)]

@@ -1417,17 +1417,22 @@ _FOLD_VALUES = {"int": st.integers(-2**63, 2**63 - 1), "float": st.floats(allow_
                "string": st.text(max_size=8), "bool": st.booleans()}
 
 
-@settings(max_examples=150, deadline=None)
-@given(function=st.sampled_from(["Sequence", "Set"]),
+@settings(max_examples=300, deadline=None)
+@given(function=st.sampled_from(["Sequence", "Set", "Latest", "First", "LatestTime", "FirstTime", "CountUnique"]),
        vtypes=st.lists(st.sampled_from(sorted(_FOLD_VALUES)), min_size=1, max_size=2).map(tuple),
+       times=st.sampled_from([(0, 10**12), (5, 7)]),
        data=st.data())
-def test_a_sequence_or_set_log_read_equals_the_fold_of_its_members(function, vtypes, data):
-    """``LuaGenerator.finisher``'s bulk form for ``Sequence`` and ``Set`` logs (no score parsed) gives what
-    ``ops.fold`` gives over the members with their times, for every value type and repeats."""
+def test_a_log_read_equals_the_fold_of_its_members(function, vtypes, times, data):
+    """``LuaGenerator.finisher``'s forms for write logs -- the bulk one of ``Sequence`` and ``Set`` (no score
+    parsed), the one member of ``Latest*``/``First*`` (the newest, the oldest), the distinct encodings of
+    ``CountUnique`` -- give what ``ops.fold`` gives over the members with their times, for every value type,
+    repeats and same-millisecond ties (``times`` (5, 7): ties in arrival order)."""
     from compiler.algebra.ops import log_member, parse_log_member
 
+    if function.endswith("Time"):
+        vtypes = ()
     op = make_op(function, vtypes, tuple(f"v{i}" for i in range(len(vtypes))), 600)
-    writes = data.draw(st.lists(st.tuples(st.integers(0, 10**12), st.tuples(*[_FOLD_VALUES[t] for t in vtypes])),
+    writes = data.draw(st.lists(st.tuples(st.integers(*times), st.tuples(*[_FOLD_VALUES[t] for t in vtypes])),
                                 max_size=12))
     writes.sort(key=lambda w: w[0])
     members = [log_member(i, t, list(v)) for i, (t, v) in enumerate(writes)]
@@ -1438,3 +1443,16 @@ def test_a_sequence_or_set_log_read_equals_the_fold_of_its_members(function, vty
     want = fold(op, [(t, parse_log_member(m, vtypes)) for m, (t, _) in zip(members, writes)])
     assert finish(res, 10**12, None) == want
     assert finish(res, 10**12, None) == want  # again, from the parsed members the slot kept
+
+
+def test_a_count_unique_log_read_counts_values_as_their_keys_do():
+    """``CountUnique``'s log form counts distinct encodings, as ``ops.fold`` does: ``0.0`` and ``-0.0`` (two
+    member texts) are one value (SPEC §3.5), two strings that differ only in case are two."""
+    from compiler.algebra.ops import log_member
+
+    op = make_op("CountUnique", ("float",), ("v0",), 600)
+    res = [log_member(1, 20, [-0.0]).encode(), b"20", log_member(0, 10, [0.0]).encode(), b"10"]
+    assert GEN.finisher(ReadSlot(op, 600, 1, 20))(res, 30, None) == 1
+    op = make_op("CountUnique", ("string",), ("v0",), 600)
+    res = [log_member(0, 20, ["A"]).encode(), b"20", log_member(0, 10, ["a"]).encode(), b"10"]
+    assert GEN.finisher(ReadSlot(op, 600, 1, 20))(res, 30, None) == 2
