@@ -204,42 +204,45 @@ MAX_LOCAL_CONSTS = 100
 
 
 _HLL_REGISTER = re.compile(rb";(\d+):(\d+)")
-#: the shortest tile text kept parsed (~25 registers): shorter ones parse in a few µs at each read, and keeping
-#: every one (a key's open tile is a new text at each write) grew the heap that Python's cyclic GC walks and
-#: emptied the cache every ~25k reads (bench/HISTORY.md, twenty-seventh session)
-_HLL_CACHED_BYTES = 256
+#: the shortest tile text kept parsed (~8 registers): shorter ones are parsed at each read. Caching only texts
+#: of 256 bytes or more (twenty-seventh session) left the demo's 1-day HyperLogLog reads (~10 tiles of ~125
+#: bytes) to ``np.fromstring`` at every read, ~26 of their ~50 µs (bench/HISTORY.md, thirty-first session)
+_HLL_CACHED_BYTES = 64
 #: a read's tile texts from this many bytes on are merged as register arrays (:func:`hll_read_estimate`)
 _HLL_DENSE_BYTES = 512
-#: tile texts of at least :data:`_HLL_CACHED_BYTES`, parsed into ``(slots, rhos)`` arrays (closed tiles come
-#: back on every read of their window; numpy arrays add nothing to what the cyclic GC walks), and the bytes they
-#: hold: past :data:`_HLL_ARRAYS_MAX_BYTES` the cache starts over
-_HLL_ARRAYS: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+#: tile texts of at least :data:`_HLL_CACHED_BYTES`, parsed into one array of their ``slot, rho`` pairs (closed
+#: tiles come back on every read of their window; a dict of bytes and numpy arrays is one the cyclic GC does not
+#: track, so its size costs no collection time), and the bytes they hold (texts and arrays): past
+#: :data:`_HLL_ARRAYS_MAX_BYTES` the cache starts over (a key's open tile is a new text at each write)
+_HLL_ARRAYS: dict[bytes, np.ndarray] = {}
 _HLL_ARRAYS_HELD = [0]
 _HLL_ARRAYS_MAX_BYTES = 64 << 20
+#: the bytes an entry of :data:`_HLL_ARRAYS` holds beyond its text and its array's data (objects, dict slot)
+_HLL_ENTRY_BYTES = 200
 
 
-def _hll_arrays(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """The ``(slots, rhos)`` int64 arrays of one tile text ``";slot:rho;.."`` (parsed by numpy's text reader,
-    ``np.fromstring`` with a separator: 6x faster than ``int`` per number; where a NumPy lacks it, by ``int``),
-    from :data:`_HLL_ARRAYS` for texts of :data:`_HLL_CACHED_BYTES` or more."""
+def _hll_arrays(raw: bytes) -> np.ndarray:
+    """The ``slot, rho, slot, rho, ..`` int64 array of one tile text ``";slot:rho;.."`` (parsed by numpy's text
+    reader, ``np.fromstring`` with a separator: 6x faster than ``int`` per number; where a NumPy lacks it, by
+    ``int``), from :data:`_HLL_ARRAYS` for texts of :data:`_HLL_CACHED_BYTES` or more."""
     long = len(raw) >= _HLL_CACHED_BYTES
     got = _HLL_ARRAYS.get(raw) if long else None
     if got is not None:
         return got
     if len(raw) <= 1:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.zeros(0, np.int64)
     numbers = raw[1:].replace(b":", b";")
     try:
-        v = np.fromstring(numbers, dtype=np.int64, sep=";")
+        got = np.fromstring(numbers, dtype=np.int64, sep=";")
     except (AttributeError, TypeError):
-        v = np.array(list(map(int, numbers.split(b";"))), dtype=np.int64)
-    got = v[0::2], v[1::2]
+        got = np.array(list(map(int, numbers.split(b";"))), dtype=np.int64)
     if long:
-        if _HLL_ARRAYS_HELD[0] + v.nbytes > _HLL_ARRAYS_MAX_BYTES:
+        size = got.nbytes + len(raw) + _HLL_ENTRY_BYTES
+        if _HLL_ARRAYS_HELD[0] + size > _HLL_ARRAYS_MAX_BYTES:
             _HLL_ARRAYS.clear()
             _HLL_ARRAYS_HELD[0] = 0
         _HLL_ARRAYS[raw] = got
-        _HLL_ARRAYS_HELD[0] += v.nbytes
+        _HLL_ARRAYS_HELD[0] += size
     return got
 
 
@@ -310,8 +313,8 @@ def hll_merge(texts: Sequence[bytes | str]) -> dict[int, int]:
         if len(raw) < _HLL_CACHED_BYTES:
             pairs += [(int(a), int(b)) for a, b in _HLL_REGISTER.findall(raw)]
         else:
-            slots, rhos = _hll_arrays(raw)
-            pairs += zip(slots.tolist(), rhos.tolist())
+            v = _hll_arrays(raw)
+            pairs += zip(v[0::2].tolist(), v[1::2].tolist())
     pairs.sort(key=itemgetter(1))
     return dict(pairs)
 
@@ -321,8 +324,9 @@ def hll_read_estimate(texts: Sequence[bytes | str]) -> int:
 
     Reads whose texts are short (most: a key's few registers) merge as
     :func:`hll_merge` does. From ``_HLL_DENSE_BYTES`` on, the texts become
-    ``(slots, rhos)`` arrays (:func:`_hll_arrays`), the register array is
-    their ``np.maximum.at``, and its histogram (``np.bincount``) goes to
+    arrays of their ``slot, rho`` pairs (:func:`_hll_arrays`), the register
+    array is their ``np.maximum.at``, and the histogram of its non-empty
+    registers (``np.bincount``), with the empty ones as the rest, goes to
     ``ops.hll_estimate_counts``: the same histogram, so the same estimate.
     A key's open tiles are new texts at every write; parsing them in Python
     took most of the wide topology's ``HyperLogLog`` reads (bench/HISTORY.md,
@@ -339,12 +343,16 @@ def hll_read_estimate(texts: Sequence[bytes | str]) -> int:
     raws = [t.encode() if isinstance(t, str) else t for t in texts]
     if sum(map(len, raws)) < _HLL_DENSE_BYTES:
         return hll_estimate(hll_merge(raws))
-    parsed = [_hll_arrays(raw) for raw in raws]
+    pairs = np.concatenate([_hll_arrays(raw) for raw in raws])
     registers = np.zeros(HLL_M, dtype=np.int64)
-    np.maximum.at(registers, np.concatenate([p[0] for p in parsed]), np.concatenate([p[1] for p in parsed]))
-    counts = np.bincount(registers, minlength=HLL_Q + 2)
-    if counts[0] == HLL_M:
+    np.maximum.at(registers, pairs[0::2], pairs[1::2])
+    # the histogram of the non-empty registers (a few hundred: bincount over all 4,096 took ~11 µs), and the
+    # empty ones counted as the rest
+    full = registers[registers > 0]
+    if full.size == 0:
         return 0
+    counts = np.bincount(full, minlength=HLL_Q + 2)
+    counts[0] = HLL_M - full.size
     return hll_estimate_counts(counts.tolist())
 
 

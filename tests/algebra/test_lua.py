@@ -672,6 +672,8 @@ def test_hll_tile_cache_stays_bounded_and_holds_only_long_texts(monkeypatch):
     monkeypatch.setattr(lua, "_HLL_ARRAYS", {})
     monkeypatch.setattr(lua, "_HLL_ARRAYS_HELD", [0])
     monkeypatch.setattr(lua, "_HLL_ARRAYS_MAX_BYTES", 2_000)
+    import gc
+
     for i in range(50):
         regs = {1000 + (i * 97 + j) % 3000: j % 9 + 1 for j in range(40)}
         text = "".join(f";{s}:{r}" for s, r in regs.items()).encode()
@@ -680,10 +682,13 @@ def test_hll_tile_cache_stays_bounded_and_holds_only_long_texts(monkeypatch):
             assert hll_merge([text]) == regs
         else:
             assert hll_read_estimate([text, text]) == hll_estimate(regs)
-        assert sum(2 * a.nbytes for a, _ in lua._HLL_ARRAYS.values()) == lua._HLL_ARRAYS_HELD[0] <= 2_000
+        held = sum(a.nbytes + len(t) + lua._HLL_ENTRY_BYTES for t, a in lua._HLL_ARRAYS.items())
+        assert held == lua._HLL_ARRAYS_HELD[0] <= 2_000
         assert text in lua._HLL_ARRAYS
+    assert len(lua._HLL_ARRAYS) < 50  # it started over
     short = b";1:2;3:4"
     assert hll_merge([short]) == {1: 2, 3: 4} and short not in lua._HLL_ARRAYS
+    assert gc.is_tracked(lua._HLL_ARRAYS) is False  # no cyclic-GC walk of its entries
 
 
 REGISTERS = st.dictionaries(st.integers(0, HLL_M - 1), st.integers(1, HLL_Q + 1), max_size=400)
