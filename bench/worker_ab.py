@@ -90,6 +90,12 @@ def child(root: Path, topology: str, warm: int, events_n: int, events_file: Path
             return asyncio.run(go(st.url))
 
 
+def child_command(root: Path, topology: str, warm: int, events_n: int, events_file: Path) -> list[str]:
+    """The command line of one side's run (:func:`child` in a subprocess on ``root``)."""
+    return [str(Path(__file__).resolve()), "--child", str(root), "--topology", topology, "--warm", str(warm),
+            "--events", str(events_n), "--events-file", str(events_file)]
+
+
 def instructions(root: Path, topology: str, warm: int, events_n: int, events_file: Path) -> float:
     """One side's worker instructions per measured event under ``callgrind`` (module docstring)."""
     import os
@@ -100,9 +106,8 @@ def instructions(root: Path, topology: str, warm: int, events_n: int, events_fil
     totals = []
     with tempfile.TemporaryDirectory() as out:
         for n in (0, events_n):
-            run = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg.%p",
-                                  python, str(Path(__file__).resolve()), "--child", str(root), "--topology", topology,
-                                  "--warm", str(warm), "--events", str(n), "--events-file", str(events_file)],
+            run = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg.%p", python,
+                                  *child_command(root, topology, warm, n, events_file)],
                                  check=True, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
             found = re.findall(r"Collected : (\d+)", run.stderr)
             if not found:
@@ -132,9 +137,14 @@ def main(argv: list[str] | None = None) -> int:
     import pickle
 
     sys.path[:0] = [str(ROOT)]
-    tmp = tempfile.TemporaryDirectory()
-    events_file = Path(tmp.name) / "events.pickle"
-    events_file.write_bytes(pickle.dumps(make_events(args.topology, args.warm + args.events)))
+    with tempfile.TemporaryDirectory() as tmp:
+        events_file = Path(tmp) / "events.pickle"
+        events_file.write_bytes(pickle.dumps(make_events(args.topology, args.warm + args.events)))
+        return compare(args, sides, events_file)
+
+
+def compare(args: argparse.Namespace, sides: dict[str, Path], events_file: Path) -> int:
+    """Run both sides (instruction counts, or alternated CPU pairs) and print the table (module docstring)."""
     if args.callgrind:
         counts = {name: instructions(root, args.topology, args.warm, args.events, events_file)
                   for name, root in sides.items()}
@@ -146,9 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.pairs):
         got: dict[str, float] = {}
         for name in (("this", "base") if i % 2 == 0 else ("base", "this")):
-            out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", str(sides[name]),
-                                  "--topology", args.topology, "--warm", str(args.warm), "--events", str(args.events),
-                                  "--events-file", str(events_file)],
+            out = subprocess.run([sys.executable, *child_command(sides[name], args.topology, args.warm, args.events,
+                                                                 events_file)],
                                  check=True, capture_output=True, text=True)
             got[name] = float(out.stdout.strip().splitlines()[-1])
         rows.append((got["this"], got["base"]))

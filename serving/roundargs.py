@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from compiler.algebra.keys import GLOBAL_TAG, PREFIX, encode_key
+from compiler.algebra.keys import GLOBAL_TAG, encode_key, redis_key_parts
 from compiler.codegen.python import EvalError
 
 #: ``build(env, t_ms, keys, argv, pending, written, skip_writes) -> None``: appends the round's slots (module docstring)
@@ -82,8 +82,9 @@ def round_builder(reads_before: Sequence[Any], writes: Sequence[Any], reads_afte
                 f"{indent}    {name} = encode_key(({values}), T{name})"]
 
     def key_text(name: str, definition_hash: str) -> str:
-        # compiler.algebra.keys.redis_key, with its constant parts folded
-        return f"{PREFIX + '{'!r} + ({name} or {GLOBAL_TAG!r}) + {'}:' + definition_hash!r}"
+        # compiler.algebra.keys.redis_key, its constant parts folded into the code
+        before, after = redis_key_parts(definition_hash)
+        return f"{before!r} + ({name} or {GLOBAL_TAG!r}) + {after!r}"
 
     for r in list(reads_before) + list(reads_after):
         key_local(r.spec.read_keys, r.state.key_types)

@@ -118,13 +118,27 @@ def encode_key(values: Sequence[Any], types: Sequence[str]) -> str | None:
 GLOBAL_TAG = "_"
 
 
+def redis_key_parts(definition_hash: str) -> tuple[str, str]:
+    """Return the text of a state's Redis keys before and after the encoded entity key: ``("sc:{", "}:<hash>")``.
+
+    :func:`redis_key` is ``before + (encoded key or GLOBAL_TAG) + after``;
+    serving's generated argument builders (``serving.roundargs``) fold the
+    two parts into their code once per state.
+
+    >>> redis_key_parts("0123456789abcdef")
+    ('sc:{', '}:0123456789abcdef')
+    """
+    return f"{PREFIX}{{", f"}}:{definition_hash}"
+
+
 def redis_key(encoded_key: str, definition_hash: str) -> str:
     """Return the Redis hash name of one (state, entity key): ``sc:{<encoded key or _>}:<hash>``.
 
     >>> redis_key("s1:a", "0123456789abcdef"), redis_key("", "0123456789abcdef")
     ('sc:{s1:a}:0123456789abcdef', 'sc:{_}:0123456789abcdef')
     """
-    return f"{PREFIX}{{{encoded_key or GLOBAL_TAG}}}:{definition_hash}"
+    before, after = redis_key_parts(definition_hash)
+    return before + (encoded_key or GLOBAL_TAG) + after
 
 
 #: Suffix of a state's second key: the sorted set of running totals in which online ``Count`` writes go

@@ -157,6 +157,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from math import fsum
 from operator import itemgetter
 from typing import Any, Callable, Sequence
@@ -2505,15 +2506,10 @@ class LuaGenerator:
                 # the distinct value tuples among the members: fold's dict of their encodings, whose times
                 # finalize (len) does not read; each member's encoding kept, as its parsed values are
                 types = op.value_types
-                kept: dict[bytes | str, str] = {}
 
+                @lru_cache(maxsize=_LOG_MEMBERS_KEPT)
                 def encoding(member: bytes | str) -> str:
-                    got = kept.get(member)
-                    if got is None:
-                        if len(kept) >= _LOG_MEMBERS_KEPT:
-                            kept.clear()
-                        got = kept[member] = encode_value_tuple(parse(member), types)
-                    return got
+                    return encode_value_tuple(parse(member), types)
 
                 def log_distinct(res: Any, t_ms: int, after_ms: int | None) -> Any:
                     return len({encoding(res[j]) for j in range(0, len(res), 2)})
