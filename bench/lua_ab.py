@@ -24,6 +24,13 @@ ratio on the machine at hand: 1.036 on 2026-11-26. ``--base-env NAME=VALUE``
 sets the environment of the base side's server only: ``--base .
 --base-env SCOWL_EMBEDDED_ALLOCATOR=libc`` measures the embedded server's
 allocator (``scowl.embedded.server_env``) on the same code.
+``--base-server-args="OPTIONS"`` (with ``=``: the value starts with
+``--``) adds command-line options to the base side's server only (after
+``scowl.embedded.STORE_SETTINGS``, so they win), and ``--base-server
+PATH`` runs another server binary there: ``--base .
+--base-server-args="--zset-max-listpack-entries 16"`` measures a store
+setting, ``--base . --base-server /path/to/valkey-server`` another server
+version, each on the same calls (bench/HISTORY.md, thirty-second session).
 
 ``--topology`` names the topology directory, relative to each checkout
 (default ``examples/flights``); ``bench/topology_wide`` takes its own
@@ -45,7 +52,8 @@ under it is ~50x slower, so keep ``--capture`` to a few hundred events.
 
 Usage: ``git worktree add /tmp/base <commit>`` then
 ``python bench/lua_ab.py --base /tmp/base [--events 12000] [--capture 3000]
-[--chunk 100] [--repeat 2] [--topology examples/flights] [--callgrind]``.
+[--chunk 100] [--repeat 2] [--topology examples/flights] [--callgrind]
+[--base-env NAME=VALUE] [--base-server-args=OPTIONS] [--base-server PATH]``.
 """
 
 from __future__ import annotations
@@ -98,7 +106,8 @@ def _send(client, loaded: dict, calls: list, batch: int) -> None:
     pipe.execute()
 
 
-def callgrind_instructions(prefix: list, calls: list, env: dict[str, str], workdir: Path) -> int:
+def callgrind_instructions(prefix: list, calls: list, env: dict[str, str], workdir: Path,
+                           server: str | None = None, server_args: tuple[str, ...] = ()) -> int:
     """Instructions a Valkey server runs for ``calls`` after ``prefix`` (``--callgrind``; module docstring).
 
     Starts the embedded server's binary (``scowl.embedded.server_binary``)
@@ -113,6 +122,8 @@ def callgrind_instructions(prefix: list, calls: list, env: dict[str, str], workd
         calls: the measured calls, same shape.
         env: the server's environment.
         workdir: an empty directory for its files and the dumps.
+        server: the server binary (default ``scowl.embedded.server_binary()``).
+        server_args: command-line options after ``scowl.embedded.STORE_SETTINGS``.
 
     Returns:
         The instructions (callgrind's ``Ir``) between the zeroing and the dump.
@@ -135,8 +146,8 @@ def callgrind_instructions(prefix: list, calls: list, env: dict[str, str], workd
     port = free_port()
     out = workdir / "callgrind.out"
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no",
-                             server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", str(workdir), *STORE_SETTINGS],
+                             server or server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save",
+                             "", "--appendonly", "no", "--dir", str(workdir), *STORE_SETTINGS, *server_args],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         client = redis.Redis(port=port)
@@ -166,6 +177,13 @@ def callgrind_instructions(prefix: list, calls: list, env: dict[str, str], workd
     raise RuntimeError(f"no callgrind dump after the calls in {workdir}")
 
 
+def side_server(args: argparse.Namespace, name: str) -> tuple[str | None, tuple[str, ...]]:
+    """The server binary (``None``: the embedded one) and extra options of side ``name`` (``--base-server*``)."""
+    if name != "base":
+        return None, ()
+    return args.base_server, tuple(args.base_server_args.split())
+
+
 def main() -> None:
     """Parse the arguments, capture both sides, replay them interleaved and print the table."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -179,6 +197,11 @@ def main() -> None:
     ap.add_argument("--base-env", action="append", default=[], metavar="NAME=VALUE",
                     help="environment of the base side's server only (repeatable), e.g. "
                          "SCOWL_EMBEDDED_ALLOCATOR=libc with --base . to measure the allocator")
+    ap.add_argument("--base-server-args", default="", metavar="OPTIONS",
+                    help="command-line options of the base side's server only, after the store settings, e.g. "
+                         "--base-server-args=\"--zset-max-listpack-entries 16\" with --base . (with =)")
+    ap.add_argument("--base-server", metavar="PATH",
+                    help="the base side's server binary (default: the embedded one), e.g. another Valkey version")
     ap.add_argument("--callgrind", action="store_true",
                     help="count each side's server instructions under valgrind instead of timing CPU (module docstring)")
     args = ap.parse_args()
@@ -190,6 +213,7 @@ def main() -> None:
     # (imported here, not at the top: the capture subprocesses import each checkout's own modules)
     sys.path.insert(0, str(ROOT))
     from bench.lua_calls import cpu_s, load_sources
+    from scowl import embedded
     from scowl.embedded import EmbeddedStore
 
     sides = {"base": args.base.resolve(), "this checkout": ROOT}
@@ -217,8 +241,10 @@ def main() -> None:
                     env = server_env()
                 work = Path(tmp) / f"cg{i}"
                 work.mkdir()
+                server, extra = side_server(args, name)
                 counts[name] = (callgrind_instructions(prefix[name], [c for j in sorted(chunks[name])
-                                                                      for c in chunks[name][j]], env, work),
+                                                                      for c in chunks[name][j]], env, work,
+                                                       server, extra),
                                 sum(len(cs) for cs in chunks[name].values()))
             table = Table(title=f"Valkey server instructions per script call (callgrind), {args.capture:,} of "
                                 f"{args.events:,} events of {args.topology}")
@@ -233,7 +259,11 @@ def main() -> None:
         clients = {}
         for i, name in enumerate(sides):
             # the base side's server may run with --base-env settings (scowl.embedded.server_env reads them)
-            with mock.patch.dict(os.environ, dict(kv.split("=", 1) for kv in args.base_env) if name == "base" else {}):
+            server, extra = side_server(args, name)
+            with mock.patch.dict(os.environ, dict(kv.split("=", 1) for kv in args.base_env) if name == "base" else {}), \
+                    mock.patch("scowl.embedded.STORE_SETTINGS", embedded.STORE_SETTINGS + extra), \
+                    mock.patch("scowl.embedded.server_binary", (lambda s=server: s) if server else
+                               embedded.server_binary):
                 clients[name] = redis.Redis.from_url(
                     stack.enter_context(EmbeddedStore(Path(tmp) / f"store{i}", persist=False)).url)
         for _ in range(args.repeat):
