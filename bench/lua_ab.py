@@ -49,10 +49,14 @@ instructions, -8.0% of a wide event's). It counts instructions, not their
 cost: a change that trades instructions for cache misses shows in
 ``--callgrind`` and not in the time. Needs ``valgrind`` on PATH; replaying
 under it is ~50x slower, so keep ``--capture`` to a few hundred events.
+``--functions N`` adds each side's N largest functions by inclusive
+instructions (``callgrind_annotate``): where a call's instructions go, the
+Lua bridge's part (``luaRedisCallCommand``) against the commands'
+(``scriptCall``) and the Lua's (bench/HISTORY.md, thirty-second session).
 
 Usage: ``git worktree add /tmp/base <commit>`` then
 ``python bench/lua_ab.py --base /tmp/base [--events 12000] [--capture 3000]
-[--chunk 100] [--repeat 2] [--topology examples/flights] [--callgrind]
+[--chunk 100] [--repeat 2] [--topology examples/flights] [--callgrind [--functions N]]
 [--base-env NAME=VALUE] [--base-server-args=OPTIONS] [--base-server PATH]``.
 """
 
@@ -61,8 +65,11 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import glob
 import os
 import pickle
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -131,8 +138,6 @@ def callgrind_instructions(prefix: list, calls: list, env: dict[str, str], workd
     Raises:
         RuntimeError: valgrind or callgrind_control missing, the server did not answer, or no dump was written.
     """
-    import glob
-    import shutil
     import time
 
     import redis
@@ -145,7 +150,10 @@ def callgrind_instructions(prefix: list, calls: list, env: dict[str, str], workd
             raise RuntimeError(f"--callgrind needs {tool} on PATH (Debian: apt-get install valgrind)")
     port = free_port()
     out = workdir / "callgrind.out"
+    # names written out in every dump (not compressed across dumps), so that --functions can annotate the one
+    # taken after the calls alone
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no",
+                             "--compress-strings=no", "--compress-pos=no",
                              server or server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save",
                              "", "--appendonly", "no", "--dir", str(workdir), *STORE_SETTINGS, *server_args],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -167,14 +175,64 @@ def callgrind_instructions(prefix: list, calls: list, env: dict[str, str], workd
     finally:
         proc.terminate()
         proc.wait()
-    for path in sorted(glob.glob(f"{out}*"), key=os.path.getmtime):
-        text = Path(path).read_text(errors="replace")
-        if "Trigger: Program termination" in text:
-            continue  # the run's end, not the dump after the calls
-        for line in text.splitlines():
-            if line.startswith(("summary:", "totals:")):
-                return int(line.split()[1])
+    for line in measured_dump(workdir).read_text(errors="replace").splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise RuntimeError(f"no instruction total in the callgrind dump after the calls in {workdir}")
+
+
+def measured_dump(workdir: Path) -> Path:
+    """The dump :func:`callgrind_instructions` took after the measured calls in ``workdir`` (not the run's end's).
+
+    Raises:
+        RuntimeError: there is none.
+    """
+    for path in sorted(glob.glob(f"{workdir / 'callgrind.out'}*"), key=os.path.getmtime):
+        if "Trigger: Program termination" not in Path(path).read_text(errors="replace"):
+            return Path(path)
     raise RuntimeError(f"no callgrind dump after the calls in {workdir}")
+
+
+def top_functions(dump: Path, calls: int, top: int) -> list[tuple[str, float, float]]:
+    """The ``top`` functions of a callgrind dump by inclusive instructions (``callgrind_annotate --inclusive=yes``).
+
+    Args:
+        dump: a dump of :func:`callgrind_instructions` (:func:`measured_dump`).
+        calls: the script calls it counts.
+        top: how many functions.
+
+    Returns:
+        ``[(function, share of the dump's instructions in %, instructions per call)]``, largest first, without
+        the frames every call passes through: the event loop down to ``luaCallFunction`` (kept: the script
+        call with its arguments and result), and the ``lua_pcall`` chain down to ``luaV_execute`` (kept: the
+        Lua and the ``redis.call`` bridge together).
+
+    Raises:
+        RuntimeError: ``callgrind_annotate`` missing or failed.
+    """
+    if shutil.which("callgrind_annotate") is None:
+        raise RuntimeError("--functions needs callgrind_annotate on PATH (Debian: apt-get install valgrind)")
+    done = subprocess.run(["callgrind_annotate", "--inclusive=yes", str(dump)], capture_output=True, text=True,
+                          check=True)
+    rows = []
+    for line in done.stdout.splitlines():
+        m = re.match(r"\s*([\d,]+) \(\s*([\d.]+)%\)\s+(\S+)", line)
+        if not m or m.group(3) == "PROGRAM":
+            continue
+        name = m.group(3).rsplit(":", 1)[-1]
+        if name.startswith(("0x", "(below")) or name in _FRAMES:
+            continue
+        rows.append((name, float(m.group(2)), int(m.group(1).replace(",", "")) / max(calls, 1)))
+        if len(rows) == top:
+            break
+    return rows
+
+
+#: frames above every script call (the server's loop and command dispatch), left out of :func:`top_functions`
+_FRAMES = {"__libc_start_main@@GLIBC_2.34", "main", "aeMain", "connSocketEventHandler", "readQueryFromClient",
+           "processInputBuffer", "processCommand", "call", "fcallCommand", "evalShaCommand", "evalCommand",
+           "scriptingEngineCallFunction", "luaEngineFunctionCall", "lua_pcall", "luaD_pcall", "luaD_rawrunprotected",
+           "f_call", "luaD_call"}
 
 
 def side_server(args: argparse.Namespace, name: str) -> tuple[str | None, tuple[str, ...]]:
@@ -202,6 +260,8 @@ def main() -> None:
                          "--base-server-args=\"--zset-max-listpack-entries 16\" with --base . (with =)")
     ap.add_argument("--base-server", metavar="PATH",
                     help="the base side's server binary (default: the embedded one), e.g. another Valkey version")
+    ap.add_argument("--functions", type=int, default=0, metavar="N",
+                    help="with --callgrind: also print each side's N largest functions by inclusive instructions")
     ap.add_argument("--callgrind", action="store_true",
                     help="count each side's server instructions under valgrind instead of timing CPU (module docstring)")
     args = ap.parse_args()
@@ -255,6 +315,15 @@ def main() -> None:
                 table.add_row(name, str(sides[name]), f"{calls:,}", f"{ir / max(1, calls):,.0f}",
                               f"{ir / max(1, calls) / base_ir:.4f}")
             Console(width=160).print(table)
+            if args.functions:
+                for i, name in enumerate(sides):
+                    ft = Table(title=f"{name}: the {args.functions} largest functions by inclusive instructions")
+                    for col in ("function", "share", "instructions/call"):
+                        ft.add_column(col, justify="left" if col == "function" else "right")
+                    for fn, share, per_call in top_functions(measured_dump(Path(tmp) / f"cg{i}"), counts[name][1],
+                                                             args.functions):
+                        ft.add_row(fn, f"{share:.2f}%", f"{per_call:,.0f}")
+                    Console(width=160).print(ft)
             return
         clients = {}
         for i, name in enumerate(sides):
