@@ -189,7 +189,6 @@ from compiler.algebra.ops import (
     log_every_ms,
     prune_every_ms,
     hll_coupon,
-    hll_estimate,
     hll_estimate_counts,
     log_member_parser,
     values_json,
@@ -340,8 +339,8 @@ def hll_read_estimate(texts: Sequence[bytes | str]) -> int:
 
     Reads whose texts are short (most: a key's few registers) merge as
     :func:`hll_merge` does, and their estimate is kept per sorted register
-    values (:func:`_hll_sparse_estimate`). From ``_HLL_DENSE_BYTES`` on, the texts become
-    arrays of their ``slot, rho`` pairs (:func:`_hll_arrays`), the register
+    values (:func:`_hll_sparse_estimate`). From ``_HLL_DENSE_BYTES`` on, the
+    texts become arrays of their ``slot, rho`` pairs (:func:`_hll_arrays`), the register
     array is their ``np.maximum.at``, and the histogram of its non-empty
     registers (``np.bincount``), with the empty ones as the rest, goes to
     ``ops.hll_estimate_counts``: the same histogram, so the same estimate.

@@ -699,7 +699,7 @@ REGISTERS = st.dictionaries(st.integers(0, HLL_M - 1), st.integers(1, HLL_Q + 1)
 def test_hll_read_estimate_is_the_estimate_of_the_merged_registers(tiles, repeat, as_str):
     """A HyperLogLog read's finisher (``hll_read_estimate``: register arrays from ``_HLL_DENSE_BYTES`` of text
     on) answers ``hll_estimate(hll_merge(texts))`` exactly, for short and long texts, a tile read twice in one
-    cover, and again from its cache of parsed texts."""
+    cover, and again from its caches (parsed texts; a sparse read's estimate per sorted register values)."""
     texts = [("".join(f";{s}:{r}" for s, r in t.items())).encode() for t in tiles]
     if repeat and texts:
         texts.append(texts[0])
