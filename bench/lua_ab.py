@@ -208,7 +208,8 @@ def top_functions(dump: Path, calls: int, top: int) -> list[tuple[str, float, fl
         Lua and the ``redis.call`` bridge together).
 
     Raises:
-        RuntimeError: ``callgrind_annotate`` missing or failed.
+        RuntimeError: ``callgrind_annotate`` missing.
+        subprocess.CalledProcessError: it failed.
     """
     if shutil.which("callgrind_annotate") is None:
         raise RuntimeError("--functions needs callgrind_annotate on PATH (Debian: apt-get install valgrind)")
