@@ -109,27 +109,30 @@ return out
 """
 
 #: One sorted set for K states, each keeping its own members in a score band of its own: state i's member
-#: '<i>:<count in 15 digits>' scored i * 2^42 + ms (ms < 2^42 until 2109; i < 2^11 keeps the scores exact
-#: doubles). Per event: a newest-member lookup and a window-edge lookup per state (in its band), as today,
-#: but one ZADD of every state's member and one PEXPIRE for the key.
+#: '<i, 3 digits>:<count in 15 digits>' scored i * 2^42 + ms (ms < 2^42 until 2109; i < 2^11 keeps the scores
+#: exact doubles). Per event: a newest-member lookup and a window-edge lookup per state (in its band), as
+#: today, but one ZADD of every state's member and one PEXPIRE for the key. The bands' bounds and member
+#: prefixes come as texts in ARGV (a generated script's constants), so the Lua formats two numbers per state.
 SHARED = r"""
-local t, ts, k, z = tonumber(ARGV[1]), ARGV[1], tonumber(ARGV[2]), KEYS[1]
-local BAND = 4398046511104
+local t, k, z = tonumber(ARGV[1]), tonumber(ARGV[2]), KEYS[1]
 local adds, cs, out = {}, {}, {}
 for i = 1, k do
-  local lo = (i - 1) * BAND
-  local m = redis.call('ZREVRANGEBYSCORE', z, string.format('%d', lo + BAND - 1), string.format('%d', lo), 'LIMIT', 0, 1)[1]
-  local c = (m and tonumber(string.sub(m, string.find(m, ':', 1, true) + 1)) or 0) + 1
+  -- ARGV after the windows: per state its band's low score, high score and member prefix (texts made by the
+  -- caller once, as a generated script would hold them as constants)
+  local b = 2 + k + 3 * (i - 1)
+  local lo, pre = ARGV[b + 1], ARGV[b + 3]
+  local m = redis.call('ZREVRANGEBYSCORE', z, ARGV[b + 2], lo, 'LIMIT', 0, 1)[1]
+  local c = (m and tonumber(string.sub(m, 5)) or 0) + 1
   cs[i] = c
-  adds[2 * i - 1] = string.format('%d', lo + t)
-  adds[2 * i] = (i - 1) .. ':' .. string.format('%015d', c)
+  adds[2 * i - 1] = string.format('%d', tonumber(lo) + t)
+  adds[2 * i] = pre .. string.format('%015d', c)
 end
 redis.call('ZADD', z, unpack(adds))
 redis.call('PEXPIRE', z, 90000000)
 for i = 1, k do
-  local lo = (i - 1) * BAND
-  local b = redis.call('ZREVRANGEBYSCORE', z, string.format('%d', lo + t - tonumber(ARGV[2 + i])), string.format('%d', lo), 'LIMIT', 0, 1)[1]
-  out[i] = cs[i] - (b and tonumber(string.sub(b, string.find(b, ':', 1, true) + 1)) or 0)
+  local lo = ARGV[2 + k + 3 * (i - 1) + 1]
+  local b = redis.call('ZREVRANGEBYSCORE', z, string.format('%d', tonumber(lo) + t - tonumber(ARGV[2 + i])), lo, 'LIMIT', 0, 1)[1]
+  out[i] = cs[i] - (b and tonumber(string.sub(b, 5)) or 0)
 end
 return out
 """
@@ -151,6 +154,8 @@ def measure(client, windows: list[int], events: int, batch: int = 50) -> dict[st
     """
     sep, fused, shared = client.script_load(SEPARATE), client.script_load(FUSED), client.script_load(SHARED)
     k = len(windows)
+    band = 1 << 42
+    bands = [x for i in range(k) for x in (str(i * band), str((i + 1) * band - 1), f"{i:03d}:")]
     out = {}
     for name in ("separate", "fused", "shared"):
         client.flushall()
@@ -168,7 +173,7 @@ def measure(client, windows: list[int], events: int, batch: int = 50) -> dict[st
                 elif name == "fused":
                     p.evalsha(fused, 1, "p:{u1}:f:z", t, k, *windows)
                 else:
-                    p.evalsha(shared, 1, "p:{u1}:s:z", t, k, *windows)
+                    p.evalsha(shared, 1, "p:{u1}:s:z", t, k, *windows, *bands)
             last = p.execute()[-1]
         out[name] = ((_cpu(client) - start) / (events - events // 2) * 1e6, last)
     return out
