@@ -59,16 +59,6 @@ return 1
 """
 
 
-def traced_source(src: str) -> str:
-    """The copy of a generated round script that returns ``SER({out=.., trace=..})`` (``bench/lua_profile.py``)."""
-    from bench.lua_profile import TRACER
-
-    lines = src.replace("redis.pcall(", "TRACEDP(").split("\n")
-    traced = "\n".join(lines[:2] + [TRACER] + lines[2:]).replace("= redis.call, string.format", "= TRACED, string.format", 1)
-    end = traced.rfind("\nreturn out")
-    return traced[:end] + "\nreturn SER({out=out, trace=TRACE})" + traced[end + len("\nreturn out"):]
-
-
 def replay_argv(trace) -> list[str]:
     """The ``ARGV`` of :data:`REPLAY` for one traced call (a lupa table ``{trace = {{{cmd, ..}, reply}, ..}}``)."""
     words: list = []
@@ -107,6 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     import redis
 
     from bench.lua_calls import capture_calls, cpu_s, load_sources
+    from bench.lua_profile import traced_source
     from bench.serve import demo_events
     from bench.wide import wide_events
     from compiler import compile_dir

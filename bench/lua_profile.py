@@ -156,6 +156,15 @@ end
 '''
 
 
+def traced_source(src: str) -> str:
+    """The copy of a generated round script ``src`` that calls through :data:`TRACER` and returns
+    ``SER({out=.., trace=..})``: its result and every ``redis.call``/``redis.pcall`` it made, with the replies."""
+    lines = src.replace("redis.pcall(", "TRACEDP(").split("\n")
+    traced = "\n".join(lines[:2] + [TRACER] + lines[2:]).replace("= redis.call, string.format", "= TRACED, string.format", 1)
+    end = traced.rfind("\nreturn out")
+    return traced[:end] + "\nreturn SER({out=out, trace=TRACE})" + traced[end + len("\nreturn out"):]
+
+
 def traced_calls(plan, events: list[dict], event: str, capture: int) -> tuple[str, list[tuple[list, list, str]]]:
     """Steps 1-2 of the module docstring: ``(script source, [(keys, argv, serialized trace)])`` of ``event``."""
     import redis
@@ -170,11 +179,7 @@ def traced_calls(plan, events: list[dict], event: str, capture: int) -> tuple[st
     if len(sources) != 1:
         raise SystemExit(f"{event}: {len(sources)} round scripts among the captured calls; profile one (its first round)")
     src = sources.pop()
-    lines = src.replace("redis.pcall(", "TRACEDP(").split("\n")
-    traced = "\n".join(lines[:2] + [TRACER] + lines[2:])
-    traced = traced.replace("= redis.call, string.format", "= TRACED, string.format", 1)
-    end = traced.rfind("\nreturn out")
-    traced = traced[:end] + "\nreturn SER({out=out, trace=TRACE})" + traced[end + len("\nreturn out"):]
+    traced = traced_source(src)
     out = []
     with tempfile.TemporaryDirectory() as home, EmbeddedStore(home, persist=False) as store:
         client = redis.Redis.from_url(store.url)

@@ -190,6 +190,7 @@ from compiler.algebra.ops import (
     prune_every_ms,
     hll_coupon,
     hll_estimate_counts,
+    hll_estimate_of_values,
     log_member_parser,
     values_json,
 )
@@ -321,17 +322,10 @@ def hll_merge(texts: Sequence[bytes | str]) -> dict[int, int]:
     return dict(pairs)
 
 
-@lru_cache(maxsize=_HLL_ESTIMATES_KEPT)
-def _hll_sparse_estimate(rhos: tuple[int, ...]) -> int:
-    """``ops.hll_estimate`` of registers whose non-zero values, sorted, are ``rhos``: the estimate depends on their
-    histogram only (``hll_estimate_counts``), which the sorted values fix. Kept per ``rhos``: a wide-topology
-    event's sparse reads repeat one of a few thousand such tuples (90% of 16,700 reads after 5,500, bench/HISTORY.md,
-    thirty-second session), and the estimate took ~4.4 of a read's ~9.4 µs."""
-    c = [0] * (HLL_Q + 2)
-    for rho in rhos:
-        c[rho] += 1
-    c[0] = HLL_M - len(rhos)
-    return hll_estimate_counts(c)
+#: ``ops.hll_estimate_of_values`` kept per sorted tuple of register values (:func:`hll_read_estimate`'s sparse
+#: reads): a wide-topology event's sparse reads repeat one of a few thousand such tuples (90% of 16,700 reads after
+#: 5,500), and the estimate took ~4.4 of a read's ~9.4 µs (bench/HISTORY.md, thirty-second session)
+_hll_sparse_estimate = lru_cache(maxsize=_HLL_ESTIMATES_KEPT)(hll_estimate_of_values)
 
 
 def hll_read_estimate(texts: Sequence[bytes | str]) -> int:

@@ -136,9 +136,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Sequence
 
 import orjson
 
@@ -881,10 +880,27 @@ def hll_estimate(registers: dict[int, int]) -> int:
     """
     if not registers:
         return 0
+    return hll_estimate_of_values(registers.values())
+
+
+def hll_estimate_of_values(rhos: Iterable[int]) -> int:
+    """:func:`hll_estimate` of the registers whose non-zero values are ``rhos`` (any order; at least one).
+
+    The estimate depends on their histogram only; serving keeps it per
+    sorted tuple of values (``compiler.algebra.lua.hll_read_estimate``).
+
+    Args:
+        rhos: the non-zero register values (1..``HLL_Q + 1``).
+
+    Returns:
+        The rounded estimate, as :func:`hll_estimate` (same operations).
+    """
     c = [0] * (HLL_Q + 2)
-    for rho, n in Counter(registers.values()).items():
-        c[rho] = n
-    c[0] = HLL_M - len(registers)
+    n = 0
+    for rho in rhos:
+        c[rho] += 1
+        n += 1
+    c[0] = HLL_M - n
     return hll_estimate_counts(c)
 
 

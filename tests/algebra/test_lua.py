@@ -14,6 +14,7 @@ constants than Lua's local-variable limit still compiles.
 
 from __future__ import annotations
 
+import gc
 import uuid
 
 import pytest
@@ -672,8 +673,6 @@ def test_hll_tile_cache_stays_bounded_and_holds_only_long_texts(monkeypatch):
     monkeypatch.setattr(lua, "_HLL_ARRAYS", {})
     monkeypatch.setattr(lua, "_HLL_ARRAYS_HELD", [0])
     monkeypatch.setattr(lua, "_HLL_ARRAYS_MAX_BYTES", 2_000)
-    import gc
-
     for i in range(50):
         regs = {1000 + (i * 97 + j) % 3000: j % 9 + 1 for j in range(40)}
         text = "".join(f";{s}:{r}" for s, r in regs.items()).encode()
