@@ -26,8 +26,15 @@ sc = spark.sparkContext
 spark.conf.set("spark.sql.shuffle.partitions", "5")
 if sys.argv[1] == "hook":
     add_stop_hook(stop_spark_jobs)
+def stop_amid_the_job():  # SIGTERM once the job runs: a fixed delay could fall before it starts on a loaded host
+    deadline = time.monotonic() + 120
+    while not sc.statusTracker().getActiveJobsIds() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGTERM)
+
 with signals_stop():
-    threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    threading.Thread(target=stop_amid_the_job, daemon=True).start()
     t0 = time.monotonic()
     try:
         spark.range(0, 10 ** 13, 1, 1).selectExpr("sum(id)").collect()  # hours on one core
