@@ -61,38 +61,11 @@ def _is_slow(item: pytest.Item) -> bool:
     return in_slow_dir or rel in SLOW_MODULES or name in SLOW_TESTS
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """Under ``--dist loadfile`` (the README's test command), hand out test files in collection order.
-
-    pytest-xdist otherwise orders them by their number of tests, most first, which leaves the files of
-    one long test (a standalone Spark cluster, 176 s; a killed backfill, 155 s) to the end, where one
-    worker runs them while the other has nothing left: :func:`pytest_collection_modifyitems` puts the
-    slow tier's files first instead (longest-first, as a scheduler of jobs of known lengths would).
-    """
-    if hasattr(config.option, "loadscopereorder"):
-        config.option.loadscopereorder = False
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the slow tier ``slow`` (pyproject registers the marker; a test may also carry it itself), and
-    collect the files that hold a slow test before the others, those of :data:`SLOW_DIRS` first (each
-    file's tests stay together and in order): see :func:`pytest_configure`."""
+    """Mark the slow tier ``slow`` (pyproject registers the marker); a test may also carry it itself."""
     for item in items:
         if _is_slow(item):
             item.add_marker(pytest.mark.slow)
-    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-
-    def rank(item: pytest.Item) -> int:
-        """0: a file of :data:`SLOW_DIRS` (the longest: end-to-end, stream), 1: another slow file, 2: the rest."""
-        if item.path not in slow_files:
-            return 2
-        try:
-            top = item.path.resolve().relative_to(TESTS).parts[0]
-        except ValueError:
-            return 1
-        return 0 if top in SLOW_DIRS else 1
-
-    items.sort(key=rank)  # stable: a file's tests stay together and in order
 
 
 @pytest.fixture(scope="session")
