@@ -27,9 +27,11 @@ mutations, which cost a full compile each, fewer): hypothesis's
 ``max_examples`` per test. ``_check`` counts every case it compiles, and
 ``test_fuzz_case_count`` (last in this file) fails unless each test reached
 its share and the total is at least ``SCOWL_FUZZ_EXAMPLES``. Runtime of the
-default: about 31 s of CPU for the whole file on the 2-core development
-machine (most of it lark parsing whole topologies), under a minute wall-clock
-even with other test suites running beside it.
+default: about 27 s of CPU for the whole file on an idle 2-core development
+machine (33 s before syntax errors were matched against example errors
+parsed once, ``compiler.parser._example_errors``; most of the rest is lark
+parsing whole topologies and hypothesis drawing cases), under a minute
+wall-clock even with other test suites running beside it.
 """
 
 from __future__ import annotations
