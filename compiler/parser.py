@@ -366,6 +366,7 @@ def _example_errors() -> dict[str, UnexpectedInput | None]:
                 if isinstance(ut, UnexpectedToken):
                     ut.accepts  # noqa: B018 -- computed now (lazy in lark)
                 errors[text] = ut
+    _release(errors)
     return errors
 
 
@@ -376,6 +377,19 @@ def _raise_example_error(text: str) -> None:
         raise error.with_traceback(None)  # a fresh traceback, not one grown by every raise
 
 
+def _release(errors: dict[str, UnexpectedInput | None]) -> None:
+    """Drop the traceback and context a raise attached to each of ``errors`` (:func:`_example_errors`).
+
+    Raising a stored error gives it a traceback (lark's ``match_examples``
+    frame, which holds the user's error) and a context; left there, the
+    cache would keep the last compile's error and its frames alive.
+    """
+    for error in errors.values():
+        if error is not None:
+            error.__traceback__ = None
+            error.__context__ = None
+
+
 def _match(e: UnexpectedInput) -> tuple[str, str | None, str | None] | None:
     """The label of :data:`_EXAMPLES` whose error matches ``e`` (lark's ``match_examples``), or ``None``."""
     if getattr(e, "state", None) is None:
@@ -384,6 +398,8 @@ def _match(e: UnexpectedInput) -> tuple[str, str | None, str | None] | None:
         return e.match_examples(_raise_example_error, _EXAMPLES, use_accepts=True)
     except Exception:  # noqa: BLE001 -- never let error reporting fail
         return None
+    finally:
+        _release(_example_errors())
 
 
 # ------------------------------------------------------------ tree -> nodes
