@@ -218,3 +218,23 @@ def test_function_tables_are_consistent() -> None:
     assert len(AGGREGATES) == 16
     for a in AGGREGATES.values():
         assert a.min_values <= (a.max_values if a.max_values is not None else 99)
+
+
+def test_a_syntax_error_is_not_kept_alive_after_its_compile() -> None:
+    """A compile's syntax error and its frames are freed once the compile returns.
+
+    The matcher raises errors it parsed once per process (``compiler.parser._example_errors``);
+    a raise ties each to the frame that held the user's error, which the cache must not keep.
+    """
+    import gc
+
+    from lark.exceptions import UnexpectedInput
+
+    from compiler.parser import _example_errors
+
+    result = compile_err("event e\nx := 1 +\ny := = 2\n")
+    assert {d.code for d in result.diagnostics} & {"E0101", "E0102", "E0103", "E0105"}
+    gc.collect()
+    stored = {id(error) for error in _example_errors().values()}
+    alive = [o for o in gc.get_objects() if isinstance(o, UnexpectedInput) and id(o) not in stored]
+    assert alive == []
