@@ -21,7 +21,7 @@ import sys
 import typer
 from typer.core import TyperCommand
 
-from scowl.commands import backfill, check, demo, plan, replay, serve, status, stream
+from scowl.commands import backfill, check, demo, plan, replay, serve, status, stream, warm
 from scowl.commands import explain as explain_command
 from scowl.commands import ui as ui_command
 from scowl.common import EXIT_USER_ERROR, UserError, console, print_error
@@ -120,6 +120,7 @@ COMMANDS = (
     ("status", status.status),
     ("demo", demo.demo),
     ("ui", ui_command.ui),
+    ("warm", warm.warm),
 )
 for _name, _function in COMMANDS:
     app.command(_name, cls=ScowlCommand)(_function)

@@ -24,6 +24,10 @@ def replay(
                                         help="Comma-separated event types to write (default all)."),
     master: Optional[str] = typer.Option(None, metavar="URL",
                                          help="Spark master (default SCOWL_SPARK_MASTER or local[*])."),
+    warm: bool = typer.Option(False, "--warm",
+                              help="Run in a warm background Spark session, started if none is running and "
+                                   "kept for 15 idle minutes (SCOWL_WARM_IDLE_S), so later replays skip "
+                                   "Spark's start-up and the JVM's warm-up. See 'scowl warm'."),
 ) -> None:
     """Replay events into a point-in-time training set (Parquet).
 
@@ -35,15 +39,29 @@ def replay(
     encodes them. Arrival order, windows and encodings: docs/semantics.md.
     Needs no store.
     """
-    from writer.features import StagedFeatureError
-    from writer.replay import ReplayError, run_replay
-    from writer.sources import SourceError
-
     plan = compile_topology(directory)
     wanted = [t.strip() for t in types.split(",") if t.strip()] if types else None
     unknown = [t for t in wanted or [] if t not in plan.events]
     if unknown:  # before Spark starts
         raise UserError(f"unknown event type(s) {', '.join(unknown)}; the topology has {', '.join(sorted(plan.events))}")
+    if warm:
+        rows, rejected, rejected_path = _warm_replay(directory, events, out, wanted, master)
+    else:
+        rows, rejected, rejected_path = _replay(plan, events, out, wanted, master)
+    for ev, n in sorted(rows.items()):
+        console.print(f"{out / ev}: {plural(n, 'row', spec=',')}")
+    if rejected:
+        where = f" (set aside in {rejected_path})" if rejected_path else ""
+        console.print(f"note: {plural(rejected, 'invalid record')} skipped{where}")
+
+
+def _replay(plan, events: List[str], out: Path, wanted: Optional[List[str]],
+            master: Optional[str]) -> tuple[dict[str, int], int, Optional[str]]:
+    """Replay in a Spark session of this process: ``(rows per event type, rejected, rejected path)``."""
+    from writer.features import StagedFeatureError
+    from writer.replay import ReplayError, run_replay
+    from writer.sources import SourceError
+
     with job_progress(console) as prog:
         cb = phase_progress(prog, REPLAY_PHASES)
         spark_task = prog.add_task("starting Spark", total=1)
@@ -54,8 +72,31 @@ def replay(
                                 progress=cb)
         except (ReplayError, StagedFeatureError, SourceError, NotImplementedError) as e:
             raise UserError(str(e)) from None
-    for ev, n in sorted(report.rows.items()):
-        console.print(f"{out / ev}: {plural(n, 'row', spec=',')}")
-    if report.rejected:
-        where = f" (set aside in {report.rejected_path})" if report.rejected_path else ""
-        console.print(f"note: {plural(report.rejected, 'invalid record')} skipped{where}")
+    return report.rows, report.rejected, report.rejected_path
+
+
+def _warm_replay(directory: Path, events: List[str], out: Path, wanted: Optional[List[str]],
+                 master: Optional[str]) -> tuple[dict[str, int], int, Optional[str]]:
+    """Replay on the warm server of ``SCOWL_HOME`` (``scowl.warm``): ``(rows per event type, rejected, rejected
+    path)``."""
+    from scowl.warm import WarmError, replay as warm_replay
+    from writer.sources import SourceError, estimate_events
+
+    try:
+        estimate_events(events)  # a path that matches nothing: the cold command's message, before any server
+    except SourceError as e:
+        raise UserError(str(e)) from None
+    with job_progress(console) as prog:
+        cb = phase_progress(prog, REPLAY_PHASES)
+        spark_task = prog.add_task("warm Spark session", total=1)
+
+        def ready(running: bool) -> None:
+            label = "warm Spark session (running)" if running else "warm Spark session (started)"
+            prog.update(spark_task, completed=1, description=label)
+
+        try:
+            done = warm_replay(scowl_home(), directory, events, out, wanted, scowl_home() / "rejected", cb,
+                               master=master, on_ready=ready)
+        except WarmError as e:
+            raise UserError(str(e)) from None
+    return done["rows"], done["rejected"], done["rejected_path"]
