@@ -51,6 +51,7 @@ Usage::
     python bench/replay.py --only flights
     python bench/replay.py --events 1000000 --warm   # each timeline again in the same session
     python bench/replay.py --events 1000000 --alternate 3   # 3 pairs per timeline, in turns
+    python bench/replay.py --only flights --alternate 3 --warm-server   # scowl as `scowl replay --warm`
 
 Ratios matter, not absolute numbers (``shared/PERFORMANCE.md``); on a shared
 machine run it twice. This host's speed can move by a third within minutes,
@@ -236,12 +237,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--alternate", type=int, metavar="PAIRS",
                     help="per timeline, PAIRS pairs of the floor and a cold scowl replay (each in a Spark session "
                          "of its own, in a child process), in turns; the goal line takes their median ratio")
+    ap.add_argument("--warm-server", action="store_true",
+                    help="with --alternate: the scowl side of each pair is 'scowl replay --warm' (the CLI, timed "
+                         "whole, on a warm server of a private SCOWL_HOME that one unmeasured run first starts "
+                         "and warms; scowl.warm)")
     ap.add_argument("--child", nargs=3, metavar=("TOPOLOGY", "PATH", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return child_replay(*args.child, master=args.master, events=args.events)
     if args.alternate is not None and (args.alternate < 1 or args.warm):
         ap.error("--alternate needs PAIRS >= 1 and no --warm")
+    if args.warm_server and not args.alternate:
+        ap.error("--warm-server needs --alternate PAIRS")
 
     from rich.console import Console
 
@@ -253,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     with console.status("writing the timelines (cached)"):
         timelines = selected(args)
     if args.alternate:
-        return alternated(console, timelines, args.alternate, args.master)
+        return alternated(console, timelines, args.alternate, args.master, args.warm_server)
     rows, phases = [], []
     with tempfile.TemporaryDirectory() as home:
         with console.status("starting Spark"):
@@ -324,26 +331,66 @@ def _child_run(tl, out_dir: Path, master: str | None) -> tuple[int, float, dict[
     return got["rows"] + got["rejected"], got["seconds"], got["phases"]
 
 
-def alternated(console, timelines, pairs: int, master: str | None) -> None:
+def _warm_run(tl, out_dir: Path, master: str | None, home: Path) -> tuple[int, float]:
+    """One ``scowl replay --warm`` of ``tl`` through the CLI on the warm server of ``home``: ``(events, seconds)``,
+    the seconds of the whole command (its Python start-up, the request, the replay, its output)."""
+    import os
+    import re
+    import subprocess
+    import time
+
+    from writer.replay import parquet_rows
+
+    cmd = [sys.executable, "-m", "scowl", "replay", str(tl.topology), "--events", str(tl.path), "--out", str(out_dir),
+           "--warm"] + (["--master", master] if master else [])
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "SCOWL_HOME": str(home)})
+    seconds = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"scowl replay --warm of {tl.name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    skipped = re.search(r"note: ([\d,]+) invalid record", done.stdout)
+    rows = sum(parquet_rows(d) for d in out_dir.iterdir() if d.is_dir())
+    return rows + (int(skipped.group(1).replace(",", "")) if skipped else 0), seconds
+
+
+def alternated(console, timelines, pairs: int, master: str | None, warm_server: bool = False) -> None:
     """``--alternate``: per timeline, ``pairs`` pairs of the floor and a cold scowl replay in turns (module docstring).
 
     Prints one row per pair (both sides' seconds and events/s, the ratio,
     which side ran first), each timeline's median ratio, scowl's phases per
-    pair, and the goal line on the median.
+    pair, and the goal line on the median. With ``warm_server`` the scowl
+    side is ``scowl replay --warm`` (:func:`_warm_run`), after one unmeasured
+    run per timeline that starts and warms the server; the server is stopped
+    at the end.
     """
     from statistics import median
 
     from rich.table import Table
 
-    table = Table(title=f"replay in turns: {pairs} pair(s) per timeline, each scowl run in a Spark session of its own",
-                  caption="floor: DuckDB window-function SQL over the same file (module docstring); scowl: "
-                          "writer.replay.run_replay in a child process (JVM cold), Spark local[*]")
+    if warm_server:
+        title = f"replay in turns: {pairs} pair(s) per timeline, scowl as 'scowl replay --warm' on a warm server"
+        caption = ("floor: DuckDB window-function SQL over the same file (module docstring); scowl: the whole "
+                   "'scowl replay --warm' command, its server warmed by one unmeasured run, Spark local[*]")
+    else:
+        title = f"replay in turns: {pairs} pair(s) per timeline, each scowl run in a Spark session of its own"
+        caption = ("floor: DuckDB window-function SQL over the same file (module docstring); scowl: "
+                   "writer.replay.run_replay in a child process (JVM cold), Spark local[*]")
+    table = Table(title=title, caption=caption)
     for col in ("timeline", "pair", "first", "floor s", "floor ev/s", "scowl s", "scowl ev/s", "scowl/floor"):
         table.add_column(col, justify="left" if col in ("timeline", "first") else "right", no_wrap=True)
+    from contextlib import ExitStack
+
     medians, phases = {}, []
-    with tempfile.TemporaryDirectory() as home:
+    with tempfile.TemporaryDirectory() as home, ExitStack() as stack:
+        if warm_server:  # stopped before the directory goes, however the run ends
+            from scowl.warm import stop
+
+            stack.callback(stop, Path(home) / "scowl-home")
         for i, tl in enumerate(timelines):
             ratios = []
+            if warm_server:
+                with console.status(f"{tl.name}: warming the server (unmeasured)"):
+                    _warm_run(tl, Path(home) / f"warm-up-{i}", master, Path(home) / "scowl-home")
             for k in range(pairs):
                 order = ("floor", "scowl") if k % 2 == 0 else ("scowl", "floor")
                 got = {}
@@ -353,6 +400,8 @@ def alternated(console, timelines, pairs: int, master: str | None) -> None:
                         if side == "floor":
                             n_floor, s_floor, _ = duckdb_replay(tl.path, tl.topology, out)
                             got[side] = (n_floor, s_floor)
+                        elif warm_server:
+                            got[side] = _warm_run(tl, out, master, Path(home) / "scowl-home")
                         else:
                             n, s, ph = _child_run(tl, out, master)
                             got[side] = (n, s)
@@ -366,8 +415,9 @@ def alternated(console, timelines, pairs: int, master: str | None) -> None:
             medians[tl.name] = median(ratios)
             table.add_row(tl.name, "median", "", "", "", "", "", f"{medians[tl.name]:.3f}x", end_section=True)
     console.print(table)
-    print_tables(console, [], phases, result=False)
-    print_goal(console, medians, f" (median of {pairs} pair(s) in turns)")
+    if phases:
+        print_tables(console, [], phases, result=False)
+    print_goal(console, medians, f" (median of {pairs} pair(s) in turns{', warm server' if warm_server else ''})")
 
 
 def print_tables(console, rows, phases, result: bool = True) -> None:
