@@ -31,7 +31,9 @@ server answers a replay with ``{"queued": n}`` while another runs,
 ``{"progress": [phase, done, total]}`` lines (``writer.replay.run_replay``'s
 callback), then one ``{"done": {rows, rejected, rejected_path, seconds}}`` or
 ``{"error": text, "user": bool}``. A client that disconnects mid-replay
-(Ctrl-C, SIGTERM) cancels its Spark jobs; the session stays up.
+(Ctrl-C, SIGTERM) cancels its Spark jobs; the session stays up. An internal
+error (anything but a user error) retires the server once it has answered:
+the next replay starts a new one rather than trust a broken JVM or session.
 
 The values are those of a cold ``scowl replay``: the same code runs on the
 same inputs (``tests/cli/test_warm.py`` compares the Parquet output).
@@ -281,10 +283,11 @@ class _Server(socketserver.ThreadingTCPServer):
         except (ReplayError, StagedFeatureError, SourceError, NotImplementedError) as e:
             answer = {"error": str(e), "user": True}
         except Exception as e:  # noqa: BLE001 -- reported to the client, traceback in the log
-            answer = {"error": f"the warm server failed: {type(e).__name__}: {e} (traceback in {self.log_path})",
-                      "user": False}
+            answer = {"error": f"the warm server failed: {type(e).__name__}: {e} (traceback in {self.log_path}; "
+                               "the next replay starts a new one)", "user": False}
             if not gone.is_set():
                 self.log(traceback.format_exc())
+                self.stopping = True  # whatever broke (the JVM, the session) is not reused: a new server starts
         finally:
             done.set()  # before the answer: a client that reads it and leaves cancels nothing
         if not gone.is_set():
@@ -457,7 +460,8 @@ def replay(home: Path, topology: Path, events: Sequence[str], out: Path, types: 
         out: the output directory.
         types: event types to write, or ``None`` (all).
         rejected_dir: where invalid records go, or ``None``.
-        progress: ``(phase, done, total)`` callback (``writer.replay.run_replay``'s).
+        progress: ``(phase, done, total)`` callback: ``writer.replay.run_replay``'s phases, and ``queued``
+            (``0`` of ``1`` while another client's replay runs first, then ``1``).
         master: Spark master URL, or ``None``.
         on_ready: called once the server answers, with ``True`` when it was already running.
         start_timeout_s: how long to wait for a new server.
@@ -486,9 +490,17 @@ def replay(home: Path, topology: Path, events: Sequence[str], out: Path, types: 
         sock = _request(info, req, timeout_s=None)
     except OSError as e:
         raise WarmError(f"the warm server at 127.0.0.1:{info.port} did not answer: {e}") from None
+    queued = False
     with sock, sock.makefile("rb") as f:
         for line in f:
             msg = json.loads(line)
+            if "queued" in msg:  # behind another client's replay
+                queued = True
+                progress("queued", 0, 1)
+                continue
+            if queued:
+                queued = False
+                progress("queued", 1, 1)
             if "progress" in msg:
                 progress(*msg["progress"])
             elif "done" in msg:

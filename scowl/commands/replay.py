@@ -11,7 +11,8 @@ from scowl.common import UserError, compile_topology, console, plural, scowl_hom
 from scowl.progress import job_progress, phase_progress
 
 #: Progress bar labels of the replay phases (``writer.replay``).
-REPLAY_PHASES = {"read": "replay: reading events", "replay": "replay: event types written"}
+REPLAY_PHASES = {"read": "replay: reading events", "replay": "replay: event types written",
+                 "queued": "warm Spark session: another replay first"}
 
 
 def replay(
