@@ -277,7 +277,8 @@ class _Server(socketserver.ThreadingTCPServer):
                 t0 = time.perf_counter()
                 report = run_replay(self.spark, result.plan, req["events"], req["out"], req.get("types"),
                                     rejected_dir=req.get("rejected_dir"), progress=progress)
-                self.log(f"replay of {req['events']} to {req['out']}: {time.perf_counter() - t0:.1f} s")
+                phases = ", ".join(f"{k} {v:.1f}" for k, v in report.seconds.items())
+                self.log(f"replay of {req['events']} to {req['out']}: {time.perf_counter() - t0:.1f} s ({phases})")
                 answer = {"done": {"rows": report.rows, "rejected": report.rejected,
                                    "rejected_path": report.rejected_path, "seconds": report.seconds}}
         except (ReplayError, StagedFeatureError, SourceError, NotImplementedError) as e:

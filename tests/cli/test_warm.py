@@ -112,8 +112,33 @@ def test_warm_replay_writes_what_a_replay_writes_and_reuses_its_session(spark, r
             assert _table(tmp_path / out / ev).equals(cold), (out, ev)
         assert f"{Path('w2') / ev}: {cold.num_rows:,} rows" in again.stdout
 
+    # a client that leaves mid-replay (its progress callback raises, as Ctrl-C would) cancels the replay's jobs;
+    # the session stays up and serves the next one
+    class Left(Exception):
+        pass
+
+    def leave(phase: str, done: int, total: int) -> None:
+        raise Left(phase)
+
+    env = {"SCOWL_SHUFFLE_PARTITIONS": "2"}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        with pytest.raises(Left):
+            warm.replay(home, topo, [str(events)], tmp_path / "left", None, None, leave)
+    deadline = time.monotonic() + 60
+    log = home / "warm" / "server.log"
+    while "client went away: cancelling" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "client went away: cancelling" in log.read_text()
+    after = _scowl("replay", str(topo), "--events", str(events), "--out", "w3", "--warm", home=home, cwd=tmp_path)
+    assert after.returncode == 0, after.stderr[-3000:]
+    assert _server(home)["pid"] == server["pid"]
+    for ev in ("pay", "probe"):
+        assert _table(tmp_path / "w3" / ev).equals(_table(tmp_path / "cold" / ev)), ev
+
     shown = _scowl("warm", home=home, cwd=tmp_path)
-    assert shown.returncode == 0 and f"pid {server['pid']}" in shown.stdout and "2 replays run" in shown.stdout
+    assert shown.returncode == 0 and f"pid {server['pid']}" in shown.stdout and "4 replays run" in shown.stdout
     stopped = _scowl("warm", "--stop", home=home, cwd=tmp_path)
     assert stopped.returncode == 0 and f"stopped the warm Spark session (pid {server['pid']})" in stopped.stdout
     assert _wait_gone(server["pid"], 30)
