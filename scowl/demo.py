@@ -278,7 +278,8 @@ def next_steps(home: Path, topo: Path, history: Path, live: Path, external_store
         f"  scowl replay {t} --types departure \\",
         f"      --events {rel(history)} --events {rel(live)} \\",
         f"      --out {rel(home / 'demo' / 'training')}",
-        "      # the point-in-time training set as Parquet (needs no store)",
+        "      # the point-in-time training set as Parquet (needs no store;",
+        "      # with --warm, Spark stays up for the next replay: scowl warm)",
     ]
 
 
