@@ -30,7 +30,9 @@ with ``op`` one of ``replay`` (with ``topology``, ``events``, ``out``,
 server answers a replay with ``{"queued": n}`` while another runs,
 ``{"progress": [phase, done, total]}`` lines (``writer.replay.run_replay``'s
 callback), then one ``{"done": {rows, rejected, rejected_path, seconds}}`` or
-``{"error": text, "user": bool}``. A client that disconnects mid-replay
+``{"error": text, "user": bool}``; a stopping server refuses a replay with
+``{"error", "user": false, "refused": true}``, and the client starts a new
+server and sends it there. A client that disconnects mid-replay
 (Ctrl-C, SIGTERM) cancels its Spark jobs; the session stays up. An internal
 error (anything but a user error) retires the server once it has answered:
 the next replay starts a new one rather than trust a broken JVM or session.
@@ -186,6 +188,9 @@ class _Handler(socketserver.StreamRequestHandler):
         elif op == "stop":
             self.server.stopping = True
             self.send({"stopping": True})
+        elif op == "replay" and self.server.stopping:  # asked to stop, or retired by an error: no new work
+            self.send({"error": "the warm server is stopping; run the replay again (a new one starts)",
+                       "user": False, "refused": True})
         elif op == "replay":
             self.server.run_replay(req, self)
         else:
@@ -210,9 +215,9 @@ class _Server(socketserver.ThreadingTCPServer):
         self.lock = threading.Lock()
 
     def state(self) -> dict[str, Any]:
-        """``{replays, busy, waiting, idle_s, idle_for_s}`` now."""
+        """``{replays, busy, waiting, stopping, idle_s, idle_for_s}`` now."""
         with self.lock:
-            return {"replays": self.replays, "busy": self.busy, "waiting": self.waiting,
+            return {"replays": self.replays, "busy": self.busy, "waiting": self.waiting, "stopping": self.stopping,
                     "idle_s": self.idle_s, "idle_for_s": 0.0 if self.busy else time.monotonic() - self.last}
 
     def should_exit(self) -> bool:
@@ -379,6 +384,14 @@ def _request(info: WarmServer, req: dict[str, Any], timeout_s: float | None = 10
     return sock
 
 
+def _serving(info: WarmServer | None, want: str) -> bool:
+    """``info``'s server runs, has fingerprint ``want``, answers, and is not stopping."""
+    if info is None or info.fingerprint != want or not _alive(info.pid):
+        return False
+    got = _ask(info, "status")
+    return bool(got and "status" in got and not got["status"].get("stopping"))
+
+
 def _ask(info: WarmServer, op: str) -> dict[str, Any] | None:
     """One short request (``status``, ``stop``); ``None`` when the server does not answer."""
     try:
@@ -424,7 +437,7 @@ def _start(home: Path, master: str | None, timeout_s: float) -> WarmServer:
     with open(d / "start.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one client starts a server, the others wait and use it
         info = _read_state(home)
-        if info is not None and info.fingerprint == want and _alive(info.pid) and _ask(info, "status"):
+        if _serving(info, want):
             return info
         if info is not None and _alive(info.pid):
             _ask(info, "stop")  # stale code or settings: it exits once idle
@@ -438,7 +451,7 @@ def _start(home: Path, master: str | None, timeout_s: float) -> WarmServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             info = _read_state(home)
-            if info is not None and info.pid == proc.pid and _ask(info, "status"):
+            if info is not None and info.pid == proc.pid and _serving(info, want):
                 return info
             if proc.poll() is not None:
                 raise WarmError(f"the warm server exited at start-up (code {proc.returncode}); "
@@ -475,18 +488,35 @@ def replay(home: Path, topology: Path, events: Sequence[str], out: Path, types: 
             failed: ``WarmError.user`` says whether the message is a user
             error (a bad input path, a topology error) or an internal one.
     """
-    info = _read_state(home)
-    warm = (info is not None and info.fingerprint == fingerprint(master) and _alive(info.pid)
-            and _ask(info, "status") is not None)
-    if not warm:
-        info = _start(home, master, start_timeout_s)
-    assert info is not None
-    if on_ready is not None:
-        on_ready(warm)
     req = {"op": "replay", "topology": str(Path(topology).resolve()),
            "events": [_absolute(p) for p in events],
            "out": str(Path(out).resolve()), "types": list(types) if types else None,
            "rejected_dir": str(Path(rejected_dir).resolve()) if rejected_dir is not None else None}
+    ready = False
+    for attempt in (1, 2):  # a server that began to stop between our check and the request refuses: start anew
+        info = _read_state(home)
+        warm = _serving(info, fingerprint(master))
+        if not warm:
+            info = _start(home, master, start_timeout_s)
+        assert info is not None
+        if on_ready is not None and not ready:
+            on_ready(warm)
+            ready = True
+        try:
+            return _run(info, req, progress, home)
+        except _Refused:
+            if attempt == 2:
+                raise WarmError("the warm server stopped twice before it took the replay; run it again") from None
+    raise AssertionError("unreachable")
+
+
+class _Refused(Exception):
+    """The server was stopping and did not take the request (:func:`replay` starts a new one)."""
+
+
+def _run(info: WarmServer, req: dict[str, Any], progress: Callable[[str, int, int], None],
+         home: Path) -> dict[str, Any]:
+    """Send one replay request to ``info``'s server and relay its answers (:func:`replay`)."""
     try:
         sock = _request(info, req, timeout_s=None)
     except OSError as e:
@@ -506,6 +536,8 @@ def replay(home: Path, topology: Path, events: Sequence[str], out: Path, types: 
                 progress(*msg["progress"])
             elif "done" in msg:
                 return msg["done"]
+            elif msg.get("refused"):
+                raise _Refused()
             elif "error" in msg:
                 err = WarmError(msg["error"])
                 err.user = bool(msg.get("user"))

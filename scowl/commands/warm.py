@@ -34,7 +34,9 @@ def warm(
         return
     info, state = got
     up = format_duration_s(int(time.time() - info.started))
-    if state["busy"]:
+    if state.get("stopping"):
+        doing = "stopping" + (" after its replay" if state["busy"] or state["waiting"] else "")
+    elif state["busy"]:
         doing = "running a replay" + (f", {plural(state['waiting'], 'replay')} waiting" if state["waiting"] else "")
     else:
         left = max(0, int(state["idle_s"] - state["idle_for_s"]))

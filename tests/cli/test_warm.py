@@ -191,8 +191,14 @@ def test_the_server_answers_only_its_token(tmp_path):
         got = ask({"token": "secret", "op": "status"})["status"]
         assert got["replays"] == 0 and got["busy"] is False and got["idle_s"] == 60.0
         assert not server.should_exit()
+        assert got["stopping"] is False
         assert ask({"token": "secret", "op": "stop"}) == {"stopping": True}
         assert server.should_exit()
+        # a stopping server takes no new replay, and says so: clients then start a new one
+        assert ask({"token": "secret", "op": "status"})["status"]["stopping"] is True
+        refused = ask({"token": "secret", "op": "replay"})
+        assert refused["user"] is False and refused["refused"] is True and "stopping" in refused["error"]
+        assert server.state()["replays"] == 0
     finally:
         server.shutdown()
         server.server_close()
