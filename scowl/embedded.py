@@ -34,6 +34,8 @@ from pathlib import Path
 
 import redis
 
+from compiler.algebra.storekeys import RESP_PROTOCOL
+
 
 class EmbeddedStoreError(RuntimeError):
     """The embedded server could not be found or started."""
@@ -150,7 +152,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def _alive(url: str) -> bool:
     try:
-        return bool(redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5).ping())
+        return bool(redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5, protocol=RESP_PROTOCOL).ping())
     except (redis.RedisError, OSError):
         return False
 
@@ -277,7 +279,7 @@ class EmbeddedStore:
         if not self.owned or self.proc is None:
             return
         try:
-            client = redis.Redis.from_url(self.url, socket_timeout=30)
+            client = redis.Redis.from_url(self.url, socket_timeout=30, protocol=RESP_PROTOCOL)
             client.shutdown(save=self.persist, nosave=not self.persist)
         except (redis.RedisError, OSError):
             pass
@@ -338,7 +340,7 @@ class LocalCluster:
 
     def node(self, i: int) -> redis.Redis:
         """A plain (non-cluster) client of node ``i``."""
-        return redis.Redis(host="127.0.0.1", port=self.ports[i], socket_timeout=10)
+        return redis.Redis(host="127.0.0.1", port=self.ports[i], socket_timeout=10, protocol=RESP_PROTOCOL)
 
     def start(self, timeout_s: float = 30.0) -> str:
         """Start the nodes, assign the slots, join them; return :attr:`url`.

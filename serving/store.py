@@ -56,7 +56,7 @@ from redis.exceptions import NoPermissionError, NoScriptError, RedisError, Respo
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from compiler.algebra.script import as_function, online_min_script
-from compiler.algebra.storekeys import ID_PREFIX, ONLINE_KEY
+from compiler.algebra.storekeys import ID_PREFIX, ONLINE_KEY, RESP_PROTOCOL
 
 _log = logging.getLogger("scowl.store")
 
@@ -216,7 +216,7 @@ class Store:
         if self.client is not None:
             return bool(self.cluster)
         probe = aioredis.Redis.from_url(self.url, socket_timeout=self.timeout_s,
-                                        socket_connect_timeout=self.timeout_s)
+                                        socket_connect_timeout=self.timeout_s, protocol=RESP_PROTOCOL)
         try:
             with _store_errors():
                 info = await probe.info("cluster")
@@ -229,7 +229,7 @@ class Store:
             # MaxConnectionsError rather than waiting (100 by default: 503s at ~30 concurrent events)
             self.client = RedisCluster.from_url(self.url, socket_timeout=self.timeout_s,
                                                 socket_connect_timeout=self.timeout_s, decode_responses=False,
-                                                max_connections=CLUSTER_MAX_CONNECTIONS)
+                                                max_connections=CLUSTER_MAX_CONNECTIONS, protocol=RESP_PROTOCOL)
             # hiredis packing for the nodes' connections too (redis-py builds them from these kwargs;
             # where a redis-py version keeps them elsewhere, its own packer stays)
             node_kwargs = getattr(getattr(self.client, "nodes_manager", None), "connection_kwargs", None)
@@ -247,7 +247,7 @@ class Store:
             # no socket timeout: each call runs under :meth:`_deadline` instead
             self.client = aioredis.Redis.from_url(
                 self.url, socket_timeout=None, socket_connect_timeout=self.timeout_s,
-                decode_responses=False)
+                decode_responses=False, protocol=RESP_PROTOCOL)
             pool = self.client.connection_pool
             pool.connection_class = type("HiredisPacking" + pool.connection_class.__name__,
                                          (_HiredisPacking, pool.connection_class), {})

@@ -24,6 +24,8 @@ from typing import Any, Iterable
 
 import hiredis
 import redis
+
+from compiler.algebra.storekeys import RESP_PROTOCOL
 from redis.commands.core import CoreCommands
 from redis.exceptions import (
     AskError,
@@ -48,7 +50,8 @@ def is_cluster(url: str, timeout_s: float = 60.0) -> bool:
     """
     mode = _MODE.get(url)
     if mode is None:
-        probe = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=min(timeout_s, 10.0))
+        probe = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=min(timeout_s, 10.0),
+                                     protocol=RESP_PROTOCOL)
         try:
             mode = _MODE[url] = int(probe.info("cluster").get("cluster_enabled", 0)) == 1
         finally:
@@ -95,8 +98,9 @@ def connect(url: str, socket_timeout: float = 60.0) -> redis.Redis | redis.Redis
         redis.RedisError: the server is unreachable.
     """
     if is_cluster(url, socket_timeout):
-        return redis.RedisCluster.from_url(url, socket_timeout=socket_timeout)
-    return redis.Redis.from_url(url, socket_timeout=socket_timeout, command_packer=HiredisPacker())
+        return redis.RedisCluster.from_url(url, socket_timeout=socket_timeout, protocol=RESP_PROTOCOL)
+    return redis.Redis.from_url(url, socket_timeout=socket_timeout, command_packer=HiredisPacker(),
+                                protocol=RESP_PROTOCOL)
 
 
 def pipeline(client: redis.Redis | redis.RedisCluster, scripts: Iterable[str] = ()) -> Any:

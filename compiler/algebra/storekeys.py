@@ -65,6 +65,13 @@ ID_PREFIX = f"{PREFIX}id:"
 #: How long the API and the stream remember an ``_id`` by default (seconds; ``SCOWL_ID_TTL_S``).
 DEFAULT_ID_TTL_S = 86_400
 
+#: The RESP version every scowl client speaks to the store (redis-py's ``protocol``). The scripts'
+#: replies and their decoders (``compiler.algebra.lua``, ``serving.evaluate``, the writer's sinks) are
+#: written and measured against RESP2, and RESP2 needs no ``HELLO`` per connection. redis-py 8.2 made
+#: RESP3 its default (a ``HELLO 3`` on connect, RESP2 only after an error); naming the version keeps
+#: every redis-py from 5.0 on speaking the same (thirty-fifth session: a fresh install took 8.2.0).
+RESP_PROTOCOL = 2
+
 
 def id_key(event_id: str) -> str:
     """Return the name of the idempotency marker of event id ``event_id`` (SPEC §4 ``_id``).

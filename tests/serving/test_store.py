@@ -190,3 +190,23 @@ def test_a_script_call_cut_off_is_not_sent_again():
     message = asyncio.run(go())
     assert message.startswith("store unreachable")
     assert len(evalshas) == 1
+
+
+def test_every_store_client_speaks_resp2(redis_url):
+    """The clients of serving, the writer and the embedded store name RESP2 (``storekeys.RESP_PROTOCOL``): the
+    scripts' replies are decoded as RESP2, whatever redis-py's default (RESP3 from redis-py 8.2 on)."""
+    from compiler.algebra.storekeys import RESP_PROTOCOL
+    from writer.redisio import connect as writer_client
+
+    assert RESP_PROTOCOL == 2
+
+    async def served() -> bytes:
+        store = Store(redis_url)
+        try:
+            await store.connect()
+            return await store.client.execute_command("CLIENT", "INFO")
+        finally:
+            await store.close()
+
+    assert b" resp=2 " in asyncio.run(served())
+    assert " resp=2 " in writer_client(redis_url).execute_command("CLIENT", "INFO").decode()
