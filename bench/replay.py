@@ -363,6 +363,7 @@ def alternated(console, timelines, pairs: int, master: str | None, warm_server: 
     run per timeline that starts and warms the server; the server is stopped
     at the end.
     """
+    from contextlib import ExitStack
     from statistics import median
 
     from rich.table import Table
@@ -378,8 +379,6 @@ def alternated(console, timelines, pairs: int, master: str | None, warm_server: 
     table = Table(title=title, caption=caption)
     for col in ("timeline", "pair", "first", "floor s", "floor ev/s", "scowl s", "scowl ev/s", "scowl/floor"):
         table.add_column(col, justify="left" if col in ("timeline", "first") else "right", no_wrap=True)
-    from contextlib import ExitStack
-
     medians, phases = {}, []
     with tempfile.TemporaryDirectory() as home, ExitStack() as stack:
         if warm_server:  # stopped before the directory goes, however the run ends

@@ -247,9 +247,7 @@ class _Server(socketserver.ThreadingTCPServer):
 
     def _replay(self, req: dict[str, Any], client: _Handler) -> None:
         from compiler import compile_dir
-        from writer.features import StagedFeatureError
-        from writer.replay import ReplayError, run_replay
-        from writer.sources import SourceError
+        from writer.replay import REPLAY_USER_ERRORS, run_replay
 
         gone = threading.Event()
         done = threading.Event()
@@ -286,7 +284,7 @@ class _Server(socketserver.ThreadingTCPServer):
                 self.log(f"replay of {req['events']} to {req['out']}: {time.perf_counter() - t0:.1f} s ({phases})")
                 answer = {"done": {"rows": report.rows, "rejected": report.rejected,
                                    "rejected_path": report.rejected_path, "seconds": report.seconds}}
-        except (ReplayError, StagedFeatureError, SourceError, NotImplementedError) as e:
+        except REPLAY_USER_ERRORS as e:
             answer = {"error": str(e), "user": True}
         except Exception as e:  # noqa: BLE001 -- reported to the client, traceback in the log
             answer = {"error": f"the warm server failed: {type(e).__name__}: {e} (traceback in {self.log_path}; "
@@ -427,13 +425,12 @@ def stop(home: Path, wait_s: float = 30.0) -> WarmServer | None:
     return info
 
 
-def _start(home: Path, master: str | None, timeout_s: float) -> WarmServer:
-    """Start a server for ``home`` and wait until it answers with this environment's fingerprint."""
+def _start(home: Path, master: str | None, want: str, timeout_s: float) -> WarmServer:
+    """Start a server for ``home`` and wait until it answers with fingerprint ``want`` (:func:`fingerprint`)."""
     import fcntl
 
     d = server_dir(home)
     d.mkdir(parents=True, exist_ok=True)
-    want = fingerprint(master)
     with open(d / "start.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one client starts a server, the others wait and use it
         info = _read_state(home)
@@ -492,12 +489,13 @@ def replay(home: Path, topology: Path, events: Sequence[str], out: Path, types: 
            "events": [_absolute(p) for p in events],
            "out": str(Path(out).resolve()), "types": list(types) if types else None,
            "rejected_dir": str(Path(rejected_dir).resolve()) if rejected_dir is not None else None}
+    want = fingerprint(master)
     ready = False
     for attempt in (1, 2):  # a server that began to stop between our check and the request refuses: start anew
         info = _read_state(home)
-        warm = _serving(info, fingerprint(master))
+        warm = _serving(info, want)
         if not warm:
-            info = _start(home, master, start_timeout_s)
+            info = _start(home, master, want, start_timeout_s)
         assert info is not None
         if on_ready is not None and not ready:
             on_ready(warm)

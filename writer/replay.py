@@ -59,9 +59,11 @@ from pyspark.sql import functions as F
 
 from compiler.plan import EventPlan, Plan
 from compiler.typesystem import format_time_column, parse_type
+from writer.features import StagedFeatureError
 from writer.pointintime import PointInTime
 from writer.session import abandon_jobs, co_partitioned, with_job_tags, without_adaptive
-from writer.sources import dense_seq_column, event_id, mark_repeated_ids, partition_of, read_events, seq_ranges, valid
+from writer.sources import (SourceError, dense_seq_column, event_id, mark_repeated_ids, partition_of, read_events,
+                            seq_ranges, valid)
 
 Progress = Callable[[str, int, int], None]
 
@@ -77,12 +79,17 @@ EMIT_THREADS = 4
 #: zstd (Arrow, DuckDB, pandas, Spark).
 PARQUET_OPTIONS: dict[str, str] = {"compression": "zstd", "parquet.enable.dictionary": "false"}
 
-__all__ = ["EMIT_THREADS", "PARQUET_OPTIONS", "ReplayError", "ReplayEvents", "ReplayReport", "as_completed_results",
+__all__ = ["EMIT_THREADS", "PARQUET_OPTIONS", "REPLAY_USER_ERRORS", "ReplayError", "ReplayEvents", "ReplayReport", "as_completed_results",
            "in_seq_order", "output_column", "prepare_events", "replay_frames", "run_replay", "tuple_names"]
 
 
 class ReplayError(ValueError):
     """The replay cannot run (unknown event type, no valid events)."""
+
+
+#: What :func:`run_replay` raises for the user's input or topology rather than a failure of its own (a
+#: command answers them with their message, exit 1, no traceback: ``scowl replay``, ``scowl.warm``).
+REPLAY_USER_ERRORS: tuple[type[Exception], ...] = (ReplayError, StagedFeatureError, SourceError, NotImplementedError)
 
 
 @dataclass

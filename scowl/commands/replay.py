@@ -59,9 +59,7 @@ def replay(
 def _replay(plan, events: List[str], out: Path, wanted: Optional[List[str]],
             master: Optional[str]) -> tuple[dict[str, int], int, Optional[str]]:
     """Replay in a Spark session of this process: ``(rows per event type, rejected, rejected path)``."""
-    from writer.features import StagedFeatureError
-    from writer.replay import ReplayError, run_replay
-    from writer.sources import SourceError
+    from writer.replay import REPLAY_USER_ERRORS, run_replay
 
     with job_progress(console) as prog:
         cb = phase_progress(prog, REPLAY_PHASES)
@@ -71,7 +69,7 @@ def _replay(plan, events: List[str], out: Path, wanted: Optional[List[str]],
         try:
             report = run_replay(spark, plan, events, out, wanted, rejected_dir=scowl_home() / "rejected",
                                 progress=cb)
-        except (ReplayError, StagedFeatureError, SourceError, NotImplementedError) as e:
+        except REPLAY_USER_ERRORS as e:
             raise UserError(str(e)) from None
     return report.rows, report.rejected, report.rejected_path
 

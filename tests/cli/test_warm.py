@@ -40,12 +40,7 @@ def _server(home: Path) -> dict | None:
         return None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+_alive = warm._alive  # the client's own test of a server pid
 
 
 def _wait_gone(pid: int, seconds: float) -> bool:
