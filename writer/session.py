@@ -57,9 +57,21 @@ SESSION_CONFS = {"spark.sql.variant.allowDuplicateKeys": "true",
                  "spark.sql.execution.arrow.maxBytesPerBatch": "2147483647",
                  "spark.sql.inMemoryColumnarStorage.compressed": "false"}
 
+#: Catalyst optimizer rules every scowl session leaves out (``spark.sql.optimizer.excludedRules``; added
+#: to a caller's own list, :func:`configure`), for semantics:
+#:
+#: * ``ReorderAssociativeOperator`` folds the constants of a chain of integer ``+`` or ``*`` first, in
+#:   ``try_add``/``try_multiply`` (TRY mode) too: ``4 * (9223372036854775807 * i)`` became ``(4 *
+#:   9223372036854775807) * i``, an overflow (null, flagged as an error) where the API, evaluating the
+#:   event's expression as written, gives ``0`` for ``i = 0`` (SPEC §5.10; found by
+#:   ``tests/conformance/test_random_arithmetic.py``, 2026-12-04). Reordering is exact only for wrapping
+#:   arithmetic, which scowl's ints never use.
+EXCLUDED_RULES = ("org.apache.spark.sql.catalyst.optimizer.ReorderAssociativeOperator",)
+
 
 def configure(spark: SparkSession) -> SparkSession:
-    """Set :data:`SESSION_CONFS` on ``spark`` for good (a caller's session included); return it.
+    """Set :data:`SESSION_CONFS` and :data:`EXCLUDED_RULES` on ``spark`` for good (a caller's session included,
+    its own excluded rules kept); return it.
 
     Called before the writer builds a frame that parses event JSON
     (``writer.features``): Spark reads the setting when it analyses the
@@ -77,6 +89,11 @@ def configure(spark: SparkSession) -> SparkSession:
     for key, value in SESSION_CONFS.items():
         if spark.conf.get(key, None) != value:
             spark.conf.set(key, value)
+    key = "spark.sql.optimizer.excludedRules"
+    have = [r for r in (spark.conf.get(key, None) or "").split(",") if r.strip()]
+    missing = [r for r in EXCLUDED_RULES if r not in have]
+    if missing:
+        spark.conf.set(key, ",".join(have + missing))
     return spark
 
 

@@ -139,3 +139,26 @@ def test_python_and_spark_agree(spark):
         if not agree:
             failures.append(f"env={env} python={py_value!r} spark={spark_value!r} expr={json.dumps(expr.to_json())}")
     assert not failures, f"{len(failures)} of {len(batch)} disagree:\n" + "\n".join(failures[:20])
+
+
+def test_integer_chains_are_evaluated_as_written(spark):
+    """A chain of integer ``*`` or ``+`` is not reordered to fold its constants first (``writer.session.
+    EXCLUDED_RULES``): ``4 * (INT64_MAX * i)`` at ``i = 0`` is 0, not an overflow, on both engines; the case
+    the random draw above found (2026-12-04), and its ``+`` twin."""
+    from pyspark.sql import functions as F
+
+    from compiler.codegen.spark import compile_column_with_error
+    from writer.session import EXCLUDED_RULES
+
+    assert set(EXCLUDED_RULES) <= set(spark.conf.get("spark.sql.optimizer.excludedRules").split(","))
+    cases = [
+        (O("mul", L(4), O("mul", L(INT64_MAX), R("i"))), {"i": 0}, 0),
+        (O("mul", L(4), O("mul", L(INT64_MAX), R("i"))), {"i": 1}, ERROR),
+        (O("add", L(4), O("add", L(INT64_MAX), R("i"))), {"i": -5}, INT64_MAX - 1),
+        (O("add", L(-4), O("add", L(INT64_MIN), R("i"))), {"i": 5}, INT64_MIN + 1),
+    ]
+    df = spark.createDataFrame([(k, env["i"]) for k, (_e, env, _w) in enumerate(cases)], "_row bigint, i bigint")
+    for k, (expr, env, want) in enumerate(cases):
+        v, err = compile_column_with_error(expr, {"i": F.col("i")}, F.lit(T0))
+        row = df.where(F.col("_row") == k).select(v.alias("v"), err.alias("e")).first()
+        assert (ERROR if row["e"] else row["v"]) == want == _python(expr, env), (k, row)
