@@ -30,8 +30,8 @@ import mmh3
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from compiler.typesystem import time_column
-from writer.session import memo_column, restart_lambda_names
+from compiler.typesystem import MAX_TIME_MS, MIN_TIME_MS, time_column
+from writer.session import configure, memo_column, restart_lambda_names
 
 
 class SourceError(ValueError):
@@ -368,25 +368,100 @@ def envelope_columns(df: DataFrame, *rest: Column | str) -> DataFrame:
     Both envelope fields come from one parse (``json_tuple``: half the cost
     of a ``get_json_object`` per field); a repeated key reads as its last
     value, as the API's JSON parser reads it (docs/semantics.md §5). A
-    record with text after its JSON object has a null ``_type`` (invalid:
-    :func:`one_json_value`). The
-    ``_time_ms`` tree (``compiler.typesystem.time_column``, ~0.1 s of py4j
-    round trips) is built once per process (``writer.session.memo_column``).
+    record the API's parser would reject (:func:`read_as_the_api_reads_it`:
+    text after the object, lone surrogate escapes, raw control characters in
+    a string, single quotes, invalid UTF-8, a number beyond the double
+    range) has a null ``_type`` (invalid: counted and set aside, where the
+    API answers ``400 malformed-json``). The ``_time_ms`` tree
+    (``compiler.typesystem.time_column``, ~0.1 s of py4j round trips) is
+    built once per process (``writer.session.memo_column``).
 
     Args:
         df: a frame with ``_raw`` (string: one JSON record).
         rest: further columns to keep (names, or aliased columns).
 
     Returns:
-        Columns ``_type``, ``_time_ms`` (null unless a parseable ``_time``),
-        then ``rest``.
+        Columns ``_type`` (null for an invalid record), ``_time_ms`` (null
+        unless a parseable ``_time`` in years 0000-9999, as the API reads
+        it), then ``rest``.
+
+    Source: SPEC §3.1 (``_time``), §4 (malformed JSON is a 4xx), §5.6 (bad records are counted and set aside).
     """
-    fields = df.select(F.json_tuple("_raw", "_type", "_time").alias("_type", "_time"), *rest,
-                       one_json_value(F.col("_raw")).alias("_one"))
-    time_ms = memo_column(("envelope-time-ms",), lambda: time_column(F.col("_time")))
-    # a record with text after its object is invalid (null type), as the API answers such a body 400
-    return fields.select(F.when(F.col("_one"), F.col("_type")).alias("_type"), time_ms.alias("_time_ms"),
+    configure(df.sparkSession)  # a repeated key in a nested object parses (try_parse_json, on the strict path)
+    ok = memo_column(("envelope-ok",), lambda: read_as_the_api_reads_it(F.col("_raw")))
+    fields = df.select(F.json_tuple("_raw", "_type", "_time").alias("_type", "_time"), *rest, ok.alias("_ok"))
+    time_ms = memo_column(("envelope-time-ms",), lambda: _event_time(F.col("_time")))
+    # a record the API's parser rejects is invalid (null type), as the API answers such a body 400
+    return fields.select(F.when(F.col("_ok"), F.col("_type")).alias("_type"), time_ms.alias("_time_ms"),
                          *fields.columns[2:-1])
+
+
+def _event_time(text: Column) -> Column:
+    """An event's ``_time`` text as epoch ms, null where the API answers ``bad-time``: not a time, or outside
+    years 0000-9999 (``serving.evaluate``; an epoch ms number can lie beyond them)."""
+    ms = time_column(text)
+    return F.when(ms.between(F.lit(MIN_TIME_MS), F.lit(MAX_TIME_MS)), ms)
+
+
+#: A flat JSON object's text with nothing the API's parser is stricter on than ``json_tuple``'s
+#: (:func:`read_as_the_api_reads_it`): one ``}``, at the end but for JSON whitespace, and no control character,
+#: single quote, backslash or exponent (``e``/``E`` before a digit or ``+``). Possessive loops: one pass, no
+#: backtracking (a U+FFFD in the class, for bytes that are not UTF-8, made it 7x slower: ``is_valid_utf8``
+#: tests those).
+_CLEAN_FLAT = r"^(?:[^}\x00-\x1f'\\eE]++|[eE](?![+0-9]))*+\}[ \t\r\n]*$"
+#: What a number needs to overflow a double: a run of 100 digits, or an exponent of 100 or more (two patterns:
+#: Java's regex skips the positions too near a text's end for the first one's length).
+_LONG_DIGITS, _LARGE_EXPONENT = r"[0-9]{100}", r"[eE]\+?0*[1-9][0-9]{2}"
+#: A JSON string token (in valid JSON: a quote, then characters or escapes, then a quote).
+_JSON_STRING = r'"(?:[^"\\]|\\.)*"'
+#: A JSON number token (outside strings).
+_JSON_NUMBER = r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
+
+
+def read_as_the_api_reads_it(raw: Column) -> Column:
+    """Whether a record whose ``json_tuple`` parse succeeds is one JSON value the API's parser (orjson) accepts.
+
+    ``json_tuple`` (Jackson, with Hive's two leniencies: raw control
+    characters in strings and single quotes) reads what orjson also rejects:
+    those two, lone surrogate escapes (``\\ud800``), bytes that are not UTF-8
+    (Spark reads a line's bytes as they are, and a parse sees U+FFFD),
+    numbers whose double is infinite (``1e400``, 400 digits: orjson's "number
+    is infinity when parsed as double"), and text after the value
+    (:func:`one_json_value`). A flat object's text with none of the
+    characters those need (:data:`_CLEAN_FLAT`, one regular-expression pass:
+    every line of the benchmark timelines) and no run of 100 digits is
+    accepted as ``json_tuple`` parsed it, if it is UTF-8 (``is_valid_utf8``,
+    every text). Any other text must also:
+
+    * parse with ``try_parse_json`` (Jackson, strict, and the variant builder
+      rejects lone surrogates);
+    * hold no number whose double is infinite: only a text with a run of 100
+      digits or an exponent of 100 or more can (``intdigits + exp >= 309``);
+      in those the string tokens are removed and each number token is cast
+      to a double (Java rounds as orjson does: ``1.7976931348623158e308`` is
+      the largest finite one);
+    * be one value (:func:`one_json_value`).
+
+    Known differences left, both rejecting what orjson accepts: nesting
+    between 1,001 and 1,024 levels, and a number of over 1,000 characters that
+    does not overflow (Jackson's read limits).
+
+    Args:
+        raw: the record's text (string column).
+
+    Returns:
+        A boolean column, false (not null) for a null text; for a text whose
+        ``json_tuple`` parse fails the answer is unspecified (its ``_type`` is null).
+
+    Source: SPEC §4 (malformed JSON is a 4xx), §5.6 (bad records are counted and set aside);
+    orjson's README ("Deserialize": what ``loads`` raises ``JSONDecodeError`` on).
+    """
+    numbers = F.regexp_extract_all(F.regexp_replace(raw, _JSON_STRING, '""'), F.lit(_JSON_NUMBER), 0)
+    infinite = F.exists(numbers, lambda x: F.abs(x.cast("double")) == F.lit(float("inf")))
+    finite = F.when(raw.rlike(_LONG_DIGITS) | raw.rlike(_LARGE_EXPONENT), ~infinite).otherwise(F.lit(True))
+    strict = F.try_parse_json(raw).isNotNull() & finite & one_json_value(raw)
+    clean = raw.rlike(_CLEAN_FLAT) & ~raw.rlike(_LONG_DIGITS)
+    return F.coalesce(F.is_valid_utf8(raw) & F.when(clean, F.lit(True)).otherwise(strict), F.lit(False))
 
 
 #: A text whose only ``}`` ends it, but for JSON whitespace (:func:`one_json_value`'s quick test).

@@ -6,6 +6,8 @@ import json
 
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from writer.sources import SourceError, expand_paths, read_events
 
@@ -227,3 +229,93 @@ def test_a_record_with_text_after_its_json_object_is_invalid_as_the_api_answers_
     for text in bad:
         with pytest.raises(orjson.JSONDecodeError):
             orjson.loads(text)
+
+
+def _api_reads(line: bytes):
+    """``(_type, epoch ms)`` as the API reads an event body, or None where it answers 400 (SPEC §4)."""
+    import orjson
+
+    from compiler.typesystem import MAX_TIME_MS, MIN_TIME_MS, parse_time
+
+    try:
+        body = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(body, dict) or not isinstance(body.get("_type"), str):
+        return None
+    t = body.get("_time")
+    if t is None or isinstance(t, bool):
+        return None
+    try:
+        ms = parse_time(t)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    return (body["_type"], ms) if MIN_TIME_MS <= ms <= MAX_TIME_MS else None
+
+
+#: Texts around an event's envelope: what Spark's JSON parse lets through and the API's parser (orjson) does not,
+#: and their valid neighbours. ``%s`` is an envelope.
+_JSON_EDGES = {
+    "lone high surrogate escape": ('{%s,"s":"\\ud800"}', False), "lone low surrogate escape": ('{%s,"s":"x\\udc00"}', False),
+    "surrogate pair escape": ('{%s,"s":"\\ud83d\\ude00"}', True), "raw tab in a string": ('{%s,"s":"a\tb"}', False),
+    "raw control character": ('{%s,"s":"a\x01b"}', False), "raw NUL": ('{%s,"s":"a\x00b"}', False),
+    "tab between tokens": ('{%s,\t"s":1}', True), "raw DEL": ('{%s,"s":"a\x7fb"}', True),
+    "single-quoted key": ("{%s,'s':1}", False), "NaN": ('{%s,"n":NaN}', False),
+    "400-digit integer": ('{%s,"n":' + "9" * 400 + "}", False), "309-digit integer": ('{%s,"n":1' + "0" * 308 + "}", True),
+    "310-digit integer": ('{%s,"n":1' + "0" * 309 + "}", False), "1e400": ('{%s,"n":1e400}', False),
+    "-1E+0309": ('{%s,"n":[1,-1E+0309]}', False), "largest double": ('{%s,"n":1.7976931348623157e308}', True),
+    "rounds to the largest double": ('{%s,"n":1.7976931348623158e308}', True),
+    "rounds to infinity": ('{%s,"n":1.7976931348623159e308}', False),
+    "huge exponent in a string": ('{%s,"s":"1e999 and ' + "7" * 120 + '"}', True),
+    "escaped quote before a huge exponent text": ('{%s,"s":"\\"1e999"}', True), "1e-999": ('{%s,"n":1e-999}', True),
+    "integer beyond 64 bits": ('{%s,"n":18446744073709551616}', True), "deep 600": ('{%s,"d":' + "[" * 600 + "]" * 600 + "}", True),
+    "deep 1100": ('{%s,"d":' + "[" * 1100 + "]" * 1100 + "}", False), "trailing comma": ('{%s,}', False),
+    "text after": ('{%s} x', False), "U+FFFD itself": ('{%s,"s":"\ufffd"}', True),
+    "escaped e acute": ('{%s,"s":"\\u00e9"}', True), "raw tab in a nested string": ('{%s,"o":{"s":"a\tb"}}', False),
+    "single quotes in a nested object": ("{%s,\"o\":{'s':1}}", False), "exponent below 100": ('{%s,"n":1e99}', True), "form feed after": ('{%s}\x0c', False), "byte order mark": ('\ufeff{%s}', False),
+}
+
+
+def test_a_record_the_api_answers_400_is_an_invalid_record(spark, tmp_path):
+    """Every record whose text the API's parser (orjson) rejects is an invalid record of replay, backfill and
+    stream (SPEC §4, §5.6), and every one it accepts is an event: lone surrogate escapes, raw control characters
+    in strings, single quotes, numbers beyond the double range and bytes that are not UTF-8 were events to Spark
+    (its JSON readers let them through) and 400 to the API; a run of digits or an exponent inside a string is
+    no number."""
+    envelope = '"_type":"a","_time":1000'
+    lines = [(name, (text % envelope).encode()) for name, (text, _) in _JSON_EDGES.items()]
+    lines += [("bytes that are not UTF-8", b'{%s,"s":"\xff\xfe"}' % envelope.encode()),
+              ("UTF-8 of a surrogate", b'{%s,"s":"\xed\xa0\x80"}' % envelope.encode()),
+              ("UTF-8 of U+2028", '{%s,"s":"a\u2028b"}'.replace("%s", envelope).encode())]
+    want = {name: ok for name, (_, ok) in _JSON_EDGES.items()} | {
+        "bytes that are not UTF-8": False, "UTF-8 of a surrogate": False, "UTF-8 of U+2028": True}
+    path = tmp_path / "edges.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for _, line in lines))
+    rows = sorted(read_events(spark, [str(path)]).collect(), key=lambda r: r["_seq"])
+    assert len(rows) == len(lines)
+    api = {name: _api_reads(line) for name, line in lines}
+    assert {name: got is not None for name, got in api.items()} == want  # the table says what orjson says
+    jobs = {name: (r["_type"], r["_time_ms"]) if r["_type"] is not None else None for (name, _), r in zip(lines, rows)}
+    assert jobs == api
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(
+    st.integers(min_value=-(2 ** 70), max_value=2 ** 70).map(str),
+    st.integers(min_value=-62_167_219_200_000, max_value=253_402_300_799_999).map(str),
+    st.floats(allow_nan=False, allow_infinity=False, min_value=-1e20, max_value=1e20).map(repr),
+    st.floats(allow_nan=False, allow_infinity=False).map(lambda x: f"{x:.17E}"),
+    st.tuples(st.integers(0, 10 ** 13), st.text("0123456789", min_size=1, max_size=30)).map(lambda p: f"{p[0]}.{p[1]}"),
+    st.tuples(st.integers(1, 99_999), st.integers(-30, 30)).map(lambda p: f"{p[0]}e{p[1]}"),
+    st.integers(0, 10 ** 15).map(lambda n: f'"{n}"'), st.just("-0.0"), st.just("-0"), st.just("true"),
+    st.just('"2024-03-01T00:00:00.5+01:00"'), st.just("[1]")), min_size=40, max_size=80))
+def test_the_event_time_reads_as_the_api_reads_it(spark, tmp_path_factory, times):
+    """``_time`` given as any JSON number (integers within and beyond 64 bits, floats in every notation,
+    decimals with long fractions, exponents) or numeric text reads as the epoch ms the API reads from it,
+    and where the API answers ``bad-time`` the record is invalid (SPEC §3.1, §4)."""
+    lines = [b'{"_type":"a","_time":%s,"x":1}' % t.encode() for t in times]
+    path = tmp_path_factory.mktemp("times") / "t.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    rows = sorted(read_events(spark, [str(path)]).collect(), key=lambda r: r["_seq"])
+    got = [(r["_type"], r["_time_ms"]) if r["_type"] is not None and r["_time_ms"] is not None else None for r in rows]
+    assert got == [_api_reads(line) for line in lines]
