@@ -272,7 +272,11 @@ _JSON_EDGES = {
     "deep 1100": ('{%s,"d":' + "[" * 1100 + "]" * 1100 + "}", False), "trailing comma": ('{%s,}', False),
     "text after": ('{%s} x', False), "U+FFFD itself": ('{%s,"s":"\ufffd"}', True),
     "escaped e acute": ('{%s,"s":"\\u00e9"}', True), "raw tab in a nested string": ('{%s,"o":{"s":"a\tb"}}', False),
-    "single quotes in a nested object": ("{%s,\"o\":{'s':1}}", False), "exponent below 100": ('{%s,"n":1e99}', True), "form feed after": ('{%s}\x0c', False), "byte order mark": ('\ufeff{%s}', False),
+    "single quotes in a nested object": ("{%s,\"o\":{'s':1}}", False), "exponent below 100": ('{%s,"n":1e99}', True),
+    "nested, clean": ('{%s,"o":{"p":[1,{"q":"r"}]}}', True), "nested, then text": ('{%s,"o":{"p":1}},0]', False),
+    "nested, 400 digits": ('{%s,"o":{"n":' + "9" * 400 + "}}", False),
+    "210 digits and e99 overflow": ('{%s,"n":2' + "0" * 209 + 'e99}', False),
+    "209 digits and e99": ('{%s,"n":' + "9" * 209 + 'e99}', True), "form feed after": ('{%s}\x0c', False), "byte order mark": ('\ufeff{%s}', False),
 }
 
 
