@@ -413,7 +413,8 @@ _CLEAN_FLAT = ("^(?:[^}" + "".join(f"\\x{c:02x}" for c in range(32)) + r"'\\eE]+
 #: Any JSON text with none of the characters of :data:`_CLEAN_FLAT` (a nested object's, say).
 _CLEAN = "^(?:[^" + "".join(f"\\x{c:02x}" for c in range(32)) + r"'\\eE]++|[eE](?![+0-9]))*+$"
 #: A text with no exponent of 100 or more (``e``/``E``, maybe ``+`` and zeros, then three digits): one anchored
-#: pass over the text, stopping only at each ``e`` (a search for the exponent tried every position: 2.5x slower).
+#: pass over the text, stopping only at each ``e`` (a search for the exponent, which tries every position, took
+#: 1.5x its time over 300k nested lines).
 _NO_LARGE_EXPONENT = r"^(?:[^eE]++|[eE](?!\+?0*[1-9][0-9]{2}))*+$"
 #: A JSON string token (in valid JSON: a quote, then characters or escapes, then a quote).
 _JSON_STRING = r'"(?:[^"\\]|\\.)*"'
