@@ -66,10 +66,11 @@ IDLE_S = 900.0
 #: Seconds a client waits for a server it started to answer (Spark's start-up; slower on a loaded host).
 START_TIMEOUT_S = 180.0
 
-#: Environment variables whose values change what a replay computes or how Spark runs: a server started
-#: under other values is not used (:func:`fingerprint`).
+#: Environment variables whose values change what a replay computes, how Spark runs or how long the server
+#: stays (``SCOWL_WARM_IDLE_S``, read once at its start): a server started under other values is not used
+#: (:func:`fingerprint`).
 FINGERPRINT_ENV = ("SCOWL_JAVA_OPTIONS", "SCOWL_SHUFFLE_PARTITIONS", "SCOWL_DRIVER_MEMORY", "SCOWL_SPARK_MASTER",
-                   "JAVA_HOME", "PYSPARK_PYTHON", "SPARK_HOME", "TZ", "PYSPARK_SUBMIT_ARGS")
+                   "JAVA_HOME", "PYSPARK_PYTHON", "SPARK_HOME", "TZ", "PYSPARK_SUBMIT_ARGS", "SCOWL_WARM_IDLE_S")
 
 #: The package directories whose sources a server runs (:func:`fingerprint`).
 _SOURCE_PACKAGES = ("compiler", "writer", "scowl")

@@ -204,9 +204,12 @@ def test_fingerprint_and_idle_setting(monkeypatch):
     assert warm.fingerprint() == base
     assert warm.fingerprint("spark://127.0.0.1:7077") != base
     monkeypatch.setenv("SCOWL_SHUFFLE_PARTITIONS", "17")
-    assert warm.fingerprint() != base
+    partitions = warm.fingerprint()
+    assert partitions != base
     monkeypatch.setenv("SCOWL_WARM_IDLE_S", "2.5")
     assert warm.idle_seconds() == 2.5
+    # a server keeps the idle timeout it started with: another one is another server
+    assert warm.fingerprint() != partitions
     for text in ("0", "-1", "soon", "nan"):
         monkeypatch.setenv("SCOWL_WARM_IDLE_S", text)
         with pytest.raises(warm.WarmError, match="SCOWL_WARM_IDLE_S must be a positive number"):
