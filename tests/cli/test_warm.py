@@ -115,7 +115,7 @@ def test_warm_replay_writes_what_a_replay_writes_and_reuses_its_session(spark, r
     def leave(phase: str, done: int, total: int) -> None:
         raise Left(phase)
 
-    env = {"SCOWL_SHUFFLE_PARTITIONS": "2"}
+    env = {"SCOWL_SHUFFLE_PARTITIONS": "2", "SCOWL_WARM_IDLE_S": "300"}  # _scowl's: the same server
     with pytest.MonkeyPatch.context() as mp:
         for k, v in env.items():
             mp.setenv(k, v)
