@@ -79,8 +79,9 @@ EMIT_THREADS = 4
 #: zstd (Arrow, DuckDB, pandas, Spark).
 PARQUET_OPTIONS: dict[str, str] = {"compression": "zstd", "parquet.enable.dictionary": "false"}
 
-__all__ = ["EMIT_THREADS", "PARQUET_OPTIONS", "REPLAY_USER_ERRORS", "ReplayError", "ReplayEvents", "ReplayReport", "as_completed_results",
-           "in_seq_order", "output_column", "prepare_events", "replay_frames", "run_replay", "tuple_names"]
+__all__ = ["EMIT_THREADS", "PARQUET_OPTIONS", "REPLAY_USER_ERRORS", "ReplayError", "ReplayEvents", "ReplayReport",
+           "as_completed_results", "in_seq_order", "output_column", "prepare_events", "replay_frames", "run_replay",
+           "tuple_names"]
 
 
 class ReplayError(ValueError):
