@@ -40,9 +40,11 @@ from __future__ import annotations
 import gc
 import importlib
 import os
+import socket
 import sys
 import zipfile
 from importlib.machinery import PathFinder
+from typing import Callable
 
 
 #: Modules the daemon imports before it forks its workers (:func:`preload`): ``pyspark.worker`` and its
@@ -175,23 +177,54 @@ def keep_freed_memory() -> bool:
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
 
+def ending_quietly(worker: Callable[[socket.socket, bool], int]) -> Callable[[socket.socket, bool], int]:
+    """``pyspark.daemon.worker`` that ends with exit code 1, not a traceback, when its executor closed the connection.
+
+    With the executors reaching their workers through a Unix domain socket
+    (``writer.session.STATIC_CONFS``), a worker whose executor has closed
+    the connection (the session stopping while the worker waits for its
+    next task, a cancelled task) fails its last flush with ``EPIPE`` at
+    once, where loopback TCP took the write; ``pyspark.daemon`` then
+    printed the ``BrokenPipeError`` traceback to the command's stderr
+    (intermittently, at the end of ``scowl replay``). Nobody is left to
+    answer, so the worker ends as it does for any other non-zero code: it
+    is not reused, and its process exits.
+
+    Args:
+        worker: ``pyspark.daemon.worker`` (``(sock, authenticated) -> exit code``).
+
+    Returns:
+        The same function, returning 1 where ``worker`` raised
+        ``BrokenPipeError`` or ``ConnectionResetError``; any other error
+        still propagates.
+    """
+    def run(sock: socket.socket, authenticated: bool) -> int:
+        try:
+            return worker(sock, authenticated)
+        except (BrokenPipeError, ConnectionResetError):
+            return 1
+
+    return run
+
+
 def main() -> None:
     """Fix the import path (:func:`import_path`), keep freed memory (:func:`keep_freed_memory`), import
-    :data:`PRELOAD`, then run ``pyspark.daemon.manager`` (never returns)."""
+    :data:`PRELOAD`, then run ``pyspark.daemon.manager`` with :func:`ending_quietly` workers (never returns)."""
     keep_freed_memory()
     before = list(sys.path)
     sys.path[:] = import_path(sys.path)
     for p in set(before) - set(sys.path):
         sys.path_importer_cache.pop(p, None)
-    from pyspark.daemon import manager
+    import pyspark.daemon as daemon
 
+    daemon.worker = ending_quietly(daemon.worker)  # the forked worker calls it by its module name
     preload()
     # the daemon's objects, shared with every forked worker, out of the collector's reach: a worker runs
     # gc.collect() after each task (pyspark.daemon), which otherwise walks every object of the preloaded
     # modules (49 of 339 worker samples, 2026-11-30) and copies the pages it touches
     gc.freeze()
 
-    manager()
+    daemon.manager()
 
 
 if __name__ == "__main__":

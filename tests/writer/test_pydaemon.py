@@ -7,6 +7,7 @@ import sys
 import zipfile
 
 import pyspark
+import pytest
 
 from writer.pydaemon import PRELOAD, import_path, preload
 
@@ -117,3 +118,34 @@ def test_workers_keep_the_memory_they_free_and_ask_no_huge_pages(spark):
     rows = spark.range(2, numPartitions=2).mapInArrow(probe, "hugepage boolean, mapped long, free long").collect()
     assert {r["hugepage"] for r in rows} == {False}
     assert all(r["mapped"] < 16_000_000 <= r["free"] for r in rows), rows
+
+
+def test_a_worker_whose_executor_closed_the_connection_ends_quietly(monkeypatch):
+    """Over a Unix domain socket, ``pyspark.daemon.worker`` on a connection its executor has closed fails its
+    flush with ``BrokenPipeError`` (which the daemon printed as a traceback); ``ending_quietly`` returns exit
+    code 1 instead, and lets any other error through."""
+    import socket
+
+    import pyspark.daemon
+
+    from writer.pydaemon import ending_quietly
+
+    monkeypatch.setenv("PYTHON_DAEMON_KILL_WORKER_ON_FLUSH_FAILURE", "true")  # as the executors set it
+    for quiet in (False, True):
+        mine, executor = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        executor.close()
+        try:
+            if quiet:
+                assert ending_quietly(pyspark.daemon.worker)(mine, True) == 1
+            else:
+                with pytest.raises(BrokenPipeError):
+                    pyspark.daemon.worker(mine, True)
+        finally:
+            mine.close()
+
+    def fails(sock, authenticated):
+        raise ValueError("not a connection error")
+
+    with pytest.raises(ValueError, match="not a connection error"):
+        ending_quietly(fails)(None, True)
+    assert ending_quietly(lambda sock, authenticated: 0)(None, True) == 0

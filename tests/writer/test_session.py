@@ -172,3 +172,27 @@ def test_column_building_records_no_python_call_site(spark, monkeypatch):
     assert sent, "the column was built through py4j"
     assert not [c for c in sent if "PySparkCurrentOrigin" in c or "getActiveSession" in c]
     assert [r["u"] for r in spark.createDataFrame([("ab",)], "s string").select(col).collect()] == ["AB-AB"]
+
+
+def test_python_workers_are_reached_through_a_unix_domain_socket(spark):
+    """``STATIC_CONFS`` have the executors reach their Python workers through a Unix domain socket (loopback
+    TCP stalled every Python task ~50 ms): the workers of the test session, started with
+    ``process_confs`` as ``get_spark``'s are, run in that mode, and a ``mapInArrow`` task computes its rows."""
+    import pyarrow as pa
+
+    from writer.session import STATIC_CONFS, process_confs
+
+    key = "spark.python.unix.domain.socket.enabled"
+    assert STATIC_CONFS[key] == "true" and process_confs()[key] == "true"
+    assert spark.sparkContext.getConf().get(key) == "true"
+
+    def tag(batches):
+        import os
+
+        for b in batches:
+            mode = os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "unset")
+            yield pa.RecordBatch.from_pydict({"id": b.column(0), "mode": [mode] * b.num_rows})
+
+    rows = spark.range(0, 6, 1, 3).mapInArrow(tag, "id long, mode string").collect()
+    assert sorted(r["id"] for r in rows) == list(range(6))
+    assert {r["mode"].lower() for r in rows} == {"true"}  # as pyspark.daemon reads it
