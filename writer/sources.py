@@ -466,16 +466,24 @@ def read_as_the_api_reads_it(raw: Column) -> Column:
     """
     numbers = F.regexp_extract_all(F.regexp_replace(raw, _JSON_STRING, '""'), F.lit(_JSON_NUMBER), 0)
     infinite = F.exists(numbers, lambda x: F.abs(x.cast("double")) == F.lit(float("inf")))
-    # intdigits + exp >= 309: with an exponent below 100, a run of 210 digits (a text that short has none)
-    may_overflow = ((F.octet_length(raw) >= F.lit(210)) & raw.rlike("[0-9]{210}")) | ~raw.rlike(_NO_LARGE_EXPONENT)
+    # intdigits + exp >= 309: with an exponent below 100, a run of 210 digits
+    may_overflow = _digit_run(raw, 210) | ~raw.rlike(_NO_LARGE_EXPONENT)
     finite = F.when(may_overflow, ~infinite).otherwise(F.lit(True))
     strict = F.try_parse_json(raw).isNotNull() & finite & one_json_value(raw)
-    # without an exponent a number overflows only with 309 digits before its point (and a text that short has
-    # none: no conversion for the regex)
-    no_long = ~((F.octet_length(raw) >= F.lit(309)) & raw.rlike("[0-9]{309}"))
+    # without an exponent a number overflows only with 309 digits before its point
+    no_long = ~_digit_run(raw, 309)
     ok = F.when(raw.rlike(_CLEAN_FLAT) & no_long, F.lit(True)) \
         .when(raw.rlike(_CLEAN) & no_long, one_json_value(raw)).otherwise(strict)
     return F.coalesce(F.is_valid_utf8(raw) & ok, F.lit(False))
+
+
+def _digit_run(raw: Column, n: int) -> Column:
+    """Whether the text ``raw`` holds a run of ``n`` digits (:func:`read_as_the_api_reads_it`'s overflow tests).
+
+    The length is tested first: a text of fewer than ``n`` bytes has none, and is not converted for the
+    regular expression (Spark evaluates ``And`` lazily).
+    """
+    return (F.octet_length(raw) >= F.lit(n)) & raw.rlike(f"[0-9]{{{n}}}")
 
 
 #: A text whose only ``}`` ends it, but for JSON whitespace (:func:`one_json_value`'s quick test).
