@@ -53,18 +53,21 @@ bool ``boolean``, ``struct{a:T,..}`` a Spark struct with those field names,
 
 Cost. Every aggregate of a dependency stage is computed together
 (:mod:`writer.sweep`), grouped by its state's key types (Chronon CHIP-11's
-UnionJoin): the aggregates of one key group share rows, one per (event, key
-value) with every aggregate's payload and read/write bits as columns
-(:meth:`PointInTime._key_groups`), shuffled once by key into buckets and
-swept with each function's Arrow kernel (``compiler.algebra.arrow.KERNELS``)
-in ``O(n log n)`` per bucket, hot and global keys included (SPEC §5.8). The
-sweep gives one row per read row with a column per aggregate; an event's
-rows of all groups are gathered by one ``groupBy(_seq)`` into one wide frame
-per stage, from which each reading event type's values are selected (one
-join per stage). With ``seq_total`` (replay) every such frame is laid out
-by ranges of ``_seq`` (``writer.sources.SeqRanges``), so those joins need
-no exchange but the stage-0 features' own, and their rows come out in
-``_seq`` order. The inputs and plain scalars of each event type are parsed
+UnionJoin) and by the key expression each event type reads it with (at
+most one per group: :func:`_read_key_groups`): the aggregates of one key
+group share rows, one per (event, key value) with every aggregate's payload
+and read/write bits as columns (:meth:`PointInTime._key_groups`), shuffled
+once by key into buckets and swept with each function's Arrow kernel
+(``compiler.algebra.arrow.KERNELS``) in ``O(n log n)`` per bucket, hot and
+global keys included (SPEC §5.8). The sweep gives one row per read row,
+at most one per event, with a column per aggregate. With ``seq_total``
+(replay) each group's rows are laid out by ranges of ``_seq``
+(``writer.sources.SeqRanges``) and kept apart, so the joins of an event
+type's groups and its stage-0 features need no exchange but the stage-0
+features' own, and their rows come out in ``_seq`` order. Without it, an
+event's rows of all groups are gathered by one ``groupBy(_seq)`` into one
+wide frame per stage, from which each reading event type's values are
+selected (one join per stage). The inputs and plain scalars of each event type are parsed
 once for all aggregates (:meth:`PointInTime.prepare`).
 The tests hold the sweep to a quadratic join of each read to its key's
 writes (``tests/writer/pit_oracle.py``). Each computed value (and each
@@ -252,7 +255,7 @@ class PointInTime:
             the stage-0 features carry the range key ``_p`` of their
             ``_seq`` and the values are laid out by ranges of ``_seq``
             (``writer.sources.SeqRanges``: partitioned by ``_p``, sorted by
-            ``_seq`` within, by the gathering exchange they had), so
+            ``_seq`` within, by an exchange of each key group's rows), so
             :meth:`frame` exchanges only the features to join them, and its
             rows come out in ``_seq`` order (``writer.replay``).
     """
@@ -500,13 +503,17 @@ class PointInTime:
     def _sweep_needs(self, needs: dict[str, list[str]]) -> None:
         """Compute and cache every aggregate of each dependency stage of ``needs``: one sweep per key group.
 
-        The aggregates of a stage are grouped by their state's key types
-        (:meth:`_key_groups`); each group is one shuffle and one sweep per key
-        bucket (:func:`writer.sweep.sweep_group`), one output row per (read
-        row) with a column per aggregate. The groups' rows are then gathered
-        per event (one exchange by ``_seq`` and one aggregation, skipped when
-        every reading event has exactly one read row) into one wide frame,
-        checkpointed, from which each event type's values are selected.
+        The aggregates of a stage are grouped by their state's key types and
+        read key expressions (:meth:`_key_groups`, :func:`_read_key_groups`);
+        each group is one shuffle and one sweep per key bucket
+        (:func:`writer.sweep.sweep_group`), one output row per read row (at
+        most one per event) with a column per aggregate. With :attr:`ranges`
+        each group's output is laid out by ranges of ``_seq`` and
+        checkpointed on its own (:meth:`_keep_groups`). Without, the groups'
+        rows are gathered per event (one exchange by ``_seq`` and one
+        aggregation, skipped when every reading event has rows in one group
+        only) into one wide frame, checkpointed, from which each event
+        type's values are selected.
 
         Source: SPEC §3.2, §3.3, §5.8; Chronon CHIP-11 (UnionJoin).
         """
@@ -591,14 +598,16 @@ class PointInTime:
             laid_out.append((types, group, self.ranges.layout(df if len(types) > 1 else df.drop("e"))))
 
         def checkpoint(df: DataFrame) -> DataFrame:
-            with self._keep_layout():
-                return df.localCheckpoint(eager=True, storageLevel=self.storage)
+            return df.localCheckpoint(eager=True, storageLevel=self.storage)
 
         if self._threads is None:
             self._threads = ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="scowl-prepare")
         tagged = with_job_tags(checkpoint, spark.sparkContext.getJobTags())  # the caller's job tags
-        futures = [self._threads.submit(tagged, df) for _, _, df in laid_out]
-        errors = [f.exception() for f in futures]  # waits for every job
+        # the session's settings set once, around every thread's planning (a setting set and restored in each
+        # thread would be restored out of order)
+        with self._keep_layout():
+            futures = [self._threads.submit(tagged, df) for _, _, df in laid_out]
+            errors = [f.exception() for f in futures]  # waits for every job
         for f, e in zip(futures, errors):
             if e is None:
                 self._old.append(f.result())
@@ -622,7 +631,9 @@ class PointInTime:
         """The rows of a stage's aggregates, one frame per key group (:func:`writer.sweep.sweep_group`).
 
         Aggregates whose states have the same key types share rows (Chronon
-        CHIP-11): for each event type ``X`` and each key expression ``K``
+        CHIP-11), unless an event type reads them by different key
+        expressions (:func:`_read_key_groups`: each event then has at most
+        one read row per group): for each event type ``X`` and each key expression ``K``
         (a tuple of ``X``'s feature names) that some aggregate of the group
         reads (``by`` of an aggregate of ``X``) or writes (``by`` of a state
         written by ``X``) with, one row per event of ``X``: ``k`` the encoded
