@@ -101,7 +101,7 @@ from pyspark.sql import functions as F
 
 from compiler.algebra.arrow import KERNELS
 from compiler.algebra.registry import storage_of
-from compiler.algebra.spark import SPARK, encode_tuple_column, redis_key_column
+from compiler.algebra.spark import SPARK, encode_component_column, encode_tuple_column, redis_key_column
 from compiler.codegen.spark import compile_column, spark_ddl
 from compiler.plan import Feature, Plan
 from compiler.typesystem import SPARK_TYPES
@@ -620,7 +620,7 @@ class PointInTime:
                 self._select_values(ev, [(g, todo[g][1]) for g in group if todo[g][0] == ev], mine)
 
     def _select_values(self, ev: str, items: list[tuple[int, str]], wide: DataFrame) -> None:
-        """Cache the values ``v<g>`` of ``wide`` (``_seq``, maybe ``_p``) as the features ``items`` (``(g, name)``) of ``ev``."""
+        """Cache the values ``v<g>`` of ``wide`` (``_seq``, maybe ``_p``) as the features ``items`` (``(g, name)``)."""
         per_event = wide.select("_seq", *(["_p"] if "_p" in wide.columns else []),
                                 *[F.col(f"v{g}").alias(f"f_{n}") for g, n in items])
         for _, n in items:
@@ -636,9 +636,9 @@ class PointInTime:
         one read row per group): for each event type ``X`` and each key expression ``K``
         (a tuple of ``X``'s feature names) that some aggregate of the group
         reads (``by`` of an aggregate of ``X``) or writes (``by`` of a state
-        written by ``X``) with, one row per event of ``X``: ``k`` the encoded
-        key tuple (``compiler.algebra.spark.encode_tuple_column``; null when
-        a component is null), ``t``, ``seq``, ``e`` (``X``'s code), and per
+        written by ``X``) with, one row per event of ``X``: ``k`` the key tuple
+        as text (:func:`_sweep_key_column`; null when a component is null),
+        ``t``, ``seq``, ``e`` (``X``'s code), and per
         aggregate its read bit (``X`` is its reading type and ``K`` its read
         key), write bit (SPEC §2.4's write rules: not a repeated ``_id``,
         ``where`` true, values and key components non-null), payload and
@@ -715,7 +715,7 @@ class PointInTime:
                 null_key = F.lit(False)
                 for c in kcols:
                     null_key = null_key | c.isNull()
-                k = F.when(null_key, F.lit(None).cast("string")).otherwise(encode_tuple_column(kcols, key_types))
+                k = F.when(null_key, F.lit(None).cast("string")).otherwise(_sweep_key_column(kcols, key_types))
                 words = {f"_m{j}": [0, {}] for j in range(n_words)}
                 for i in readers:
                     col, _, rb = mask_bits(i)
@@ -885,6 +885,29 @@ def _read_key_groups(info: list[tuple[str, object, object]]) -> list[tuple[tuple
         else:
             groups.append((key_types, {ev: read_key}, [g]))
     return [(types, members) for types, _, members in groups]
+
+
+def _sweep_key_column(cols: list[Column], types) -> Column:
+    """A sweep row's key ``k``: equal for two key tuples exactly when the store's encoded keys are (non-null components).
+
+    The store's encoding (``compiler.algebra.spark.encode_tuple_column``,
+    SPEC §5.5) joins each component's text (``encode_component_column``:
+    ``s<length>:<text>``, a float's ``repr`` with ``-0.0`` as ``0.0``, ...)
+    and then escapes ``%``, ``{`` and ``}`` for the hash tag and bounds the
+    length: both are one-to-one but for a SHA-256 collision, so the sweep,
+    which only groups rows by key, skips them. A single string component is
+    its own text.
+
+    Args:
+        cols: the key's component columns (none: the global key).
+        types: their plan types.
+
+    Returns:
+        A string column.
+    """
+    if len(cols) == 1 and types[0] == "string":
+        return cols[0]
+    return F.concat_ws("|", *[encode_component_column(c, t) for c, t in zip(cols, types)]) if cols else F.lit("")
 
 
 def _event_codes(plan: Plan) -> dict[str, int]:

@@ -21,7 +21,9 @@ writes: the direct form of SPEC §3.2/§3.3) on generated timelines where
   list payloads are all present in the shared groups.
 
 Also: the payments bench topology (9 aggregates: 7 by user, 1 by merchant,
-1 global) makes 2 key groups (by a string, global), 3 rows per event in all.
+1 global) makes 3 key groups (by user, by merchant, global), one row per
+event each; a group holds one read key expression per event type; and the
+sweep's key text groups key tuples as the store's encoded keys do.
 """
 
 from __future__ import annotations
@@ -159,3 +161,32 @@ def test_key_groups_have_one_read_key_per_event_type():
     # and arr's by origin need a second; the pair key and the global key a group each
     assert reads == [{"arr": ("dest",), "dep": ("origin",)}, {"arr": ("origin",), "dep": ("dest",)},
                      {"arr": (), "dep": ()}, {"dep": ("origin", "dest")}], reads
+
+
+def test_sweep_key_groups_tuples_as_the_store_key_does(spark):
+    """Two key tuples have the same sweep key exactly when they have the same store key (SPEC §5.5): separators,
+    escaped characters, -0.0 and 0.0, long keys, each key type."""
+    from pyspark.sql import functions as F
+
+    from compiler.algebra.spark import encode_tuple_column
+    from writer.pointintime import _sweep_key_column
+
+    long = "x" * 130
+    cases = {
+        ("string",): [("a",), ("a|b",), ("{a}",), ("%7Ba%7D",), ("",), (long,), (long + "y",), ("é",)],
+        ("string", "string"): [("a", "b|c"), ("a|b", "c"), ("a", "b"), ("", "a"), ("a", ""), ("{", "}")],
+        ("float", "int"): [(0.0, 1), (-0.0, 1), (1.5, 1), (1.5, 2), (1e-05, 0), (15000000.0, 0)],
+        ("bool", "time", "duration"): [(True, 5, 0.0), (False, 5, -0.0), (True, 6, 2.5)],
+    }
+    ddl = {"string": "string", "float": "double", "int": "bigint", "bool": "boolean", "time": "bigint",
+           "duration": "double"}
+    for types, rows in cases.items():
+        schema = ", ".join(f"c{i} {ddl[t]}" for i, t in enumerate(types))
+        df = spark.createDataFrame(rows, schema)
+        cols = [F.col(f"c{i}") for i in range(len(types))]
+        got = df.select(_sweep_key_column(cols, types).alias("k"),
+                        encode_tuple_column(cols, types).alias("s")).collect()
+        for x in got:
+            for y in got:
+                assert (x.k == y.k) == (x.s == y.s), (types, x, y)
+        assert len({x.s for x in got}) < len(rows) if types[0] == "float" else len({x.s for x in got}) == len(rows)
