@@ -101,7 +101,7 @@ from pyspark.sql import functions as F
 
 from compiler.algebra.arrow import KERNELS
 from compiler.algebra.registry import storage_of
-from compiler.algebra.spark import SPARK, encode_component_column, encode_tuple_column, redis_key_column
+from compiler.algebra.spark import SPARK, encode_tuple_column, redis_key_column, tuple_text_column
 from compiler.codegen.spark import compile_column, spark_ddl
 from compiler.plan import Feature, Plan
 from compiler.typesystem import SPARK_TYPES
@@ -346,11 +346,9 @@ class PointInTime:
         # one driver thread per event type: a type's frame is built and planned (~0.5-1 s each, cold) while
         # another's job runs, and the caller goes on (the key groups of prefetch are built) while they run;
         # settle() waits for them. The session's settings are set once, around the planning
-        if self._threads is None:
-            self._threads = ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="scowl-prepare")
         tagged = with_job_tags(run, self.events.sparkSession.sparkContext.getJobTags())  # the caller's job tags
         with without_codegen(self.events.sparkSession):
-            self._pending += [self._threads.submit(tagged, ev) for ev in todo]
+            self._pending += [self._pool().submit(tagged, ev) for ev in todo]
             done = {ev: planned[ev].result() for ev in todo}
         for ev, cols in todo.items():
             have = self._base.get(ev)
@@ -601,13 +599,11 @@ class PointInTime:
         def checkpoint(df: DataFrame) -> DataFrame:
             return df.localCheckpoint(eager=True, storageLevel=self.storage)
 
-        if self._threads is None:
-            self._threads = ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="scowl-prepare")
         tagged = with_job_tags(checkpoint, spark.sparkContext.getJobTags())  # the caller's job tags
         # the session's settings set once, around every thread's planning (a setting set and restored in each
         # thread would be restored out of order)
         with self._keep_layout():
-            futures = [self._threads.submit(tagged, df) for _, _, df in laid_out]
+            futures = [self._pool().submit(tagged, df) for _, _, df in laid_out]
             errors = [f.exception() for f in futures]  # waits for every job
         for f, e in zip(futures, errors):
             if e is None:
@@ -787,6 +783,13 @@ class PointInTime:
         self._wide.clear()
 
     # --------------------------------------------------------------- internals
+    def _pool(self) -> ThreadPoolExecutor:
+        """The driver threads jobs are planned and run from (:data:`PREPARE_THREADS`; created on first use,
+        shut down by :meth:`release`)."""
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="scowl-prepare")
+        return self._threads
+
     def _keep_layout(self):
         """A block in which a ``localCheckpoint`` keeps its plan's partitioning and order (for :attr:`ranges`).
 
@@ -909,7 +912,7 @@ def _sweep_key_column(cols: list[Column], types) -> Column:
     """
     if len(cols) == 1 and types[0] == "string":
         return cols[0]
-    return F.concat_ws("|", *[encode_component_column(c, t) for c, t in zip(cols, types)]) if cols else F.lit("")
+    return tuple_text_column(cols, types)
 
 
 def _event_codes(plan: Plan) -> dict[str, int]:

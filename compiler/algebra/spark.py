@@ -94,15 +94,23 @@ def encode_component_column(col: Column, type_name: str) -> Column:
     raise ValueError(f"cannot use a value of type {type_name} as a key")
 
 
+def tuple_text_column(cols: Sequence[Column], types: Sequence[str]) -> Column:
+    """The components' texts (:func:`encode_component_column`) joined by ``|``; ``''`` for no component.
+
+    One-to-one on non-null key tuples of the given types (each text starts with its type's letter, and
+    a string's with its length), before :func:`encode_tuple_column`'s escaping and length bound.
+    """
+    if not cols:
+        return F.lit("")
+    return F.concat_ws("|", *[encode_component_column(c, t) for c, t in zip(cols, types)])
+
+
 def encode_tuple_column(cols: Sequence[Column], types: Sequence[str]) -> Column:
     """Spark twin of ``compiler.algebra.keys.encode_key`` for non-null components.
 
-    Returns the escaped, length-bounded encoding (SPEC §5.5).
+    Returns the escaped, length-bounded encoding (SPEC §5.5) of :func:`tuple_text_column`.
     """
-    if cols:
-        raw = F.concat_ws("|", *[encode_component_column(c, t) for c, t in zip(cols, types)])
-    else:
-        raw = F.lit("")
+    raw = tuple_text_column(cols, types)
     esc = F.replace(F.replace(F.replace(raw, F.lit("%"), F.lit("%25")), F.lit("{"), F.lit("%7B")), F.lit("}"), F.lit("%7D"))
     # characters are counted only when the bytes could be too many (no character takes less than a byte)
     long_key = (F.octet_length(esc) > MAX_KEY_CHARS) & (F.length(esc) > MAX_KEY_CHARS)
