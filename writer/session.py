@@ -110,10 +110,10 @@ def configure(spark: SparkSession) -> SparkSession:
 #:   minutes run ~8-12% slower (10M-event Zipf replay and backfill), so those get
 #:   :data:`LONG_JOB_JAVA_OPTIONS`. Measurements: bench/HISTORY.md (2026-11-27, 2026-11-29).
 #: * ``-XX:+UseParallelGC`` (HotSpot 17's default is G1): the throughput collector, with no concurrent
-#:   marking thread and no G1 barriers. With G1 a warm 1M-event replay ran ~80 concurrent cycles in five
-#:   replays (JFR, 12.7 s of one core), 72 of them started by humongous allocations (byte arrays of 1 MB
-#:   or more: shuffle, cache and Arrow buffers, with G1's 2 MB regions at a 4 GB heap); on 2 cores the
-#:   cycles take CPU from the tasks. Warm 1M Zipf replays ran 7-11% shorter with it (medians of 6
+#:   marking thread and no G1 barriers. In five warm 1M-event replays G1 ran 81 concurrent cycles (JFR:
+#:   12.7 s of one core), 72 of them started by humongous allocations (arrays of 1 MB or more: shuffle,
+#:   cache and Arrow buffers, with G1's 2 MB regions at a 4 GB heap); on 2 cores the cycles take CPU from
+#:   the tasks. Warm 1M Zipf replays ran 7-11% shorter with it (medians of 6
 #:   rounds, two warm servers in turns, twice); cold replays within the noise (bench/HISTORY.md,
 #:   thirty-ninth session). Long jobs keep G1 (:data:`LONG_JOB_JAVA_OPTIONS`: not measured there).
 JAVA_OPTIONS = ("-XX:-DontCompileHugeMethods -XX:-DoEscapeAnalysis -XX:FreqInlineSize=100 -XX:InlineSmallCode=1000"
