@@ -115,13 +115,15 @@ def configure(spark: SparkSession) -> SparkSession:
 #:   cache and Arrow buffers, with G1's 2 MB regions at a 4 GB heap); on 2 cores the cycles take CPU from
 #:   the tasks. Warm 1M Zipf replays ran 7-11% shorter with it (medians of 6
 #:   rounds, two warm servers in turns, twice); cold replays within the noise (bench/HISTORY.md,
-#:   thirty-ninth session). Long jobs keep G1 (:data:`LONG_JOB_JAVA_OPTIONS`: not measured there).
+#:   thirty-ninth session). Long jobs take it too (:data:`LONG_JOB_JAVA_OPTIONS`).
 JAVA_OPTIONS = ("-XX:-DontCompileHugeMethods -XX:-DoEscapeAnalysis -XX:FreqInlineSize=100 -XX:InlineSmallCode=1000"
                 " -XX:+UseParallelGC")
 
 #: JVM options of jobs of more than :data:`LONG_JOB_EVENTS` input events: HotSpot's own C2 settings,
-#: tuned for steady state, plus ``-XX:-DontCompileHugeMethods`` (see :data:`JAVA_OPTIONS`).
-LONG_JOB_JAVA_OPTIONS = "-XX:-DontCompileHugeMethods"
+#: tuned for steady state, plus ``-XX:-DontCompileHugeMethods`` and ``-XX:+UseParallelGC`` (see
+#: :data:`JAVA_OPTIONS`; cold 10M Zipf replays in turns: 161.3 and 169.4 s against 180.4 and 174.5 s
+#: with G1, bench/HISTORY.md, thirty-ninth session).
+LONG_JOB_JAVA_OPTIONS = "-XX:-DontCompileHugeMethods -XX:+UseParallelGC"
 
 #: Input events above which a job runs long enough for steady state to outweigh warm-up. Measured
 #: on 2 cores (bench/HISTORY.md): at 0.3-1M events :data:`JAVA_OPTIONS` was 6-20% faster, at
