@@ -113,9 +113,10 @@ def configure(spark: SparkSession) -> SparkSession:
 #:   marking thread and no G1 barriers. In five warm 1M-event replays G1 ran 81 concurrent cycles (JFR:
 #:   12.7 s of one core), 72 of them started by humongous allocations (arrays of 1 MB or more: shuffle,
 #:   cache and Arrow buffers, with G1's 2 MB regions at a 4 GB heap); on 2 cores the cycles take CPU from
-#:   the tasks. Warm 1M Zipf replays ran 7-11% shorter with it (medians of 6
-#:   rounds, two warm servers in turns, twice); cold replays within the noise (bench/HISTORY.md,
-#:   thirty-ninth session). Long jobs take it too (:data:`LONG_JOB_JAVA_OPTIONS`).
+#:   the tasks. Warm 1M Zipf replays ran 7-11% shorter with it (medians of 6 rounds, two warm servers in
+#:   turns, twice); cold replays within the noise (bench/HISTORY.md, thirty-ninth session). Long jobs
+#:   take it too (:data:`LONG_JOB_JAVA_OPTIONS`). On a cluster whose executors have large heaps, its
+#:   stop-the-world full collections may not suit: ``SCOWL_JAVA_OPTIONS`` replaces the options there.
 JAVA_OPTIONS = ("-XX:-DontCompileHugeMethods -XX:-DoEscapeAnalysis -XX:FreqInlineSize=100 -XX:InlineSmallCode=1000"
                 " -XX:+UseParallelGC")
 
