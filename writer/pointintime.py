@@ -527,7 +527,7 @@ class PointInTime:
                 del self._active[len(self._active) - len(todo):]
             outs = []
             read_rows: dict[str, set[int]] = {}
-            for gi, (frame, parts, members, _) in enumerate(groups):
+            for gi, (frame, parts, members) in enumerate(groups):
                 out = sweep_group(frame, parts, buckets)
                 cols = [F.col("r_seq"), F.col("e")]
                 for i, g in enumerate(members):
@@ -645,9 +645,9 @@ class PointInTime:
             todo: the stage's (event type, aggregate feature) nodes.
 
         Returns:
-            ``[(frame, parts, members, read_keys)]`` per group: the frame and
-            :class:`writer.sweep.GroupPart` per member, the members'
-            positions in ``todo``, and each member's read key expression.
+            ``[(frame, parts, members)]`` per group: the frame and
+            :class:`writer.sweep.GroupPart` per member, and the members'
+            positions in ``todo``.
 
         Raises:
             StagedFeatureError: a cross-event cycle (building the frames).
@@ -758,7 +758,7 @@ class PointInTime:
                 sweep = SweepSpec(state.function, state.window_s * 1000, state.resolution_s * 1000, state.limit,
                                   inclusive, int_values)
                 parts.append(GroupPart(sweep, payload, column_of.get((i, "after")), a_type))
-            groups.append((frame, parts, members, [tuple(info[g][1].read_keys) for g in members]))
+            groups.append((frame, parts, members))
         return groups
 
     def release(self) -> None:

@@ -117,14 +117,14 @@ def configure(spark: SparkSession) -> SparkSession:
 #:   turns, twice); cold replays within the noise (bench/HISTORY.md, thirty-ninth session). Long jobs
 #:   take it too (:data:`LONG_JOB_JAVA_OPTIONS`). On a cluster whose executors have large heaps, its
 #:   stop-the-world full collections may not suit: ``SCOWL_JAVA_OPTIONS`` replaces the options there.
-JAVA_OPTIONS = ("-XX:-DontCompileHugeMethods -XX:-DoEscapeAnalysis -XX:FreqInlineSize=100 -XX:InlineSmallCode=1000"
-                " -XX:+UseParallelGC")
+_EVERY_JOB_JAVA_OPTIONS = "-XX:-DontCompileHugeMethods -XX:+UseParallelGC"
+JAVA_OPTIONS = f"{_EVERY_JOB_JAVA_OPTIONS} -XX:-DoEscapeAnalysis -XX:FreqInlineSize=100 -XX:InlineSmallCode=1000"
 
 #: JVM options of jobs of more than :data:`LONG_JOB_EVENTS` input events: HotSpot's own C2 settings,
-#: tuned for steady state, plus ``-XX:-DontCompileHugeMethods`` and ``-XX:+UseParallelGC`` (see
-#: :data:`JAVA_OPTIONS`; cold 10M Zipf replays in turns: 161.3 and 169.4 s against 180.4 and 174.5 s
-#: with G1, bench/HISTORY.md, thirty-ninth session).
-LONG_JOB_JAVA_OPTIONS = "-XX:-DontCompileHugeMethods -XX:+UseParallelGC"
+#: tuned for steady state, with the two options of :data:`JAVA_OPTIONS` that every job takes (cold 10M
+#: Zipf replays in turns: 161.3 and 169.4 s with ``-XX:+UseParallelGC`` against 180.4 and 174.5 s with
+#: G1, bench/HISTORY.md, thirty-ninth session).
+LONG_JOB_JAVA_OPTIONS = _EVERY_JOB_JAVA_OPTIONS
 
 #: Input events above which a job runs long enough for steady state to outweigh warm-up. Measured
 #: on 2 cores (bench/HISTORY.md): at 0.3-1M events :data:`JAVA_OPTIONS` was 6-20% faster, at
