@@ -98,6 +98,7 @@ def spark():
 
     from pyspark.sql import SparkSession
 
+    from writer.classdata import plan_for_session
     from writer.session import configure, process_confs
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -109,7 +110,9 @@ def spark():
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "2g")
     )
-    for key, value in process_confs().items():  # get_spark's JVM options and Python daemon
+    # get_spark's JVM options and Python daemon; the class-data archive if one exists (this JVM lives as long
+    # as the run: one written at its exit would come too late for it; the commands the tests start write it)
+    for key, value in process_confs(driver_options=plan_for_session(create=False).options).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     configure(session)  # the writer's SQL settings (writer.session.SESSION_CONFS), as get_spark sets them

@@ -20,6 +20,8 @@ from typing import Callable
 
 from pyspark.sql import Column, SparkSession
 
+from writer.classdata import ClassDataPlan, finish_at_exit, plan_for_session
+
 
 def _loopback(master: str) -> bool:
     """Whether ``master`` runs on this host only: ``local[..]``, or ``spark://`` masters all on loopback.
@@ -175,7 +177,7 @@ STATIC_CONFS = {"spark.python.sql.dataFrameDebugging.enabled": "false",
                 "spark.python.unix.domain.socket.enabled": "true"}
 
 
-def process_confs(events: int | None = None) -> dict[str, str]:
+def process_confs(events: int | None = None, driver_options: str = "") -> dict[str, str]:
     """The settings of the processes a session starts: its JVMs' options and its Python workers' daemon.
 
     Only a session that starts the JVM takes them (``get_spark``, the test
@@ -184,6 +186,9 @@ def process_confs(events: int | None = None) -> dict[str, str]:
     Args:
         events: the job's input events (estimate) or ``None``; picks the JVM
             options (:func:`java_options`).
+        driver_options: JVM options for the driver only, after the others
+            (``writer.classdata.ClassDataPlan.options``: the class-data archive,
+            a file of this host).
 
     Returns:
         ``spark.driver.extraJavaOptions`` and ``spark.executor.extraJavaOptions``
@@ -192,7 +197,8 @@ def process_confs(events: int | None = None) -> dict[str, str]:
         Spark's zip), then :data:`STATIC_CONFS`.
     """
     java = java_options(events)
-    return {"spark.driver.extraJavaOptions": java, "spark.executor.extraJavaOptions": java,
+    driver = f"{java} {driver_options}".strip() if driver_options else java
+    return {"spark.driver.extraJavaOptions": driver, "spark.executor.extraJavaOptions": java,
             "spark.python.daemon.module": "writer.pydaemon", **STATIC_CONFS}
 
 
@@ -214,8 +220,10 @@ def get_spark(master: str | None = None, app_name: str = "scowl", events: int | 
         (the driver's and executors' ``extraJavaOptions`` in place of
         ``java_options(events)``; Spark's ``defaultJavaOptions`` still come
         first; :func:`process_confs`, which also has Python workers forked by
-        :mod:`writer.pydaemon`). Those take effect only if no session or
-        context has started the JVM in this process yet.
+        :mod:`writer.pydaemon`), ``SCOWL_CLASS_DATA`` and ``SCOWL_CACHE_DIR``
+        (the driver's class-data archive: :mod:`writer.classdata`). Those take
+        effect only if no session or context has started the JVM in this
+        process yet.
     """
     master = master or os.environ.get("SCOWL_SPARK_MASTER") or "local[*]"
     # executors' Python workers must run this interpreter (it has redis-py etc.)
@@ -235,9 +243,14 @@ def get_spark(master: str | None = None, app_name: str = "scowl", events: int | 
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.python.worker.reuse", "true")
     )
-    for key, value in process_confs(events).items():
+    from pyspark import SparkContext
+
+    # the class-data archive (writer.classdata), for a JVM this call starts: mapped, or written at exit once
+    class_data = plan_for_session(create=True) if SparkContext._gateway is None else ClassDataPlan("")
+    for key, value in process_confs(events, class_data.options).items():
         builder = builder.config(key, value)
     spark = configure(builder.getOrCreate())
+    finish_at_exit(class_data, spark)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

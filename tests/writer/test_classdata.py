@@ -1,0 +1,196 @@
+"""The driver JVM's class-data archive (``writer.classdata``): when it is mapped, written, checked and installed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from writer import classdata
+from writer.classdata import ClassDataPlan, plan_for_session
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A private cache directory, sharing on, no user JVM options."""
+    monkeypatch.setenv("SCOWL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("SCOWL_CLASS_DATA", raising=False)
+    monkeypatch.delenv("SCOWL_JAVA_OPTIONS", raising=False)
+    return tmp_path / "cache" / "jvm"
+
+
+@pytest.fixture
+def spark_home(tmp_path, monkeypatch):
+    """A Spark installation of two jars (``SPARK_HOME``), for the fingerprint."""
+    home = tmp_path / "spark"
+    (home / "jars").mkdir(parents=True)
+    for name in ("a.jar", "b.jar"):
+        (home / "jars" / name).write_bytes(b"PK" + name.encode())
+    monkeypatch.setenv("SPARK_HOME", str(home))
+    return home
+
+
+def test_switches(monkeypatch):
+    """``SCOWL_CLASS_DATA=off`` (and its spellings) and CDS options in ``SCOWL_JAVA_OPTIONS`` turn sharing off."""
+    monkeypatch.delenv("SCOWL_JAVA_OPTIONS", raising=False)
+    monkeypatch.delenv("SCOWL_CLASS_DATA", raising=False)
+    assert classdata.enabled()
+    for off in ("off", "0", "false", "No"):
+        monkeypatch.setenv("SCOWL_CLASS_DATA", off)
+        assert not classdata.enabled()
+        assert plan_for_session() == ClassDataPlan("")
+    monkeypatch.setenv("SCOWL_CLASS_DATA", "on")
+    assert classdata.enabled()
+    monkeypatch.setenv("SCOWL_JAVA_OPTIONS", "-XX:+UseG1GC -Xshare:off")
+    assert not classdata.enabled()
+    monkeypatch.setenv("SCOWL_JAVA_OPTIONS", "-XX:+UseG1GC")
+    assert classdata.enabled()
+
+
+def test_cache_dir(monkeypatch, tmp_path):
+    """``SCOWL_CACHE_DIR``, else ``$XDG_CACHE_HOME/scowl``, else ``~/.cache/scowl``; the archives in ``jvm/``."""
+    monkeypatch.setenv("SCOWL_CACHE_DIR", str(tmp_path / "a"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert classdata.cache_dir() == tmp_path / "a" / "jvm"
+    monkeypatch.delenv("SCOWL_CACHE_DIR")
+    assert classdata.cache_dir() == tmp_path / "x" / "scowl" / "jvm"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert classdata.cache_dir() == tmp_path / "home" / ".cache" / "scowl" / "jvm"
+
+
+def test_fingerprint_follows_the_jars_and_the_java(spark_home, monkeypatch, tmp_path):
+    """A jar rewritten, added or moved, or another ``java``, gives another archive name; the same files the same."""
+    first = classdata.fingerprint()
+    assert first is not None and len(first) == 32
+    assert classdata.fingerprint() == first
+    jar = spark_home / "jars" / "a.jar"
+    st = jar.stat()
+    os.utime(jar, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # a reinstall: same bytes, new time
+    second = classdata.fingerprint()
+    assert second != first
+    (spark_home / "jars" / "c.jar").write_bytes(b"PK")
+    assert classdata.fingerprint() not in (first, second)
+    # another JDK: JAVA_HOME names the java Spark's launcher runs
+    jdk = tmp_path / "jdk"
+    (jdk / "bin").mkdir(parents=True)
+    (jdk / "bin" / "java").write_text("#!/bin/sh\n")
+    third = classdata.fingerprint()
+    monkeypatch.setenv("JAVA_HOME", str(jdk))
+    assert classdata.fingerprint() not in (first, second, third, None)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-such-jdk"))
+    assert classdata.fingerprint() is None  # no java: no archive
+
+
+def test_plans(cache, spark_home, monkeypatch):
+    """No archive: this process claims the creation (a lock with its pid, a part named after it); while the lock
+    holder lives nobody else writes; an archive is mapped; ``create=False`` and a failed mark never write."""
+    name = classdata.fingerprint()
+    archive = cache / f"{name}.jsa"
+    assert plan_for_session(create=False) == ClassDataPlan("", archive)
+    assert not cache.exists()  # nothing written for a plan that does not create
+
+    plan = plan_for_session()
+    assert plan.part == cache / f"{name}.{os.getpid()}.part" and plan.lock == cache / f"{name}.lock"
+    assert plan.options == f"-XX:ArchiveClassesAtExit={plan.part} {classdata.QUIET}"
+    assert plan.lock.read_text() == str(os.getpid())
+    assert plan_for_session() == ClassDataPlan("", archive)  # the holder (this process) is alive
+
+    # a holder that has gone: its lock and part are cleared, and the next process writes
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    plan.lock.write_text(dead)
+    stale = cache / f"{name}.{dead}.part"
+    stale.write_bytes(b"half")
+    again = plan_for_session()
+    assert again.part == plan.part and again.lock.read_text() == str(os.getpid())
+    assert not stale.exists()
+    classdata._release(again, failed=False)
+    assert not again.lock.exists()
+
+    archive.write_bytes(b"an archive")
+    os.utime(archive, (1, 1))
+    mapped = plan_for_session(create=False)
+    assert mapped.options == f"-XX:SharedArchiveFile={archive} {classdata.QUIET}" and mapped.part is None
+    assert archive.stat().st_mtime > 1  # its use is its time, for ARCHIVES_KEPT
+
+    archive.unlink()
+    classdata._release(ClassDataPlan("", archive), failed=True)
+    assert (cache / f"{name}.failed").exists()
+    assert plan_for_session() == ClassDataPlan("", archive)  # not tried again
+
+
+def test_process_confs_give_the_archive_to_the_driver_only():
+    """The driver's options end with the plan's; the executors' (a cluster's workers: other files) do not."""
+    from writer.session import java_options, process_confs
+
+    confs = process_confs(driver_options="-XX:SharedArchiveFile=/x.jsa")
+    assert confs["spark.driver.extraJavaOptions"] == f"{java_options()} -XX:SharedArchiveFile=/x.jsa"
+    assert confs["spark.executor.extraJavaOptions"] == java_options()
+    assert process_confs()["spark.driver.extraJavaOptions"] == java_options()
+
+
+def test_a_damaged_part_is_never_installed(cache, tmp_path):
+    """The check runs a JVM that must map the part (``-Xshare:on``): a truncated or foreign file fails it (a
+    truncated archive crashes the JVM that maps it), is not renamed into place and leaves no JVM error file."""
+    cache.mkdir(parents=True)
+    java = classdata._java()
+    assert java is not None, "the tests need Java (README)"
+    for body in (b"not an archive", b""):
+        part = cache / "x.1.part"
+        part.write_bytes(body)
+        plan = ClassDataPlan("", cache / "x.jsa", part, None)
+        assert not classdata._install(plan, java, str(tmp_path))
+        assert not (cache / "x.jsa").exists()
+    assert not list(Path.cwd().glob("hs_err_pid*.log"))
+
+
+_SESSION = textwrap.dedent("""
+    import json, sys
+    from writer.session import get_spark
+    spark = get_spark(app_name="classdata-test")
+    args = list(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    total = spark.range(1000).selectExpr("sum(id) AS s").collect()[0]["s"]
+    print(json.dumps({"args": [a for a in args if "Archive" in a], "sum": total,
+                      "class_path": spark._jvm.System.getProperty("java.class.path"),
+                      "java_home": spark._jvm.System.getProperty("java.home")}))
+""")
+
+
+def _session(env: dict) -> tuple[dict, str]:
+    import json
+
+    done = subprocess.run([sys.executable, "-c", _SESSION], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stdout + done.stderr
+
+
+def test_first_session_writes_the_archive_the_next_maps_it(tmp_path):
+    """A real driver JVM (``get_spark``) with no archive writes one at its process's exit, checked and installed
+    (no part or lock left, no CDS log line in the output); the next session's JVM starts with it, and a JVM with
+    that class path maps it (``-Xshare:on``)."""
+    env = {**os.environ, "SCOWL_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("SCOWL_CLASS_DATA", None)
+    env.pop("SCOWL_JAVA_OPTIONS", None)
+    jvm = tmp_path / "cache" / "jvm"
+
+    first, out = _session(env)
+    assert first["sum"] == 499500
+    assert len(first["args"]) == 1 and first["args"][0].startswith(f"-XX:ArchiveClassesAtExit={jvm}/")
+    archives = list(jvm.glob("*.jsa"))
+    assert len(archives) == 1, sorted(p.name for p in jvm.iterdir())
+    assert not list(jvm.glob("*.part")) and not list(jvm.glob("*.lock")) and not list(jvm.glob("*.failed"))
+    assert "[cds" not in out and "Skipping" not in out
+
+    second, out = _session(env)
+    assert second["sum"] == 499500
+    assert second["args"] == [f"-XX:SharedArchiveFile={archives[0]}"]
+    assert "[cds" not in out
+    assert classdata._maps(os.path.join(second["java_home"], "bin", "java"), second["class_path"], archives[0])
