@@ -60,6 +60,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from writer.classdata import pid_alive
+
 #: Seconds a warm server waits for a request before it exits (``SCOWL_WARM_IDLE_S`` overrides).
 IDLE_S = 900.0
 
@@ -367,16 +369,6 @@ def _read_state(home: Path) -> WarmServer | None:
         return None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _request(info: WarmServer, req: dict[str, Any], timeout_s: float | None = 10.0) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", info.port), timeout=timeout_s)
     sock.sendall(json.dumps({"token": info.token, **req}).encode() + b"\n")
@@ -385,7 +377,7 @@ def _request(info: WarmServer, req: dict[str, Any], timeout_s: float | None = 10
 
 def _serving(info: WarmServer | None, want: str) -> bool:
     """``info``'s server runs, has fingerprint ``want``, answers, and is not stopping."""
-    if info is None or info.fingerprint != want or not _alive(info.pid):
+    if info is None or info.fingerprint != want or not pid_alive(info.pid):
         return False
     got = _ask(info, "status")
     return bool(got and "status" in got and not got["status"].get("stopping"))
@@ -405,7 +397,7 @@ def status(home: Path) -> tuple[WarmServer, dict[str, Any]] | None:
     """The running server of ``home`` and its state (``replays``, ``busy``, ``waiting``, ``idle_s``,
     ``idle_for_s``), or ``None`` when none answers."""
     info = _read_state(home)
-    if info is None or not _alive(info.pid):
+    if info is None or not pid_alive(info.pid):
         return None
     got = _ask(info, "status")
     return (info, got["status"]) if got and "status" in got else None
@@ -418,10 +410,10 @@ def stop(home: Path, wait_s: float = 30.0) -> WarmServer | None:
         The server asked, or ``None`` if none was running.
     """
     info = _read_state(home)
-    if info is None or not _alive(info.pid) or _ask(info, "stop") is None:
+    if info is None or not pid_alive(info.pid) or _ask(info, "stop") is None:
         return None
     deadline = time.monotonic() + wait_s
-    while _alive(info.pid) and time.monotonic() < deadline:
+    while pid_alive(info.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     return info
 
@@ -437,7 +429,7 @@ def _start(home: Path, master: str | None, want: str, timeout_s: float) -> WarmS
         info = _read_state(home)
         if _serving(info, want):
             return info
-        if info is not None and _alive(info.pid):
+        if info is not None and pid_alive(info.pid):
             _ask(info, "stop")  # stale code or settings: it exits once idle
         cmd = [sys.executable, "-m", "scowl.warm", "--home", str(Path(home).resolve()),
                "--idle", repr(idle_seconds())]

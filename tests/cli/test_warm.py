@@ -40,7 +40,7 @@ def _server(home: Path) -> dict | None:
         return None
 
 
-_alive = warm._alive  # the client's own test of a server pid
+_alive = warm.pid_alive  # the client's own test of a server pid
 
 
 def _wait_gone(pid: int, seconds: float) -> bool:
