@@ -29,14 +29,19 @@ How it runs (:func:`plan_for_session`, :func:`finish_at_exit`):
 * If not, one process at a time (a lock file, ``O_EXCL``; a lock whose
   process is gone is taken over) starts its JVM with
   ``-XX:ArchiveClassesAtExit=<fingerprint>.<pid>.part``. When that process
-  exits, :func:`finish_at_exit` ends the JVM (the gateway exits when its
-  standard input closes), waits for it to write the archive (~10 s, once),
-  checks that a JVM with the same class path maps it (``-Xshare:on``: a
+  exits, :func:`finish_at_exit` starts a *finisher* (a detached process of
+  its own session, :func:`finish_detached`, which takes over the lock) and
+  ends the JVM (the gateway exits when its standard input closes), so the
+  command returns at once and the JVM writes the archive behind it (~10 s
+  of one core, once). The finisher waits for the JVM to end, checks that a
+  JVM with the same class path maps the archive (``-Xshare:on``: a
   truncated archive crashes a JVM that maps it, so nothing unchecked is
-  ever installed) and renames it into place. A JVM that exits normally
-  but leaves no archive that maps (a JDK without a base archive, say)
-  leaves ``<fingerprint>.failed``, and no later process tries again; a
-  creator killed on the way is taken over by the next one.
+  ever installed) and renames it into place. Where no finisher can start,
+  the exiting process does the same itself. An ended JVM that left no
+  archive that maps (a JDK without a base archive, say; a JVM killed while
+  it wrote) counts a failed attempt in ``<fingerprint>.failed``; after
+  :data:`FAILED_ATTEMPTS` no process tries again. A creator or finisher
+  killed on the way is taken over by the next process.
 * ``SCOWL_CLASS_DATA=off`` turns all of it off, as does a
   ``SCOWL_JAVA_OPTIONS`` that sets CDS options of its own.
 
@@ -48,18 +53,23 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ARCHIVES_KEPT", "ClassDataPlan", "FINISH_TIMEOUT_S", "cache_dir", "enabled", "fingerprint",
-           "finish_at_exit", "pid_alive", "plan_for_session"]
+__all__ = ["ARCHIVES_KEPT", "ClassDataPlan", "FAILED_ATTEMPTS", "FINISH_TIMEOUT_S", "cache_dir", "enabled",
+           "failed_attempts", "fingerprint", "finish_at_exit", "finish_detached", "pid_alive", "plan_for_session",
+           "process_running"]
 
-#: Seconds :func:`finish_at_exit` waits for the JVM to write its archive and exit (a 1M-event replay's: ~15 s).
+#: Seconds a finisher waits for the JVM to write its archive and exit (a 1M-event replay's: ~15 s).
 FINISH_TIMEOUT_S = 180
+#: Ended JVMs that left no usable archive after which no process tries again (``<fingerprint>.failed``).
+FAILED_ATTEMPTS = 3
 #: Archives kept in the cache directory (other installations' included); the least recently used go first.
 ARCHIVES_KEPT = 4
 #: CDS's own log lines off (a JVM that cannot map an archive says so on standard output, and one that writes
@@ -161,6 +171,52 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def _start_ticks(pid: int) -> int | None:
+    """Process ``pid``'s start time in clock ticks since boot (``/proc/<pid>/stat`` field 22), ``None`` where
+    there is no ``/proc`` or no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    try:
+        return int(stat[stat.rindex(")") + 2:].split()[19])
+    except (ValueError, IndexError):  # pragma: no cover - a format this code does not know
+        return None
+
+
+def process_running(pid: int, start_ticks: int | None = None) -> bool:
+    """Whether process ``pid`` still runs: it exists and is not a zombie (an ended process its parent has not
+    reaped: a JVM whose launcher has exited waits for ``init`` or a subreaper, which may be slow), and, given
+    ``start_ticks`` (:func:`_start_ticks` when it ran), it is the same process, not a reuse of its pid.
+    Where there is no ``/proc`` (macOS), whether the pid exists (:func:`pid_alive`)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc here
+        return pid_alive(pid)
+    fields = stat[stat.rindex(")") + 2:].split()
+    if not fields or fields[0] in ("Z", "X", "x"):
+        return False
+    return start_ticks is None or len(fields) < 20 or int(fields[19]) == start_ticks
+
+
+def failed_attempts(directory: Path, name: str) -> int:
+    """Failed attempts recorded for archive ``name`` (``<name>.failed``: a count; a file without one, as an
+    earlier scowl wrote it, counts :data:`FAILED_ATTEMPTS`); 0 without the file."""
+    mark = directory / f"{name}.failed"
+    try:
+        text = mark.read_text().strip()
+    except FileNotFoundError:
+        return 0
+    except OSError:
+        return FAILED_ATTEMPTS
+    try:
+        return int(text)
+    except ValueError:
+        return FAILED_ATTEMPTS
+
+
 def _claim(lock: Path) -> bool:
     """Take the creation lock (``O_EXCL``), taking over one whose process has ended; ``True`` if taken."""
     for _ in range(2):
@@ -221,7 +277,7 @@ def plan_for_session(create: bool = True) -> ClassDataPlan:
         except OSError:
             pass
         return ClassDataPlan(f"-XX:SharedArchiveFile={archive} {QUIET}", archive)
-    if not create or (directory / f"{name}.failed").exists():
+    if not create or failed_attempts(directory, name) >= FAILED_ATTEMPTS:
         return ClassDataPlan("", archive)
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -259,16 +315,17 @@ def _install(plan: ClassDataPlan, java: str, class_path: str) -> bool:
 
 
 def finish_at_exit(plan: ClassDataPlan, spark) -> None:
-    """When ``plan`` creates the archive, have this process finish it at exit (module docstring).
+    """When ``plan`` creates the archive, have it finished when this process exits (module docstring).
 
-    Registers an ``atexit`` hook that closes the gateway JVM's standard input
-    (PySpark's ``PythonGatewayServer`` exits on end of file), waits up to
-    :data:`FINISH_TIMEOUT_S` for the JVM to write the archive and exit, checks
-    it (:func:`_maps`) and renames it into place (or, after a normal exit
-    with nothing usable, marks the fingerprint failed); the lock is
-    released either way. On a terminal, one line on
-    standard error says what the wait is. Does nothing for a plan that does
-    not create.
+    Registers an ``atexit`` hook that starts a finisher (:func:`finish_detached`
+    in a process of its own session, standard streams closed, which takes
+    over the lock), then closes the gateway JVM's standard input
+    (PySpark's ``PythonGatewayServer`` exits on end of file) and returns: the
+    JVM writes the archive after this process has gone. On a terminal, one
+    line on standard error says so. If the JVM has already ended, or no
+    finisher starts, the hook finishes here (waiting up to
+    :data:`FINISH_TIMEOUT_S` for the JVM; a second Ctrl-C ends the wait).
+    Does nothing for a plan that does not create.
 
     Args:
         plan: from :func:`plan_for_session`, for the JVM ``spark`` runs on.
@@ -290,7 +347,19 @@ def finish_at_exit(plan: ClassDataPlan, spark) -> None:
         return
 
     def finish() -> None:
-        failed = False
+        try:
+            handed = proc.poll() is None and _start_finisher(plan, proc.pid, java, class_path)
+        except BaseException:  # noqa: BLE001 -- no finisher: finished here, below
+            handed = False
+        if handed:  # the lock and the part are the finisher's now: this process only lets the JVM go
+            try:
+                if sys.stderr.isatty():
+                    print("scowl: the JVM saves its class-data archive in the background for faster starts "
+                          "(once; SCOWL_CLASS_DATA=off skips it)", file=sys.stderr, flush=True)
+                proc.stdin.close()  # (else the pipe closes as this process ends)
+            except BaseException:  # noqa: BLE001
+                pass
+            return
         try:
             if proc.poll() is None:
                 if sys.stderr.isatty():
@@ -298,23 +367,81 @@ def finish_at_exit(plan: ClassDataPlan, spark) -> None:
                           "SCOWL_CLASS_DATA=off skips it)", file=sys.stderr, flush=True)
                 proc.stdin.close()
                 proc.wait(timeout=FINISH_TIMEOUT_S)
-            # a JVM that exited normally and wrote nothing usable cannot write one here (a JDK without a base
-            # archive, say): not tried again. A JVM killed or slow is tried again by a later process
-            failed = proc.returncode == 0 and not _install(plan, java, class_path)
+            _settle(plan, java, class_path)
         except BaseException:  # never fail a command's exit over the archive (a second Ctrl-C ends the wait)
-            pass
-        _release(plan, failed=failed)
+            _release(plan, failed=False)
 
     atexit.register(finish)
 
 
+def _start_finisher(plan: ClassDataPlan, jvm_pid: int, java: str, class_path: str) -> bool:
+    """Start :func:`finish_detached` for ``plan`` in a process of its own session and hand it the lock (its pid
+    written in place of this process's); ``True`` if it started."""
+    if not sys.executable or plan.lock is None:
+        return False
+    job = {"pid": jvm_pid, "start": _start_ticks(jvm_pid), "part": str(plan.part), "archive": str(plan.archive),
+           "lock": str(plan.lock), "java": java, "class_path": class_path}
+    root = str(Path(__file__).resolve().parents[1])  # where the writer package is, installed or not
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    try:
+        child = subprocess.Popen([sys.executable, "-c", "import sys; from writer.classdata import finish_detached; "
+                                  "finish_detached(sys.argv[1])", json.dumps(job)],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 start_new_session=True, close_fds=True, env=env, cwd="/")
+    except OSError:
+        return False
+    try:  # the lock is the finisher's now: a process that sees this one gone must not take it over
+        tmp = plan.lock.with_name(f"{plan.lock.name}.{os.getpid()}.tmp")
+        tmp.write_text(str(child.pid))
+        os.replace(tmp, plan.lock)
+    except OSError:
+        child.kill()
+        return False
+    return True
+
+
+def finish_detached(job: str) -> None:
+    """The finisher's body: wait for the JVM, then check and install its archive (:func:`finish_at_exit`).
+
+    Args:
+        job: JSON of ``pid`` (the JVM), ``start`` (its start ticks or null),
+            ``part``, ``archive``, ``lock``, ``java`` and ``class_path``.
+
+    Waits up to :data:`FINISH_TIMEOUT_S` for the JVM to end (it is not this
+    process's child: :func:`process_running` polls it), then settles the
+    plan (:func:`_settle`); a JVM still running then leaves the part to a
+    later process (the lock released, no attempt counted).
+    """
+    spec = json.loads(job)
+    plan = ClassDataPlan("", Path(spec["archive"]), Path(spec["part"]), Path(spec["lock"]))
+    deadline = time.monotonic() + FINISH_TIMEOUT_S
+    while process_running(spec["pid"], spec["start"]):
+        if time.monotonic() > deadline:
+            _release(plan, failed=False)
+            return
+        time.sleep(0.1)
+    _settle(plan, spec["java"], spec["class_path"])
+
+
+def _settle(plan: ClassDataPlan, java: str, class_path: str) -> None:
+    """After the writing JVM ended: install its archive if it maps, else count a failed attempt; release."""
+    installed = False
+    try:
+        installed = _install(plan, java, class_path)
+    except OSError:
+        pass
+    _release(plan, failed=not installed)
+
+
 def _release(plan: ClassDataPlan, failed: bool) -> None:
-    """Remove the part and the lock; with ``failed``, mark the fingerprint so that no later process tries again."""
+    """Remove the part and the lock; with ``failed``, count a failed attempt in ``<fingerprint>.failed``
+    (:data:`FAILED_ATTEMPTS` of them and no later process tries again)."""
     try:
         if plan.part is not None:
             plan.part.unlink(missing_ok=True)
         if failed and plan.archive is not None:
-            plan.archive.with_suffix(".failed").touch()
+            count = failed_attempts(plan.archive.parent, plan.archive.stem) + 1
+            plan.archive.with_suffix(".failed").write_text(str(count))
         if plan.lock is not None:
             plan.lock.unlink(missing_ok=True)
     except OSError:

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -121,9 +122,72 @@ def test_plans(cache, spark_home, monkeypatch):
     assert archive.stat().st_mtime > 1  # its use is its time, for ARCHIVES_KEPT
 
     archive.unlink()
+    for attempt in range(1, classdata.FAILED_ATTEMPTS):  # failed attempts are counted; the next one is tried
+        classdata._release(ClassDataPlan("", archive), failed=True)
+        assert classdata.failed_attempts(cache, name) == attempt
+        tried = plan_for_session()
+        assert tried.part is not None
+        classdata._release(tried, failed=False)
     classdata._release(ClassDataPlan("", archive), failed=True)
-    assert (cache / f"{name}.failed").exists()
+    assert (cache / f"{name}.failed").read_text() == str(classdata.FAILED_ATTEMPTS)
     assert plan_for_session() == ClassDataPlan("", archive)  # not tried again
+    (cache / f"{name}.failed").write_text("")  # an earlier scowl's mark: no count, as good as all of them
+    assert classdata.failed_attempts(cache, name) == classdata.FAILED_ATTEMPTS
+    assert plan_for_session() == ClassDataPlan("", archive)
+
+
+def test_process_running_sees_ended_zombie_and_reused_processes():
+    """A running process runs; one that has ended is not running, before its parent reaps it (a zombie: the
+    writing JVM once its launcher has exited) and after; a pid whose start time differs is another process."""
+    assert classdata.process_running(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    ticks = None
+    while True:  # not reaped: a zombie once it ends
+        state = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = ticks if ticks is not None else int(state[19])
+        if state[0] == "Z":
+            break
+    assert not classdata.process_running(child.pid)
+    child.wait()
+    assert not classdata.process_running(child.pid)
+    me = classdata._start_ticks(os.getpid())
+    assert me is not None and classdata.process_running(os.getpid(), me)
+    assert not classdata.process_running(os.getpid(), me + 1)
+
+
+def test_the_finisher_waits_for_the_jvm_then_settles(cache, tmp_path, monkeypatch):
+    """``finish_detached`` waits while the writing process runs, then checks the part: one that does not map is
+    removed with the lock and counts a failed attempt; a process still running at the timeout leaves the next
+    process to try, no attempt counted."""
+    cache.mkdir(parents=True)
+    java = classdata._java()
+    assert java is not None, "the tests need Java (README)"
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    part, lock = cache / f"x.{writer.pid}.part", cache / "x.lock"
+    part.write_bytes(b"half an archive")
+    lock.write_text(str(os.getpid()))
+    job = {"pid": writer.pid, "start": classdata._start_ticks(writer.pid), "part": str(part),
+           "archive": str(cache / "x.jsa"), "lock": str(lock), "java": java, "class_path": str(tmp_path)}
+    import json
+    import threading
+
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (classdata.finish_detached(json.dumps(job)), done.set()))
+    thread.start()
+    assert not done.wait(0.5) and part.exists() and lock.exists()  # the writer still runs: nothing touched
+    writer.wait()
+    thread.join(30)
+    assert done.is_set()
+    assert not part.exists() and not lock.exists() and not (cache / "x.jsa").exists()
+    assert classdata.failed_attempts(cache, "x") == 1
+
+    monkeypatch.setattr(classdata, "FINISH_TIMEOUT_S", 0.3)
+    part.write_bytes(b"being written")
+    lock.write_text(str(os.getpid()))
+    job.update(pid=os.getpid(), start=classdata._start_ticks(os.getpid()))  # a "JVM" that outlives the wait
+    classdata.finish_detached(json.dumps(job))
+    assert not part.exists() and not lock.exists()
+    assert classdata.failed_attempts(cache, "x") == 1
 
 
 def test_process_confs_give_the_archive_to_the_driver_only():
@@ -173,9 +237,9 @@ def _session(env: dict) -> tuple[dict, str]:
 
 
 def test_first_session_writes_the_archive_the_next_maps_it(tmp_path):
-    """A real driver JVM (``get_spark``) with no archive writes one at its process's exit, checked and installed
-    (no part or lock left, no CDS log line in the output); the next session's JVM starts with it, and a JVM with
-    that class path maps it (``-Xshare:on``)."""
+    """A real driver JVM (``get_spark``) with no archive writes one as its process exits, which a finisher checks
+    and installs (no part or lock left, no CDS log line in the output); the next session's JVM starts with it,
+    and a JVM with that class path maps it (``-Xshare:on``)."""
     env = {**os.environ, "SCOWL_CACHE_DIR": str(tmp_path / "cache")}
     env.pop("SCOWL_CLASS_DATA", None)
     env.pop("SCOWL_JAVA_OPTIONS", None)
@@ -184,6 +248,10 @@ def test_first_session_writes_the_archive_the_next_maps_it(tmp_path):
     first, out = _session(env)
     assert first["sum"] == 499500
     assert len(first["args"]) == 1 and first["args"][0].startswith(f"-XX:ArchiveClassesAtExit={jvm}/")
+    # the finisher (a process of its own, holding the lock) installs the archive after the JVM has ended
+    deadline = time.monotonic() + 120
+    while list(jvm.glob("*.lock")) and time.monotonic() < deadline:
+        time.sleep(0.2)
     archives = list(jvm.glob("*.jsa"))
     assert len(archives) == 1, sorted(p.name for p in jvm.iterdir())
     assert not list(jvm.glob("*.part")) and not list(jvm.glob("*.lock")) and not list(jvm.glob("*.failed"))
