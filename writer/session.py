@@ -16,6 +16,7 @@ import sys
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Callable
 
 from pyspark.sql import Column, SparkSession
@@ -177,6 +178,34 @@ STATIC_CONFS = {"spark.python.sql.dataFrameDebugging.enabled": "false",
                 "spark.python.unix.domain.socket.enabled": "true"}
 
 
+#: The driver's logging configuration (errors only, from the JVM's first line: :func:`log_options`).
+LOG_CONFIG = Path(__file__).resolve().with_name("log4j2.properties")
+
+
+def log_options() -> str:
+    """The driver JVM option that gives it :data:`LOG_CONFIG`, or ``""`` where the user configures logging.
+
+    Without a log4j2 configuration Spark prints "Using Spark's default log4j
+    profile", its default-level lines and Hadoop's ``NativeCodeLoader``
+    warning before :func:`get_spark` can set the level to ``ERROR``. Left
+    to the user when ``SCOWL_JAVA_OPTIONS`` names a log4j configuration or
+    Spark's configuration directory (``SPARK_CONF_DIR``, else
+    ``$SPARK_HOME/conf``) has a ``log4j2.*`` file.
+
+    Returns:
+        ``-Dlog4j2.configurationFile=<path>`` (quoted when the path has a
+        space: Spark splits these options as a shell would), or ``""``.
+    """
+    if "log4j" in os.environ.get("SCOWL_JAVA_OPTIONS", "") or not LOG_CONFIG.exists():
+        return ""
+    conf = os.environ.get("SPARK_CONF_DIR") or (
+        os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else None)
+    if conf and any(Path(conf).glob("log4j2.*")):
+        return ""
+    path = str(LOG_CONFIG)
+    return f'"-Dlog4j2.configurationFile={path}"' if " " in path else f"-Dlog4j2.configurationFile={path}"
+
+
 def process_confs(events: int | None = None, driver_options: str = "") -> dict[str, str]:
     """The settings of the processes a session starts: its JVMs' options and its Python workers' daemon.
 
@@ -192,12 +221,13 @@ def process_confs(events: int | None = None, driver_options: str = "") -> dict[s
 
     Returns:
         ``spark.driver.extraJavaOptions`` and ``spark.executor.extraJavaOptions``
-        (:func:`java_options`), and ``spark.python.daemon.module``
+        (:func:`java_options`; the driver's with :func:`log_options` and
+        ``driver_options`` after them), and ``spark.python.daemon.module``
         (:mod:`writer.pydaemon`: PySpark imported from site-packages, not
         Spark's zip), then :data:`STATIC_CONFS`.
     """
     java = java_options(events)
-    driver = f"{java} {driver_options}".strip() if driver_options else java
+    driver = " ".join(filter(None, [java, log_options(), driver_options]))
     return {"spark.driver.extraJavaOptions": driver, "spark.executor.extraJavaOptions": java,
             "spark.python.daemon.module": "writer.pydaemon", **STATIC_CONFS}
 

@@ -190,14 +190,45 @@ def test_the_finisher_waits_for_the_jvm_then_settles(cache, tmp_path, monkeypatc
     assert classdata.failed_attempts(cache, "x") == 1
 
 
-def test_process_confs_give_the_archive_to_the_driver_only():
-    """The driver's options end with the plan's; the executors' (a cluster's workers: other files) do not."""
-    from writer.session import java_options, process_confs
+def test_process_confs_give_the_archive_and_the_log_configuration_to_the_driver_only(monkeypatch):
+    """The driver's options end with the log configuration's and the plan's; the executors' (a cluster's
+    workers: other files) have neither."""
+    from writer.session import LOG_CONFIG, java_options, process_confs
 
+    monkeypatch.delenv("SCOWL_JAVA_OPTIONS", raising=False)
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    log = f"-Dlog4j2.configurationFile={LOG_CONFIG}"
     confs = process_confs(driver_options="-XX:SharedArchiveFile=/x.jsa")
-    assert confs["spark.driver.extraJavaOptions"] == f"{java_options()} -XX:SharedArchiveFile=/x.jsa"
+    assert confs["spark.driver.extraJavaOptions"] == f"{java_options()} {log} -XX:SharedArchiveFile=/x.jsa"
     assert confs["spark.executor.extraJavaOptions"] == java_options()
-    assert process_confs()["spark.driver.extraJavaOptions"] == java_options()
+    assert process_confs()["spark.driver.extraJavaOptions"] == f"{java_options()} {log}"
+
+
+def test_a_log_configuration_of_the_users_wins(monkeypatch, tmp_path):
+    """scowl's log4j2 file (errors only) is left out when ``SCOWL_JAVA_OPTIONS`` names a log4j configuration or
+    Spark's configuration directory has a ``log4j2.*`` file; a path with a space is quoted (Spark splits the
+    options as a shell does)."""
+    from writer import session
+
+    monkeypatch.delenv("SCOWL_JAVA_OPTIONS", raising=False)
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    assert session.log_options() == f"-Dlog4j2.configurationFile={session.LOG_CONFIG}"
+    assert "rootLogger.level = error" in session.LOG_CONFIG.read_text()
+    (tmp_path / "log4j2.properties").write_text("rootLogger.level = info\n")
+    assert session.log_options() == ""
+    monkeypatch.delenv("SPARK_CONF_DIR")
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path.parent))  # its conf/ has none
+    assert session.log_options() != ""
+    monkeypatch.setenv("SCOWL_JAVA_OPTIONS", "-XX:+UseG1GC -Dlog4j2.configurationFile=/etc/mine.xml")
+    assert session.log_options() == ""
+    monkeypatch.delenv("SCOWL_JAVA_OPTIONS")
+    spaced = tmp_path / "a dir" / "log4j2.properties"
+    spaced.parent.mkdir()
+    spaced.write_text("")
+    monkeypatch.setattr(session, "LOG_CONFIG", spaced)
+    assert session.log_options() == f'"-Dlog4j2.configurationFile={spaced}"'
 
 
 def test_a_damaged_part_is_never_installed(cache, tmp_path):
@@ -256,6 +287,9 @@ def test_first_session_writes_the_archive_the_next_maps_it(tmp_path):
     assert len(archives) == 1, sorted(p.name for p in jvm.iterdir())
     assert not list(jvm.glob("*.part")) and not list(jvm.glob("*.lock")) and not list(jvm.glob("*.failed"))
     assert "[cds" not in out and "Skipping" not in out
+    # errors only from the JVM's first line (writer/log4j2.properties): none of Spark's start-up chatter
+    assert "default log4j profile" not in out and "Setting default log level" not in out
+    assert "NativeCodeLoader" not in out
 
     second, out = _session(env)
     assert second["sum"] == 499500
