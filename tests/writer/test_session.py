@@ -113,15 +113,16 @@ def test_arrow_batches_are_bounded_by_rows_not_sized_per_row(spark):
 def test_java_options_by_job_size_and_override(monkeypatch):
     """``java_options``: warm-up options up to ``LONG_JOB_EVENTS`` events or when unknown (a stream),
     HotSpot's steady-state C2 settings above it; ``SCOWL_JAVA_OPTIONS`` replaces either; ``process_confs``
-    gives the driver and the executors the same choice."""
-    from writer.session import LONG_JOB_EVENTS, LONG_JOB_JAVA_OPTIONS, java_options, process_confs
+    gives the driver and the executors the same choice (the driver its log configuration after it)."""
+    from writer.session import LONG_JOB_EVENTS, LONG_JOB_JAVA_OPTIONS, java_options, log_options, process_confs
 
     monkeypatch.delenv("SCOWL_JAVA_OPTIONS", raising=False)
     assert java_options() == JAVA_OPTIONS and java_options(LONG_JOB_EVENTS) == JAVA_OPTIONS
     assert java_options(LONG_JOB_EVENTS + 1) == LONG_JOB_JAVA_OPTIONS != JAVA_OPTIONS
     assert "-XX:-DontCompileHugeMethods" in LONG_JOB_JAVA_OPTIONS.split()
     confs = process_confs(10 * LONG_JOB_EVENTS)
-    assert confs["spark.driver.extraJavaOptions"] == confs["spark.executor.extraJavaOptions"] == LONG_JOB_JAVA_OPTIONS
+    assert confs["spark.executor.extraJavaOptions"] == LONG_JOB_JAVA_OPTIONS
+    assert confs["spark.driver.extraJavaOptions"] == " ".join(filter(None, [LONG_JOB_JAVA_OPTIONS, log_options()]))
     monkeypatch.setenv("SCOWL_JAVA_OPTIONS", "-Xss2m")
     assert java_options() == java_options(10 * LONG_JOB_EVENTS) == "-Xss2m"
 
