@@ -390,12 +390,13 @@ def _start_finisher(plan: ClassDataPlan, jvm_pid: int, java: str, class_path: st
                                  start_new_session=True, close_fds=True, env=env, cwd="/")
     except OSError:
         return False
+    tmp = plan.lock.with_name(f"{plan.lock.name}.{os.getpid()}.tmp")
     try:  # the lock is the finisher's now: a process that sees this one gone must not take it over
-        tmp = plan.lock.with_name(f"{plan.lock.name}.{os.getpid()}.tmp")
         tmp.write_text(str(child.pid))
         os.replace(tmp, plan.lock)
     except OSError:
         child.kill()
+        tmp.unlink(missing_ok=True)
         return False
     return True
 
