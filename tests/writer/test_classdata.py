@@ -258,41 +258,54 @@ _SESSION = textwrap.dedent("""
 """)
 
 
-def _session(env: dict) -> tuple[dict, str]:
+def _session(env: dict, out_dir: Path) -> tuple[dict, Path, int]:
+    """Run :data:`_SESSION` in a process whose standard streams are files (as a terminal is, not a pipe the JVM
+    would hold open: a pipe's reader waits for the JVM too); returns its result, the output file and its pid."""
     import json
 
-    done = subprocess.run([sys.executable, "-c", _SESSION], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1]), done.stdout + done.stderr
+    out = out_dir / f"session-{len(list(out_dir.glob('session-*')))}.txt"
+    with open(out, "wb") as f:
+        proc = subprocess.Popen([sys.executable, "-c", _SESSION], cwd=ROOT, env=env, stdout=f, stderr=f)
+        assert proc.wait(timeout=300) == 0, out.read_text()[-3000:]
+    lines = [line for line in out.read_text().splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]), out, proc.pid
 
 
 def test_first_session_writes_the_archive_the_next_maps_it(tmp_path):
-    """A real driver JVM (``get_spark``) with no archive writes one as its process exits, which a finisher checks
-    and installs (no part or lock left, no CDS log line in the output); the next session's JVM starts with it,
-    and a JVM with that class path maps it (``-Xshare:on``)."""
+    """A real driver JVM (``get_spark``) with no archive writes one after its process has exited (the process
+    does not wait), and a finisher checks and installs it (no part or lock left, no CDS or Spark start-up log
+    line in the output); the next session's JVM starts with it, and a JVM with that class path maps it
+    (``-Xshare:on``)."""
     env = {**os.environ, "SCOWL_CACHE_DIR": str(tmp_path / "cache")}
     env.pop("SCOWL_CLASS_DATA", None)
     env.pop("SCOWL_JAVA_OPTIONS", None)
     jvm = tmp_path / "cache" / "jvm"
 
-    first, out = _session(env)
+    first, out, pid = _session(env, tmp_path)
     assert first["sum"] == 499500
     assert len(first["args"]) == 1 and first["args"][0].startswith(f"-XX:ArchiveClassesAtExit={jvm}/")
-    # the finisher (a process of its own, holding the lock) installs the archive after the JVM has ended
+    # the process has gone while its JVM writes the archive (~10 s): the lock is a finisher's, a process of its
+    # own that installs the archive once the JVM has ended
+    (lock,) = jvm.glob("*.lock")
+    finisher = int(lock.read_text())
+    assert finisher != pid and classdata.process_running(finisher)
+    assert b"finish_detached" in Path(f"/proc/{finisher}/cmdline").read_bytes()
+    assert not list(jvm.glob("*.jsa"))
     deadline = time.monotonic() + 120
-    while list(jvm.glob("*.lock")) and time.monotonic() < deadline:
+    while lock.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     archives = list(jvm.glob("*.jsa"))
     assert len(archives) == 1, sorted(p.name for p in jvm.iterdir())
     assert not list(jvm.glob("*.part")) and not list(jvm.glob("*.lock")) and not list(jvm.glob("*.failed"))
-    assert "[cds" not in out and "Skipping" not in out
+    text = out.read_text()  # whole: the JVM, which shares the file, has ended
+    assert "[cds" not in text and "Skipping" not in text
     # errors only from the JVM's first line (writer/log4j2.properties): none of Spark's start-up chatter
-    assert "default log4j profile" not in out and "Setting default log level" not in out
-    assert "NativeCodeLoader" not in out
+    assert "default log4j profile" not in text and "Setting default log level" not in text
+    assert "NativeCodeLoader" not in text
 
-    second, out = _session(env)
+    second, out, _ = _session(env, tmp_path)
     assert second["sum"] == 499500
     assert second["args"] == [f"-XX:SharedArchiveFile={archives[0]}"]
-    assert "[cds" not in out
+    assert not list(jvm.glob("*.lock"))  # nothing to write: no finisher
+    assert "[cds" not in out.read_text()
     assert classdata._maps(os.path.join(second["java_home"], "bin", "java"), second["class_path"], archives[0])
