@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -141,12 +143,8 @@ def test_process_running_sees_ended_zombie_and_reused_processes():
     writing JVM once its launcher has exited) and after; a pid whose start time differs is another process."""
     assert classdata.process_running(os.getpid())
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    ticks = None
-    while True:  # not reaped: a zombie once it ends
-        state = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = ticks if ticks is not None else int(state[19])
-        if state[0] == "Z":
-            break
+    while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        time.sleep(0.01)  # not reaped: a zombie once it ends
     assert not classdata.process_running(child.pid)
     child.wait()
     assert not classdata.process_running(child.pid)
@@ -162,15 +160,12 @@ def test_the_finisher_waits_for_the_jvm_then_settles(cache, tmp_path, monkeypatc
     cache.mkdir(parents=True)
     java = classdata._java()
     assert java is not None, "the tests need Java (README)"
-    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"])
     part, lock = cache / f"x.{writer.pid}.part", cache / "x.lock"
     part.write_bytes(b"half an archive")
     lock.write_text(str(os.getpid()))
     job = {"pid": writer.pid, "start": classdata._start_ticks(writer.pid), "part": str(part),
            "archive": str(cache / "x.jsa"), "lock": str(lock), "java": java, "class_path": str(tmp_path)}
-    import json
-    import threading
-
     done = threading.Event()
     thread = threading.Thread(target=lambda: (classdata.finish_detached(json.dumps(job)), done.set()))
     thread.start()
@@ -261,8 +256,6 @@ _SESSION = textwrap.dedent("""
 def _session(env: dict, out_dir: Path) -> tuple[dict, Path, int]:
     """Run :data:`_SESSION` in a process whose standard streams are files (as a terminal is, not a pipe the JVM
     would hold open: a pipe's reader waits for the JVM too); returns its result, the output file and its pid."""
-    import json
-
     out = out_dir / f"session-{len(list(out_dir.glob('session-*')))}.txt"
     with open(out, "wb") as f:
         proc = subprocess.Popen([sys.executable, "-c", _SESSION], cwd=ROOT, env=env, stdout=f, stderr=f)
