@@ -75,8 +75,11 @@ ARCHIVES_KEPT = 4
 #: CDS's own log lines off (a JVM that cannot map an archive says so on standard output, and one that writes
 #: one lists every class of a signed jar it skips).
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
-#: ``SCOWL_JAVA_OPTIONS`` words that mean the user manages CDS.
-_USER_CDS = ("-Xshare", "SharedArchiveFile", "ArchiveClassesAtExit", "DumpLoadedClassList", "SharedClassListFile")
+#: ``SCOWL_JAVA_OPTIONS`` words that mean the user manages CDS (a JVM with ``-XX:+RecordDynamicDumpInfo`` and a
+#: dynamic archive mapped does not start: "DynamicDumpSharedSpaces is unsupported when base CDS archive is not
+#: loaded").
+_USER_CDS = ("-Xshare", "SharedArchiveFile", "ArchiveClassesAtExit", "DumpLoadedClassList", "SharedClassListFile",
+             "RecordDynamicDumpInfo", "AutoCreateSharedArchive")
 
 
 @dataclass(frozen=True)

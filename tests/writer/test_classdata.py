@@ -52,6 +52,8 @@ def test_switches(monkeypatch):
     assert classdata.enabled()
     monkeypatch.setenv("SCOWL_JAVA_OPTIONS", "-XX:+UseG1GC -Xshare:off")
     assert not classdata.enabled()
+    monkeypatch.setenv("SCOWL_JAVA_OPTIONS", "-XX:+RecordDynamicDumpInfo")  # with scowl's archive: no JVM at all
+    assert not classdata.enabled()
     monkeypatch.setenv("SCOWL_JAVA_OPTIONS", "-XX:+UseG1GC")
     assert classdata.enabled()
 
