@@ -174,17 +174,30 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first), ``None`` if there is no such
+    process.
+
+    Raises:
+        OSError: this system has no ``/proc`` (macOS).
+    """
+    if not os.path.exists("/proc/self/stat"):
+        raise OSError("no /proc")
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None
+    return stat[stat.rindex(")") + 2:].split()
+
+
 def _start_ticks(pid: int) -> int | None:
     """Process ``pid``'s start time in clock ticks since boot (``/proc/<pid>/stat`` field 22), ``None`` where
     there is no ``/proc`` or no such process."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = _stat_fields(pid)
     except OSError:
         return None
-    try:
-        return int(stat[stat.rindex(")") + 2:].split()[19])
-    except (ValueError, IndexError):  # pragma: no cover - a format this code does not know
-        return None
+    return int(fields[19]) if fields and len(fields) > 19 else None
 
 
 def process_running(pid: int, start_ticks: int | None = None) -> bool:
@@ -193,12 +206,9 @@ def process_running(pid: int, start_ticks: int | None = None) -> bool:
     ``start_ticks`` (:func:`_start_ticks` when it ran), it is the same process, not a reuse of its pid.
     Where there is no ``/proc`` (macOS), whether the pid exists (:func:`pid_alive`)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc here
+        fields = _stat_fields(pid)
+    except OSError:
         return pid_alive(pid)
-    fields = stat[stat.rindex(")") + 2:].split()
     if not fields or fields[0] in ("Z", "X", "x"):
         return False
     return start_ticks is None or len(fields) < 20 or int(fields[19]) == start_ticks

@@ -155,6 +155,16 @@ def test_process_running_sees_ended_zombie_and_reused_processes():
     assert not classdata.process_running(os.getpid(), me + 1)
 
 
+def test_process_running_without_proc_asks_the_kernel(monkeypatch):
+    """Where there is no ``/proc`` (macOS), a process runs while its pid exists (signal 0), not "never"."""
+    exists = os.path.exists
+    monkeypatch.setattr(classdata.os.path, "exists", lambda p: p != "/proc/self/stat" and exists(p))
+    assert classdata.process_running(os.getpid(), 12345) and classdata._start_ticks(os.getpid()) is None
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert not classdata.process_running(child.pid)
+
+
 def test_the_finisher_waits_for_the_jvm_then_settles(cache, tmp_path, monkeypatch):
     """``finish_detached`` waits while the writing process runs, then checks the part: one that does not map is
     removed with the lock and counts a failed attempt; a process still running at the timeout leaves the next
