@@ -41,6 +41,7 @@ status`` shows it (§6).
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 from contextlib import contextmanager
@@ -49,10 +50,13 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import hiredis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisClusterException
 from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoPermissionError, NoScriptError, RedisError, ResponseError
+from redis.exceptions import AskError, ClusterDownError, NoPermissionError, NoScriptError, RedisError, ResponseError
+from redis.exceptions import TryAgainError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from compiler.algebra.script import as_function, online_min_script
@@ -85,6 +89,10 @@ class _HiredisPacking:
 
 #: Connections per cluster node of a serving process (connections open on demand and are kept).
 CLUSTER_MAX_CONNECTIONS = 4096
+
+#: Seconds after a connection failure on the cluster hot path during which calls go through redis-py's cluster
+#: client (:meth:`Store._execute_on`), whose error handling refreshes the slot map (a failover moves slots).
+DIRECT_PAUSE_S = 1.0
 
 
 class StoreUnavailable(RuntimeError):
@@ -188,6 +196,11 @@ class Store:
         self.online_script: Any = None
         #: idle connections of the standalone hot path (:meth:`_execute`), most recently used last
         self._idle: list = []
+        #: idle connections of the cluster hot path per node name (``host:port``; :meth:`_execute_on`)
+        self._node_idle: dict[str, list] = {}
+        #: event-loop time before which cluster calls go through redis-py's cluster client (set after a
+        #: connection failure on the hot path, :data:`DIRECT_PAUSE_S` on)
+        self._direct_after = 0.0
         #: whether round scripts run as Valkey functions (``FCALL``, :func:`as_function`): ``None``
         #: until a library is first loaded, ``False`` once the store refused one (then ``EVALSHA``)
         self.functions: bool | None = None
@@ -202,8 +215,10 @@ class Store:
         load, then a ``/tmp`` harness of 8 concurrent callers). The deadline covers the
         send and the reply; when it passes, redis-py drops the connection
         (a cancelled command never leaves a reply behind on a pooled
-        connection). A cluster client keeps its socket timeouts, and the
-        deadline is then only an outer bound.
+        connection). A cluster's calls go on connections without socket
+        timeouts too (:meth:`_execute_on`, :meth:`_node_calls`), all of one
+        round under one deadline; redis-py's cluster client, which carries
+        redirected calls, keeps its own socket timeouts inside it.
         """
         return asyncio.timeout(self.timeout_s)
 
@@ -287,9 +302,9 @@ class Store:
         if self.cluster and layout is None:
             raise ValueError("a Redis Cluster call needs the round's layout")
         with _store_errors():
-            if self.cluster:
-                return await self._run_split(script, sha, keys, argv, layout)
             async with self._deadline():
+                if self.cluster:
+                    return await self._run_split(script, sha, keys, argv, layout)
                 return await self._call(script, sha, keys, argv)
 
     def _sha(self, script: str) -> str:
@@ -303,20 +318,30 @@ class Store:
                     slot: int | None = None) -> list:
         """One ``EVALSHA`` (``EVAL`` after ``NOSCRIPT``); in a cluster, sent to the node of ``slot``.
 
-        Naming the node spares redis-py's cluster client the hash slot of
-        every key of the call (CRC16 in Python per key: 40% of a worker's
-        CPU on the demo topology); a ``MOVED`` or ``ASK`` reply still sends
-        it on to the right node (``_execute_command``), and no other retry
-        runs: a call that may have run is never sent twice.
+        In a cluster the call goes to the node redis-py's slot map names,
+        on a connection of that node's own (:meth:`_execute_on`), without
+        the cluster client: naming the node spares it the hash slot of every
+        key of the call (CRC16 in Python per key: 40% of a worker's CPU on
+        the demo topology), and going around it its per-command routing,
+        retry and metrics layers. A ``MOVED``, ``ASK`` or ``TRYAGAIN`` reply
+        (the call did not run) goes on through redis-py's cluster client,
+        which follows it and updates its slot map (``_execute_command``); so
+        does every call for a while after a connection failure
+        (:attr:`_direct_after`), so that its topology refresh runs. No other
+        retry runs: a call that may have run is never sent twice.
         """
         extra = {}
+        execute = self._execute
         if slot is not None:
             # the slot map redis-py keeps (empty until it initializes, or again after a cluster error:
             # then it routes the call itself)
             nodes = self.client.nodes_manager.slots_cache.get(slot)
-            if nodes:
-                extra["target_nodes"] = nodes[0]
-        execute = self.client.execute_command if self.cluster else self._execute
+            if nodes and asyncio.get_running_loop().time() >= self._direct_after:
+                execute = functools.partial(self._execute_on, nodes[0])
+            else:
+                execute = self.client.execute_command
+                if nodes:
+                    extra["target_nodes"] = nodes[0]
         fn = self._function(script) if self.functions is not False else None
         if fn is not None:
             name, library = fn
@@ -325,7 +350,9 @@ class Store:
             # between its load and the call)
             for attempt in range(3):
                 try:
-                    return await execute("FCALL", name, len(keys), *keys, *argv, **extra)
+                    reply = await execute("FCALL", name, len(keys), *keys, *argv, **extra)
+                    self.functions = True  # (a library another process loaded answers too)
+                    return reply
                 except NoPermissionError as e:
                     if attempt:  # loading allowed, calling not: scripts then
                         _log.warning("the store refuses FCALL (%s): round scripts run with EVALSHA", e)
@@ -428,16 +455,149 @@ class Store:
         self._idle.append(conn)
         return reply
 
-    async def _take(self):
-        """An idle connection of the standalone hot path (:attr:`_idle`), or a new one; dropped ones skipped."""
-        idle = self._idle
+    async def _take(self, idle: list | None = None, make: Callable[[], Any] | None = None):
+        """An idle connection of a hot path, or a new one; connections the server closed are dropped.
+
+        Args:
+            idle: the idle connections (default: the standalone hot path's, :attr:`_idle`).
+            make: makes a new connection (default: the standalone pool's ``make_connection``).
+        """
+        if idle is None:
+            idle = self._idle
         while idle:
             c = idle.pop()
             reader = getattr(c, "_reader", None)  # redis-py's stream reader (private): at EOF once the server closed
             if c.is_connected and not (reader is not None and reader.at_eof()):
                 return c
             await c.disconnect(nowait=True)
-        return self.client.connection_pool.make_connection()
+        return make() if make is not None else self.client.connection_pool.make_connection()
+
+    async def _execute_on(self, node: Any, *args: Any) -> Any:
+        """Send one command to cluster node ``node`` on a connection of the cluster hot path; return its reply.
+
+        What :meth:`_execute` is to a standalone store: connections of
+        ``node``'s own class and settings (hiredis packing and parsing), but
+        no socket timeout (the call's deadline, :meth:`_deadline`, bounds
+        it) and no retries, kept per node in :attr:`_node_idle`, one per call
+        in flight. redis-py's cluster client spent ~2x the worker CPU of a
+        standalone store per event on a cluster of one node (``bench/serve.py
+        --cluster``: its target-node resolution, command policies, retry
+        loop, metrics, and an ``asyncio.wait_for`` task per send). A
+        redirection (``MOVED``, ``ASK``, ``TRYAGAIN``) or ``CLUSTERDOWN``
+        means the call did not run: it goes on through the cluster client,
+        which follows the redirection and updates its slot map. Any failure
+        but an error reply drops the connection and sends the calls of the
+        next second through the cluster client (:attr:`_direct_after`),
+        whose error handling refreshes the topology after a failover.
+
+        Args:
+            node: a redis-py ``ClusterNode`` (from its slot map).
+            args: the command and its arguments.
+
+        Returns:
+            The reply, undecoded.
+
+        Raises:
+            redis.exceptions.ResponseError: the command's error reply (the connection is kept).
+            redis.exceptions.ConnectionError, OSError, asyncio.CancelledError: the connection is dropped.
+            Whatever the cluster client raises for a redirected call.
+
+        Source: SPEC §5.1 (one script call per slot; MOVED/ASK/TRYAGAIN followed).
+        """
+        idle = self._node_idle.get(node.name)
+        if idle is None:
+            idle = self._node_idle[node.name] = []
+
+        conn = await self._take(idle, lambda: self._node_connection(node))
+        try:
+            await conn.send_packed_command(conn.pack_command(*args), check_health=False)
+            reply = await conn.read_response()
+        except (AskError, TryAgainError, ClusterDownError):  # MovedError is an AskError: the call did not run
+            idle.append(conn)
+            return await self.client.execute_command(*args, target_nodes=node)
+        except ResponseError:
+            idle.append(conn)
+            raise
+        except BaseException:
+            await conn.disconnect(nowait=True)
+            self._direct_after = asyncio.get_running_loop().time() + DIRECT_PAUSE_S
+            raise
+        idle.append(conn)
+        return reply
+
+    async def _node_calls(self, node: Any, script: str, sha: str, name: str,
+                          calls: Sequence[tuple[int, Sequence[str], Sequence[Any]]]) -> list:
+        """Run one node's calls of a round (:meth:`_run_split`), pipelined on one of its hot-path connections.
+
+        The ``FCALL`` of each call (function ``name``) goes in one write;
+        the node runs them one after the other, each atomic, and the replies
+        are read in order. A call answered with a redirection (``MOVED``,
+        ``ASK``, ``TRYAGAIN``, ``CLUSTERDOWN``) or a missing function did
+        not run: it goes again alone through :meth:`_call` (which follows the
+        redirection through redis-py's cluster client, or loads the library).
+        Any other error reply is raised once every reply is read (the
+        connection is kept); a failure of the connection drops it, sends the
+        next second's calls through the cluster client (:attr:`_direct_after`)
+        and is raised: calls that may have run are never sent twice.
+
+        Args:
+            node: the redis-py ``ClusterNode`` the slot map gives for every call's slot.
+            script: the round script; ``sha`` its SHA1; ``name`` its function name (:func:`as_function`).
+            calls: ``(slot, keys, argv)`` per call (:func:`split_by_slot`).
+
+        Returns:
+            The calls' replies, in order.
+
+        Raises:
+            redis.exceptions.ResponseError: a call's own error reply.
+            redis.exceptions.ConnectionError, OSError, asyncio.CancelledError: the connection failed.
+
+        Source: SPEC §5.1, §5.2.
+        """
+        idle = self._node_idle.get(node.name)
+        if idle is None:
+            idle = self._node_idle[node.name] = []
+        conn = await self._take(idle, lambda: self._node_connection(node))
+        replies: list = []
+        redo: list[int] = []
+        error: ResponseError | None = None
+        try:
+            cmds = [("FCALL", name, len(k), *k, *a) for _, k, a in calls]
+            packed = conn.pack_commands(cmds) if len(cmds) > 1 else conn.pack_command(*cmds[0])
+            await conn.send_packed_command(packed, check_health=False)
+            for i in range(len(cmds)):
+                try:
+                    replies.append(await conn.read_response())
+                except (AskError, TryAgainError, ClusterDownError):  # did not run (MovedError is an AskError)
+                    replies.append(None)
+                    redo.append(i)
+                except ResponseError as e:
+                    replies.append(None)
+                    if _function_missing(e):  # did not run
+                        redo.append(i)
+                    elif error is None:
+                        error = e
+        except BaseException:
+            await conn.disconnect(nowait=True)
+            self._direct_after = asyncio.get_running_loop().time() + DIRECT_PAUSE_S
+            raise
+        idle.append(conn)
+        if error is not None:
+            raise error
+        if redo:
+            again = await asyncio.gather(*[self._call(script, sha, calls[i][1], calls[i][2], calls[i][0])
+                                           for i in redo])
+            for i, reply in zip(redo, again):
+                replies[i] = reply
+        return replies
+
+    @staticmethod
+    def _node_connection(node: Any) -> Any:
+        """A new hot-path connection to cluster node ``node``: its class and settings, no socket timeout (the
+        call's deadline bounds it) and no retries (a call that may have run is never sent twice)."""
+        kwargs = dict(node.connection_kwargs)
+        kwargs.update(socket_timeout=None, retry=Retry(NoBackoff(), 0))
+        return node.connection_class(**kwargs)
 
     async def run_many(self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any]]]) -> list:
         """Run round scripts in order, pipelined on one connection (standalone store only).
@@ -515,11 +675,43 @@ class Store:
 
     async def _run_split(self, script: str, sha: str, keys: Sequence[str], argv: Sequence[Any],
                          layout: Sequence[tuple[int, bool]]) -> list:
+        """The calls of one round on a cluster, one per slot (:func:`split_by_slot`), merged into one reply.
+
+        Once the store runs the round's library as a function, the calls of
+        each node go pipelined on one connection of that node
+        (:meth:`_node_calls`): one write and one read of the socket per node
+        and round, where a connection per call made one of each per slot.
+        Otherwise (the first call, a store that refuses functions, a slot the
+        slot map lacks, the second after a connection failure) each call goes
+        alone through :meth:`_call`. SPEC §5.1: all sent at once, one round
+        trip per node, concurrently.
+        """
         calls, merge = split_by_slot(keys, argv, layout, sha)
-        todo = [self._call(script, sha, k, a, slot) for slot, k, a in calls]
+        by_node: dict[str, tuple[Any, list[int]]] | None = None
+        fn = self._function(script) if self.functions else None
+        if fn is not None and asyncio.get_running_loop().time() >= self._direct_after:
+            by_node = {}
+            cache = self.client.nodes_manager.slots_cache
+            for i, (slot, _, _) in enumerate(calls):
+                nodes = cache.get(slot)
+                if not nodes:
+                    by_node = None
+                    break
+                by_node.setdefault(nodes[0].name, (nodes[0], []))[1].append(i)
+        if by_node is not None:
+            todo = [self._node_calls(node, script, sha, fn[0], [calls[i] for i in mine])
+                    for node, mine in by_node.values()]
+        else:
+            todo = [self._call(script, sha, k, a, slot) for slot, k, a in calls]
         if keys[0] and argv[1] != "":  # the API's own marker of the id too (the stream's claims read it)
             todo.append(self.client.set(keys[0], "1", nx=True, px=int(argv[1])))
         replies = await asyncio.gather(*todo)
+        if by_node is not None:  # per node, its calls' replies: back in the order of calls
+            ordered: list = [None] * len(calls)
+            for (_, mine), got in zip(by_node.values(), replies):
+                for i, reply in zip(mine, got):
+                    ordered[i] = reply
+            replies = ordered
         out = merge(replies[:len(calls)])
         if argv[2] != "" and keys[1] and (out[0] == 1 or not calls):
             await self.client.xadd(keys[1], {"event": argv[2]})
@@ -608,11 +800,21 @@ class Store:
         """Close the connection pool(s)."""
         while self._idle:
             await self._idle.pop().disconnect(nowait=True)
+        for idle in self._node_idle.values():
+            while idle:
+                await idle.pop().disconnect(nowait=True)
         if self.client is not None:
             await self.client.aclose()
 
 
 _SLOT_TAGS: list[str] = []
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _slot_of(key: str) -> int:
+    """The Redis Cluster hash slot of ``key`` (``redis.crc.key_slot`` of its UTF-8 bytes), remembered: an
+    event's state keys repeat across events (each entity key's states share its hash tag)."""
+    return key_slot(key.encode())
 
 
 def slot_tag(slot: int) -> str:
@@ -675,28 +877,26 @@ def split_by_slot(keys: Sequence[str], argv: Sequence[Any], layout: Sequence[tup
         spans.append((a, a + n))
         a += n
         if key:
-            groups.setdefault(key_slot(key.encode()), []).append(p)
+            groups.setdefault(_slot_of(key), []).append(p)
     event_id = keys[0][len(ID_PREFIX) + 1:-1] if keys[0] else ""
     calls: list[tuple[int, list[str], list[Any]]] = []
-    order: list[int] = []  # per live read position, its call index
     call_of: dict[int, int] = {}
+    width = len(keys)
     for c, (slot, positions) in enumerate(groups.items()):
         tag = slot_tag(slot)
         ph = "{" + tag + "}"
-        mine = set(positions)
-        ks = [f"{ID_PREFIX}{{{tag}}}:{sha[:12]}:{event_id}" if event_id else ph, ph]
+        ks = [ph] * width  # every other slot's key is the placeholder (the script skips it)
+        if event_id:
+            ks[0] = f"{ID_PREFIX}{{{tag}}}:{sha[:12]}:{event_id}"
         args: list[Any] = [argv[0], argv[1] if event_id else "", ""]
-        for p in range(len(layout)):
-            if p in mine:
-                ks.append(keys[p + 2])
-                args.extend(argv[spans[p][0]:spans[p][1]])
-                call_of[p] = c
-            else:
-                ks.append(ph)
+        for p in positions:  # ascending: the call's ARGV keeps the round's order
+            ks[p + 2] = keys[p + 2]
+            lo, hi = spans[p]
+            if hi > lo:
+                args += argv[lo:hi]
+            call_of[p] = c
         calls.append((slot, ks, args))
-    for p, (_, is_read) in enumerate(layout):
-        if is_read and keys[p + 2]:
-            order.append(call_of[p])
+    order = [call_of[p] for p, (_, is_read) in enumerate(layout) if is_read and keys[p + 2]]
 
     def merge(replies: list) -> list:
         its = [iter(r[1:]) for r in replies]

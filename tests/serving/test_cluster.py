@@ -31,6 +31,7 @@ from fastapi.testclient import TestClient
 
 from serving.app import create_app
 from serving.settings import Settings
+from compiler.algebra.storekeys import ONLINE_KEY
 from serving.store import Store, slot_tag, split_by_slot
 from tests.e2e.helpers import (LOGIN_EVERY_FUNCTION, PURCHASE_AGGREGATES, login_purchase_events,
                                login_purchase_topology, post_all)
@@ -236,3 +237,127 @@ def test_a_failure_inside_the_cluster_client_is_a_503_not_a_500(redis_cluster, m
         monkeypatch.setattr(store, "_call", broken)
         r = c.post("/event", json={"_type": "login", "_time": T0, "user": "u1", "ip": "1.2.3.4", "amount": 3.0})
         assert r.status_code == 503 and r.json()["error"]["code"] == "store-unavailable", r.text
+
+
+async def _cluster_run(url: str, plan, events: list[dict], before=None, warm: int = 20) -> tuple[list, Store]:
+    """Evaluate ``events`` one after the other through a :class:`Store` on the cluster at ``url``.
+
+    The first ``warm`` events load the round functions; then ``before(store)`` runs (a test's change), and the
+    rest are evaluated. Returns each event's features (or the exception it raised) and the store (closed).
+    """
+    from serving.evaluate import Evaluator
+
+    evaluator = Evaluator(plan, None)
+    store = Store(url, on_mode=lambda c: setattr(evaluator, "cluster", c))
+    await store.connect()
+    evaluator.run = store.run
+    out: list = []
+    try:
+        for i, e in enumerate(events):
+            if i == warm and before is not None:
+                before(store)
+            try:
+                out.append((await evaluator.process(e))["features"])
+            except Exception as exc:  # noqa: BLE001 -- the test looks at it
+                out.append(exc)
+    finally:
+        await store.close()
+    return out, store
+
+
+def test_round_calls_on_a_cluster_go_per_node_on_the_hot_path(redis_cluster, redis_url):
+    """Once the functions are loaded, a round's per-slot calls go pipelined, one connection per node
+    (``Store._node_calls``), never through redis-py's cluster client, and the answers are the single node's."""
+    plan = compile_text(TOPOLOGY)
+    events = [{k: v for k, v in e.items() if k != "_id"} for e in _events(300, seed=11)]
+    want = post_all(plan, redis_url, events)
+    through_client: list[str] = []
+    per_round: list[int] = []
+
+    def watch(store: Store) -> None:
+        assert store.functions is True
+        execute, node_calls = store.client.execute_command, store._node_calls
+
+        async def counted_execute(*args, **kwargs):
+            through_client.append(str(args[0]))
+            return await execute(*args, **kwargs)
+
+        async def counted_node_calls(node, script, sha, name, calls):
+            per_round.append(len(calls))
+            return await node_calls(node, script, sha, name, calls)
+
+        store.client.execute_command = counted_execute
+        store._node_calls = counted_node_calls
+
+    got, _ = asyncio.run(_cluster_run(redis_cluster.url, plan, events, before=watch))
+    assert got == want
+    assert [c for c in through_client if c in ("FCALL", "EVALSHA", "EVAL")] == []
+    assert sum(per_round) > len(events) - 20  # every round went per node (at least one call each)
+    assert max(per_round) > 1  # a node's calls of one round share one pipeline
+
+
+def test_a_stale_slot_map_on_the_hot_path_is_followed_and_mended(redis_cluster, redis_url):
+    """Every slot mapped to a node that does not own it: each call is answered MOVED without running, goes
+    again through redis-py's cluster client, which follows it and mends its slot map; the answers are the
+    single node's (nothing lost, nothing counted twice). SPEC §5.1."""
+    plan = compile_text(TOPOLOGY)
+    events = [{k: v for k, v in e.items() if k != "_id"} for e in _events(200, seed=12)]
+    want = post_all(plan, redis_url, events)
+    owners: dict[int, str] = {}
+
+    def scramble(store: Store) -> None:
+        cache = store.client.nodes_manager.slots_cache
+        primaries = store.client.get_primaries()
+        for slot, nodes in cache.items():
+            owners[slot] = nodes[0].name
+            cache[slot] = [next(n for n in primaries if n.name != nodes[0].name)]
+
+    got, store = asyncio.run(_cluster_run(redis_cluster.url, plan, events, before=scramble))
+    assert got == want
+    cache = store.client.nodes_manager.slots_cache
+    mended = [s for s in owners if cache[s][0].name == owners[s]]
+    assert len(mended) > 20  # the slots the events touched point at their owners again
+
+
+def test_a_connection_failure_on_the_hot_path_is_a_503_then_the_cluster_client_carries_on(redis_cluster,
+                                                                                         redis_url):
+    """A node connection that fails on the hot path: that event gets ``StoreUnavailable`` (the API's 503; no
+    call of it is sent twice), the next events go through redis-py's cluster client for a while (whose error
+    handling refreshes the slot map after a failover), and the failed event retried with its ``_id``, as a
+    client does, leaves the store the single node's: its slots that ran are not written again."""
+    from serving.store import StoreUnavailable
+
+    plan = compile_text(TOPOLOGY)
+    events = _events(60, seed=13)
+    through_client: list[str] = []
+
+    def break_once(store: Store) -> None:
+        for idle in store._node_idle.values():
+            idle.clear()  # (left open: the store closes only what it keeps)
+        make = store._node_connection
+
+        def dead(node):
+            store._node_connection = make  # the next connections are real again
+            conn = make(node)
+            conn.port = 1  # nothing listens there: the connect fails
+            return conn
+
+        store._node_connection = dead
+        execute = store.client.execute_command
+
+        async def counted_execute(*args, **kwargs):
+            through_client.append(str(args[0]))
+            return await execute(*args, **kwargs)
+
+        store.client.execute_command = counted_execute
+
+    retried = events + [events[20]]  # the failed event again, last
+    got, store = asyncio.run(_cluster_run(redis_cluster.url, plan, retried, before=break_once))
+    assert isinstance(got[20], StoreUnavailable), got[20]
+    assert not any(isinstance(x, Exception) for x in got[:20] + got[21:])
+    assert "FCALL" in through_client  # the calls after the failure went through the cluster client
+    assert got[:20] == post_all(plan, redis_url, events[:20])
+    post_all(plan, redis_url, events[20:])
+    now = events[-1]["_time"]
+    single = {k: v for k, v in _single_dump(redis_url).items() if k != ONLINE_KEY.encode()}  # (the app's record)
+    assert_same_store(live_part(_cluster_dump(redis_cluster), plan, now), live_part(single, plan, now), plan)
