@@ -326,6 +326,7 @@ def test_replay_stopped_mid_job_cancels_its_jobs_and_exits_quietly(tmp_path, sig
 REQUEST_STOP_PROBE = """
 import os, signal
 from scowl.signals import Stopped, add_stop_hook, signals_request_stop
+before = signal.getsignal(signal.SIGINT)  # default_int_handler, or SIG_IGN when started in a shell's background
 add_stop_hook(lambda signum, frame: print("HOOK", signum, flush=True))
 with signals_request_stop() as stop:
     os.kill(os.getpid(), signal.SIGTERM)
@@ -337,7 +338,7 @@ with signals_request_stop() as stop:
         print("RAISED", e.signum, flush=True)
     os.kill(os.getpid(), signal.SIGHUP)  # a third: ignored
     print("THIRD IGNORED", flush=True)
-print("RESTORED", signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True)
+print("RESTORED", signal.getsignal(signal.SIGINT) is before, flush=True)
 """
 
 
