@@ -90,6 +90,10 @@ class _HiredisPacking:
 #: Connections per cluster node of a serving process (connections open on demand and are kept).
 CLUSTER_MAX_CONNECTIONS = 4096
 
+#: Error replies of a cluster node to a call it did not run, which goes on through redis-py's cluster client
+#: (``MovedError`` is an ``AskError``; ``CLUSTERDOWN`` and ``MASTERDOWN`` are ``ClusterDownError``).
+_REDIRECTED = (AskError, TryAgainError, ClusterDownError)
+
 #: Seconds after a connection failure on the cluster hot path during which calls go through redis-py's cluster
 #: client (:meth:`Store._execute_on`), whose error handling refreshes the slot map (a failover moves slots).
 DIRECT_PAUSE_S = 1.0
@@ -475,20 +479,14 @@ class Store:
     async def _execute_on(self, node: Any, *args: Any) -> Any:
         """Send one command to cluster node ``node`` on a connection of the cluster hot path; return its reply.
 
-        What :meth:`_execute` is to a standalone store: connections of
-        ``node``'s own class and settings (hiredis packing and parsing), but
-        no socket timeout (the call's deadline, :meth:`_deadline`, bounds
-        it) and no retries, kept per node in :attr:`_node_idle`, one per call
-        in flight. redis-py's cluster client spent ~2x the worker CPU of a
-        standalone store per event on a cluster of one node (``bench/serve.py
+        What :meth:`_execute` is to a standalone store (:meth:`_on_node`):
+        redis-py's cluster client spent ~2x the worker CPU of a standalone
+        store per event on a cluster of one node (``bench/serve.py
         --cluster``: its target-node resolution, command policies, retry
         loop, metrics, and an ``asyncio.wait_for`` task per send). A
         redirection (``MOVED``, ``ASK``, ``TRYAGAIN``) or ``CLUSTERDOWN``
         means the call did not run: it goes on through the cluster client,
-        which follows the redirection and updates its slot map. Any failure
-        but an error reply drops the connection and sends the calls of the
-        next second through the cluster client (:attr:`_direct_after`),
-        whose error handling refreshes the topology after a failover.
+        which follows the redirection and updates its slot map.
 
         Args:
             node: a redis-py ``ClusterNode`` (from its slot map).
@@ -499,31 +497,62 @@ class Store:
 
         Raises:
             redis.exceptions.ResponseError: the command's error reply (the connection is kept).
-            redis.exceptions.ConnectionError, OSError, asyncio.CancelledError: the connection is dropped.
+            redis.exceptions.ConnectionError, OSError, asyncio.CancelledError: the connection failed
+                (:meth:`_on_node`).
             Whatever the cluster client raises for a redirected call.
 
         Source: SPEC §5.1 (one script call per slot; MOVED/ASK/TRYAGAIN followed).
         """
+        (reply,) = await self._on_node(node, [args])
+        if isinstance(reply, _REDIRECTED):  # the call did not run
+            return await self.client.execute_command(*args, target_nodes=node)
+        if isinstance(reply, ResponseError):
+            raise reply
+        return reply
+
+    async def _on_node(self, node: Any, cmds: Sequence[Sequence[Any]]) -> list:
+        """Send ``cmds`` to cluster node ``node`` in one write on a hot-path connection; read every reply.
+
+        The connections (:meth:`_node_connection`) are kept per node in
+        :attr:`_node_idle`, one per call in flight, as :meth:`_execute`
+        keeps a standalone store's. An error reply is returned in its
+        command's place, as the exception redis-py's parser made of it
+        (``MovedError``, ``ResponseError``, ...); the connection is kept. Any
+        other failure drops the connection, sends the calls of the next
+        :data:`DIRECT_PAUSE_S` seconds through redis-py's cluster client
+        (:attr:`_direct_after`: its error handling refreshes the slot map
+        after a failover) and is raised.
+
+        Args:
+            node: a redis-py ``ClusterNode``.
+            cmds: the commands, each its name and arguments.
+
+        Returns:
+            Per command, its reply (undecoded) or its error reply's exception.
+
+        Raises:
+            redis.exceptions.ConnectionError, OSError, asyncio.CancelledError: the connection failed (the
+                commands may or may not have run).
+        """
         idle = self._node_idle.get(node.name)
         if idle is None:
             idle = self._node_idle[node.name] = []
-
         conn = await self._take(idle, lambda: self._node_connection(node))
+        replies: list = []
         try:
-            await conn.send_packed_command(conn.pack_command(*args), check_health=False)
-            reply = await conn.read_response()
-        except (AskError, TryAgainError, ClusterDownError):  # MovedError is an AskError: the call did not run
-            idle.append(conn)
-            return await self.client.execute_command(*args, target_nodes=node)
-        except ResponseError:
-            idle.append(conn)
-            raise
+            packed = conn.pack_commands(cmds) if len(cmds) > 1 else conn.pack_command(*cmds[0])
+            await conn.send_packed_command(packed, check_health=False)
+            for _ in cmds:
+                try:
+                    replies.append(await conn.read_response())
+                except ResponseError as e:
+                    replies.append(e)
         except BaseException:
             await conn.disconnect(nowait=True)
             self._direct_after = asyncio.get_running_loop().time() + DIRECT_PAUSE_S
             raise
         idle.append(conn)
-        return reply
+        return replies
 
     async def _node_calls(self, node: Any, script: str, sha: str, name: str,
                           calls: Sequence[tuple[int, Sequence[str], Sequence[Any]]]) -> list:
@@ -554,36 +583,12 @@ class Store:
 
         Source: SPEC §5.1, §5.2.
         """
-        idle = self._node_idle.get(node.name)
-        if idle is None:
-            idle = self._node_idle[node.name] = []
-        conn = await self._take(idle, lambda: self._node_connection(node))
-        replies: list = []
-        redo: list[int] = []
-        error: ResponseError | None = None
-        try:
-            cmds = [("FCALL", name, len(k), *k, *a) for _, k, a in calls]
-            packed = conn.pack_commands(cmds) if len(cmds) > 1 else conn.pack_command(*cmds[0])
-            await conn.send_packed_command(packed, check_health=False)
-            for i in range(len(cmds)):
-                try:
-                    replies.append(await conn.read_response())
-                except (AskError, TryAgainError, ClusterDownError):  # did not run (MovedError is an AskError)
-                    replies.append(None)
-                    redo.append(i)
-                except ResponseError as e:
-                    replies.append(None)
-                    if _function_missing(e):  # did not run
-                        redo.append(i)
-                    elif error is None:
-                        error = e
-        except BaseException:
-            await conn.disconnect(nowait=True)
-            self._direct_after = asyncio.get_running_loop().time() + DIRECT_PAUSE_S
-            raise
-        idle.append(conn)
-        if error is not None:
-            raise error
+        replies = await self._on_node(node, [("FCALL", name, len(k), *k, *a) for _, k, a in calls])
+        redo = [i for i, r in enumerate(replies)  # these did not run
+                if isinstance(r, _REDIRECTED) or isinstance(r, ResponseError) and _function_missing(r)]
+        for i, r in enumerate(replies):
+            if isinstance(r, ResponseError) and i not in redo:
+                raise r
         if redo:
             again = await asyncio.gather(*[self._call(script, sha, calls[i][1], calls[i][2], calls[i][0])
                                            for i in redo])
