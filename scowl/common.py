@@ -220,7 +220,8 @@ def start_spark(master: str | None = None, app_name: str = "scowl", events=None)
         The ``pyspark.sql.SparkSession`` of ``writer.session.get_spark``.
 
     Raises:
-        UserError: an ``events`` path matches nothing.
+        UserError: an ``events`` path matches nothing, or Spark's JVM could
+            not start (``writer.gateway.SparkStartError``'s message).
 
     A stop signal during start-up is delivered once the session exists
     (``scowl.signals.stop_deferred``), so it never orphans Spark's JVM. The
@@ -233,6 +234,7 @@ def start_spark(master: str | None = None, app_name: str = "scowl", events=None)
     from concurrent.futures import ThreadPoolExecutor
 
     from scowl.signals import add_stop_hook, stop_deferred
+    from writer.gateway import SparkStartError
     from writer.session import get_spark, stop_spark_jobs
     from writer.sources import SourceError, estimate_events
 
@@ -247,4 +249,7 @@ def start_spark(master: str | None = None, app_name: str = "scowl", events=None)
         # window in which Ctrl-C met pyspark's handler, seen under load), so this process's handler stays. A stop
         # signal while the main thread waits is held back (stop_deferred) and delivered after the block
         with ThreadPoolExecutor(1, thread_name_prefix="scowl-start-spark") as pool:
-            return pool.submit(get_spark, master, app_name=app_name, events=n).result()
+            try:
+                return pool.submit(get_spark, master, app_name=app_name, events=n).result()
+            except SparkStartError as e:  # no Java, a heap the host cannot give, a bad JVM option
+                raise UserError(str(e)) from None

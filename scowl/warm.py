@@ -316,6 +316,7 @@ def serve(home: Path, idle_s: float, master: str | None = None) -> None:
         idle_s: idle timeout in seconds.
         master: Spark master URL, or ``None`` (``SCOWL_SPARK_MASTER`` or ``local[*]``).
     """
+    from writer.gateway import SparkStartError
     from writer.session import get_spark
 
     d = server_dir(home)
@@ -330,7 +331,11 @@ def serve(home: Path, idle_s: float, master: str | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *a: asked.set())
     mark = fingerprint(master)  # before Spark starts: get_spark sets variables of FINGERPRINT_ENV
     log(f"starting Spark (idle timeout {idle_s:g} s)")
-    spark = get_spark(master, app_name="scowl-warm")
+    try:
+        spark = get_spark(master, app_name="scowl-warm")
+    except SparkStartError as e:  # the client quotes this line (_start_reason)
+        log(str(e))
+        raise SystemExit(1) from None
     token = secrets.token_hex(16)
     server = _Server(spark, token, idle_s, log, log_path)
     info = WarmServer(port=server.server_address[1], token=token, pid=os.getpid(), fingerprint=mark,
@@ -444,8 +449,8 @@ def _start(home: Path, master: str | None, want: str, timeout_s: float) -> WarmS
             if info is not None and info.pid == proc.pid and _serving(info, want):
                 return info
             if proc.poll() is not None:
-                raise WarmError(f"the warm server exited at start-up (code {proc.returncode}); "
-                                f"see {d / 'server.log'}")
+                raise WarmError(f"the warm server exited at start-up (code {proc.returncode}; log "
+                                f"{d / 'server.log'}){_start_reason(d)}")
             time.sleep(0.1)
         proc.terminate()
         raise WarmError(f"the warm server did not answer within {timeout_s:g} s; see {d / 'server.log'}")
@@ -539,6 +544,23 @@ def _run(info: WarmServer, req: dict[str, Any], progress: Callable[[str, int, in
 def _absolute(path: str) -> str:
     """``path`` (a file, directory or glob) made absolute against this process's directory."""
     return path if os.path.isabs(path) or "://" in path else os.path.join(os.getcwd(), path)
+
+
+def _start_reason(d: Path) -> str:
+    """``": <why>"`` when the server log's end says Spark could not start (:func:`serve` logs it), else ``""``.
+
+    Args:
+        d: the server directory (:func:`server_dir`), holding ``server.log``.
+    """
+    try:
+        with open(d / "server.log", "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    at = tail.rfind("Spark could not start")
+    return f": {tail[at:].strip()}" if at >= 0 else ""
 
 
 def main(argv: Sequence[str] | None = None) -> None:

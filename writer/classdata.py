@@ -64,7 +64,7 @@ from pathlib import Path
 
 __all__ = ["ARCHIVES_KEPT", "ClassDataPlan", "FAILED_ATTEMPTS", "FINISH_TIMEOUT_S", "cache_dir", "enabled",
            "failed_attempts", "fingerprint", "finish_at_exit", "finish_detached", "pid_alive", "plan_for_session",
-           "process_running"]
+           "process_running", "release_plan"]
 
 #: Seconds a finisher waits for the JVM to write its archive and exit (a 1M-event replay's: ~15 s).
 FINISH_TIMEOUT_S = 180
@@ -445,6 +445,17 @@ def _settle(plan: ClassDataPlan, java: str, class_path: str) -> None:
     except OSError:
         pass
     _release(plan, failed=not installed)
+
+
+def release_plan(plan: ClassDataPlan) -> None:
+    """Give up ``plan`` when its JVM never started: its part and lock removed, no failed attempt counted
+    (a JVM that cannot start says nothing about the archive; the next command tries again).
+
+    Args:
+        plan: from :func:`plan_for_session`; one that creates nothing is left alone.
+    """
+    if plan.part is not None:
+        _release(plan, failed=False)
 
 
 def _release(plan: ClassDataPlan, failed: bool) -> None:

@@ -21,7 +21,8 @@ from typing import Callable
 
 from pyspark.sql import Column, SparkSession
 
-from writer.classdata import ClassDataPlan, finish_at_exit, plan_for_session
+from writer.classdata import ClassDataPlan, finish_at_exit, plan_for_session, release_plan
+from writer.gateway import SparkStartError, launch
 
 
 def _loopback(master: str) -> bool:
@@ -253,7 +254,13 @@ def get_spark(master: str | None = None, app_name: str = "scowl", events: int | 
         :mod:`writer.pydaemon`), ``SCOWL_CLASS_DATA`` and ``SCOWL_CACHE_DIR``
         (the driver's class-data archive: :mod:`writer.classdata`). Those take
         effect only if no session or context has started the JVM in this
-        process yet.
+        process yet. The JVM this call starts has its output relayed
+        (:mod:`writer.gateway`: Spark's incubator-module warning left out).
+
+    Raises:
+        writer.gateway.SparkStartError: the JVM exited before it was ready
+            (no Java, a heap the host cannot give, a bad JVM option), with
+            the JVM's last lines of standard error.
     """
     master = master or os.environ.get("SCOWL_SPARK_MASTER") or "local[*]"
     # executors' Python workers must run this interpreter (it has redis-py etc.)
@@ -279,10 +286,43 @@ def get_spark(master: str | None = None, app_name: str = "scowl", events: int | 
     class_data = plan_for_session(create=True) if SparkContext._gateway is None else ClassDataPlan("")
     for key, value in process_confs(events, class_data.options).items():
         builder = builder.config(key, value)
+    try:
+        _start_jvm(builder)
+    except SparkStartError:
+        release_plan(class_data)  # no JVM: nothing will write the archive (and it is no archive's failure)
+        raise
     spark = configure(builder.getOrCreate())
     finish_at_exit(class_data, spark)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _start_jvm(builder) -> None:
+    """Start the driver JVM for ``builder``'s session through :func:`writer.gateway.launch`, unless one runs.
+
+    Sets ``SparkContext._gateway`` and ``_jvm`` as PySpark's own
+    ``SparkContext._ensure_initialized`` would (which then finds them and
+    starts nothing), with the settings ``builder.getOrCreate`` passes it.
+    Nothing is done when this process already has a gateway, or PySpark is
+    to join a gateway started for it (``PYSPARK_GATEWAY_PORT``: under
+    ``spark-submit``).
+
+    Raises:
+        writer.gateway.SparkStartError: the JVM exited before it was ready.
+    """
+    from pyspark import SparkConf, SparkContext
+
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            return
+        conf = SparkConf()
+        for key, value in builder._options.items():  # what getOrCreate hands SparkContext
+            conf.set(key, value)
+        gateway = launch(conf)
+        SparkContext._gateway = gateway
+        SparkContext._jvm = gateway.jvm
 
 
 #: column expressions kept by :func:`memo_column` (least recently used dropped first)

@@ -216,3 +216,16 @@ def test_fingerprint_and_idle_setting(monkeypatch):
             warm.idle_seconds()
     monkeypatch.delenv("SCOWL_WARM_IDLE_S")
     assert warm.idle_seconds() == warm.IDLE_S
+
+
+def test_a_warm_server_whose_spark_cannot_start_is_a_user_error(rig, tmp_path):
+    """No Java where ``JAVA_HOME`` points: the server logs why Spark did not start and exits 1, and the client
+    quotes it (exit 1, no traceback) and leaves no server behind."""
+    home, topo, path = rig
+    out = _scowl("replay", str(topo), "--events", str(path), "--out", str(tmp_path / "o"), "--warm", home=home,
+                 cwd=tmp_path, JAVA_HOME="/nonexistent-java-home", SCOWL_CACHE_DIR=str(tmp_path / "cache"))
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "the warm server exited at start-up (code 1" in out.stderr
+    assert "Spark could not start" in out.stderr and "/nonexistent-java-home/bin/java" in out.stderr
+    assert "Traceback" not in out.stderr and "Traceback" not in (home / "warm" / "server.log").read_text()
+    assert _server(home) is None

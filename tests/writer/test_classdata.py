@@ -261,17 +261,22 @@ _SESSION = textwrap.dedent("""
     total = spark.range(1000).selectExpr("sum(id) AS s").collect()[0]["s"]
     print(json.dumps({"args": [a for a in args if "Archive" in a], "sum": total,
                       "class_path": spark._jvm.System.getProperty("java.class.path"),
-                      "java_home": spark._jvm.System.getProperty("java.home")}))
+                      "java_home": spark._jvm.System.getProperty("java.home"),
+                      "jvm_pid": spark.sparkContext._gateway.proc.pid}))
 """)
 
 
 def _session(env: dict, out_dir: Path) -> tuple[dict, Path, int]:
-    """Run :data:`_SESSION` in a process whose standard streams are files (as a terminal is, not a pipe the JVM
-    would hold open: a pipe's reader waits for the JVM too); returns its result, the output file and its pid."""
+    """Run :data:`_SESSION` with its standard streams on a pipe read to its end, as ``scowl .. | tee`` reads a
+    command's: that ends with the process, not with a JVM that outlives it (``writer.gateway`` relays the JVM's
+    output; before, the JVM inherited the pipe and its reader waited for the archive). Returns the result, a file
+    holding the output and the process's pid."""
     out = out_dir / f"session-{len(list(out_dir.glob('session-*')))}.txt"
-    with open(out, "wb") as f:
-        proc = subprocess.Popen([sys.executable, "-c", _SESSION], cwd=ROOT, env=env, stdout=f, stderr=f)
-        assert proc.wait(timeout=300) == 0, out.read_text()[-3000:]
+    proc = subprocess.Popen([sys.executable, "-c", _SESSION], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    data, _ = proc.communicate(timeout=300)
+    out.write_bytes(data)
+    assert proc.returncode == 0, out.read_text()[-3000:]
     lines = [line for line in out.read_text().splitlines() if line.startswith("{")]
     return json.loads(lines[-1]), out, proc.pid
 
@@ -287,6 +292,7 @@ def test_first_session_writes_the_archive_the_next_maps_it(tmp_path):
     jvm = tmp_path / "cache" / "jvm"
 
     first, out, pid = _session(env, tmp_path)
+    assert classdata.process_running(first["jvm_pid"])  # the pipe's reader did not wait for the JVM's archive
     assert first["sum"] == 499500
     assert len(first["args"]) == 1 and first["args"][0].startswith(f"-XX:ArchiveClassesAtExit={jvm}/")
     # the process has gone while its JVM writes the archive (~10 s): the lock is a finisher's, a process of its
@@ -302,8 +308,9 @@ def test_first_session_writes_the_archive_the_next_maps_it(tmp_path):
     archives = list(jvm.glob("*.jsa"))
     assert len(archives) == 1, sorted(p.name for p in jvm.iterdir())
     assert not list(jvm.glob("*.part")) and not list(jvm.glob("*.lock")) and not list(jvm.glob("*.failed"))
-    text = out.read_text()  # whole: the JVM, which shares the file, has ended
+    text = out.read_text()
     assert "[cds" not in text and "Skipping" not in text
+    assert "Using incubator modules" not in text  # the JVM's warning on every command (writer.gateway)
     # errors only from the JVM's first line (writer/log4j2.properties): none of Spark's start-up chatter
     assert "default log4j profile" not in text and "Setting default log level" not in text
     assert "NativeCodeLoader" not in text
