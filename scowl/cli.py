@@ -16,6 +16,7 @@ and through a pipe: ``scowl --help``, ``scowl COMMAND --help``.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
@@ -132,7 +133,10 @@ def main() -> None:
     A :class:`scowl.common.UserError` prints ``error: <message>`` on stderr
     and exits 1; a stop signal (:class:`scowl.signals.Stopped`), after the
     command's clean-up, prints ``scowl: stopped by SIG…`` on stderr and
-    exits ``128 + n``.
+    exits ``128 + n``. Any other exception prints one line
+    (:func:`failure_summary`) and where its traceback was saved
+    (:func:`save_traceback`), and exits 1; with ``SCOWL_TRACEBACK`` set it is
+    raised as it is.
     """
     try:
         with signals_stop():
@@ -143,3 +147,62 @@ def main() -> None:
     except Stopped as e:
         sys.stderr.write(f"scowl: stopped by {e.name}\n")
         sys.exit(e.exit_code)
+    except Exception as e:  # a failure no command turned into a UserError: summarized, its traceback in a file
+        if os.environ.get("SCOWL_TRACEBACK"):
+            raise
+        print_error(f"{failure_summary(e)}\n(an unexpected failure; its traceback is in {save_traceback(e)}, "
+                    "and SCOWL_TRACEBACK=1 prints it here)")
+        sys.exit(EXIT_USER_ERROR)
+
+
+def failure_summary(error: BaseException) -> str:
+    """One line for an unexpected failure: a Spark job's root cause (its Java exception), else the exception.
+
+    Args:
+        error: the exception (a py4j ``Py4JJavaError`` for a failed Spark call).
+
+    Returns:
+        ``"Spark failed: <Java class>: <message>"`` for a Java exception (the
+        innermost cause, whose message names what went wrong), else
+        ``"<exception class>: <message>"``; each cut to its first line.
+    """
+    # py4j's Py4JJavaError holds the Java exception as java_exception, PySpark's captured exceptions as _origin
+    java = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
+    if java is not None:
+        try:
+            cause = java
+            for _ in range(50):  # the innermost cause (bounded: a cause chain can loop)
+                nxt = cause.getCause()
+                if nxt is None:
+                    break
+                cause = nxt
+            text = f"{cause.getClass().getName()}: {cause.getMessage()}"
+            return "Spark failed: " + text.splitlines()[0]
+        except Exception:  # noqa: BLE001 -- the JVM is gone: the Python side's text below
+            pass
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+def save_traceback(error: BaseException) -> str:
+    """Write ``error``'s traceback to a new file in the temporary directory; return its path (or a note).
+
+    Args:
+        error: the exception being handled.
+
+    Returns:
+        The file's path, ``scowl-error-<time>-<pid>.txt``, or ``"(not saved: ..)"``.
+    """
+    import tempfile
+    import time
+    import traceback
+
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"scowl-error-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-",
+                                    suffix=".txt")
+        with os.fdopen(fd, "w") as f:
+            f.write(f"scowl {' '.join(sys.argv[1:])}\n\n")
+            traceback.print_exception(error, file=f)
+        return path
+    except OSError as e:
+        return f"(not saved: {e})"

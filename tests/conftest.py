@@ -99,7 +99,7 @@ def spark():
     from pyspark.sql import SparkSession
 
     from writer.classdata import plan_for_session
-    from writer.session import configure, process_confs
+    from writer.session import configure, process_confs, start_jvm
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
@@ -114,6 +114,7 @@ def spark():
     # as the run: one written at its exit would come too late for it; the commands the tests start write it)
     for key, value in process_confs(driver_options=plan_for_session(create=False).options).items():
         builder = builder.config(key, value)
+    start_jvm(builder)  # as get_spark starts it: output relayed (writer.gateway)
     session = builder.getOrCreate()
     configure(session)  # the writer's SQL settings (writer.session.SESSION_CONFS), as get_spark sets them
     session.sparkContext.setLogLevel("ERROR")

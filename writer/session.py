@@ -287,7 +287,7 @@ def get_spark(master: str | None = None, app_name: str = "scowl", events: int | 
     for key, value in process_confs(events, class_data.options).items():
         builder = builder.config(key, value)
     try:
-        _start_jvm(builder)
+        start_jvm(builder)
     except SparkStartError:
         release_plan(class_data)  # no JVM: nothing will write the archive (and it is no archive's failure)
         raise
@@ -297,8 +297,14 @@ def get_spark(master: str | None = None, app_name: str = "scowl", events: int | 
     return spark
 
 
-def _start_jvm(builder) -> None:
+def start_jvm(builder) -> None:
     """Start the driver JVM for ``builder``'s session through :func:`writer.gateway.launch`, unless one runs.
+
+    Call it just before ``builder.getOrCreate()`` (:func:`get_spark` does;
+    so does the test session).
+
+    Args:
+        builder: a ``SparkSession.Builder`` with every setting made.
 
     Sets ``SparkContext._gateway`` and ``_jvm`` as PySpark's own
     ``SparkContext._ensure_initialized`` would (which then finds them and

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from scowl.common import UserError, compile_topology, console, plural, scowl_home, start_spark
+from scowl.common import UserError, compile_topology, console, plural, scowl_home, start_spark, writable_dir
 from scowl.progress import job_progress, phase_progress
 
 #: Progress bar labels of the replay phases (``writer.replay``).
@@ -45,6 +45,7 @@ def replay(
     unknown = [t for t in wanted or [] if t not in plan.events]
     if unknown:  # before Spark starts
         raise UserError(f"unknown event type(s) {', '.join(unknown)}; the topology has {', '.join(sorted(plan.events))}")
+    writable_dir(out, "--out")  # before Spark: a job that cannot write fails only after all its work
     if warm:
         rows, rejected, rejected_path = _warm_replay(directory, events, out, wanted, master)
     else:

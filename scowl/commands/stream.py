@@ -15,7 +15,7 @@ from typing import Optional
 import typer
 
 from scowl.common import (
-    UserError, compile_topology, console, open_store, plural, redact_url, scowl_home, start_spark,
+    UserError, compile_topology, console, open_store, plural, redact_url, scowl_home, start_spark, writable_dir,
 )
 from scowl.signals import signals_request_stop
 
@@ -119,6 +119,9 @@ def stream(
     if kind == "dir" and not Path(target).is_dir():
         raise UserError(f"--source {source}: {target} is not a directory")
     ck = checkpoint if checkpoint is not None else _default_checkpoint(source)
+    writable_dir(ck, "--checkpoint")  # before Spark and the store: the query would fail only at its first batch
+    if dead_letter is not None:
+        writable_dir(dead_letter, "--dead-letter")
 
     def on_batch(b) -> None:
         wm = "none" if b.watermark_ms is None else format_time(b.watermark_ms)

@@ -77,3 +77,66 @@ def test_backfill_of_missing_input_is_a_user_error_before_spark(tmp_path):
     env["SCOWL_HOME"] = str(tmp_path / "home")
     r = scowl("backfill", str(FLIGHTS), "--events", str(tmp_path / "missing*.jsonl"), cwd=tmp_path, env=env)
     assert r.returncode == 1 and "no input files match" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_an_output_directory_that_cannot_be_written_is_a_user_error_before_spark(tmp_path):
+    """``replay --out`` under a file (or anywhere it cannot be created) is refused before Spark starts: one
+    message, exit 1. Spark found it out in its tasks, after the whole replay, with ~1,500 lines of traces."""
+    (tmp_path / "a-file").write_text("x")
+    out = tmp_path / "a-file" / "out"
+    env = {**os.environ, "SCOWL_HOME": str(tmp_path / "home")}
+    r = scowl("replay", str(FLIGHTS), "--events", str(FLIGHTS / "missing.jsonl"), "--out", str(out), cwd=tmp_path,
+              env=env)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr == f"error: --out {out}: cannot write there (Not a directory)\n"
+    ck = tmp_path / "a-file" / "ck"
+    r = scowl("stream", str(FLIGHTS), "--source", f"dir:{tmp_path}", "--checkpoint", str(ck), cwd=tmp_path, env=env)
+    assert r.returncode == 1 and r.stderr == f"error: --checkpoint {ck}: cannot write there (Not a directory)\n"
+
+
+def test_an_unexpected_failure_is_one_line_and_a_saved_traceback(tmp_path):
+    """A failure no command turns into a user error (here a file where replay writes an event type's dataset)
+    prints one ``error:`` line naming the exception and the file its traceback was saved to, exit 1;
+    ``SCOWL_TRACEBACK=1`` raises it as it is."""
+    events = tmp_path / "e.jsonl"
+    events.write_text('{"_type": "weather_obs", "_time": "2013-01-01T05:00:00Z", "origin": "EWR", "visib": 10}\n')
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "weather_obs").write_text("not a directory")
+    env = {**os.environ, "SCOWL_HOME": str(tmp_path / "home"), "TMPDIR": str(tmp_path)}
+    env.pop("SCOWL_TRACEBACK", None)
+    r = scowl("replay", str(FLIGHTS), "--events", str(events), "--out", str(tmp_path / "out"), cwd=tmp_path,
+              env=env)
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    (line, note) = [x for x in r.stderr.splitlines() if x.startswith(("error:", "(an unexpected"))]
+    assert line.startswith("error: NotADirectoryError: ") and "weather_obs" in line
+    (saved,) = tmp_path.glob("scowl-error-*.txt")
+    assert str(saved) in note
+    text = saved.read_text()
+    assert text.startswith("scowl replay ") and "Traceback (most recent call last)" in text
+    assert "NotADirectoryError" in text
+
+
+def test_a_failed_spark_call_is_summarized_by_its_java_root_cause(spark):
+    """A failed call into the JVM (PySpark's captured exceptions keep the Java one as ``_origin``, py4j's
+    ``Py4JJavaError`` as ``java_exception``) is named by its innermost Java cause."""
+    from scowl.cli import failure_summary
+
+    try:
+        spark._jvm.java.lang.Integer.parseInt("not-a-number")
+    except Exception as e:  # noqa: BLE001 -- whichever class PySpark makes of it
+        error = e
+    assert failure_summary(error) == 'Spark failed: java.lang.NumberFormatException: For input string: "not-a-number"'
+    # py4j's own error for a call whose exception PySpark does not convert
+    from py4j.protocol import Py4JJavaError
+
+    try:
+        spark._jvm.java.util.ArrayList().get(3)
+    except Py4JJavaError as e:
+        error = e
+    assert failure_summary(error).startswith("Spark failed: java.lang.IndexOutOfBoundsException: Index 3")
+    # a Spark job's error is a chain (SparkException, caused by the task's exception): its innermost cause
+    chain = spark._jvm.java.lang.RuntimeException("Job aborted", spark._jvm.java.io.IOException("Mkdirs failed"))
+    assert failure_summary(type("Wrapped", (Exception,), {"java_exception": chain})("x")) == \
+        "Spark failed: java.io.IOException: Mkdirs failed"
+    assert failure_summary(ValueError("bad\nsecond line")) == "ValueError: bad"
