@@ -128,6 +128,30 @@ def scowl_home() -> Path:
     return Path(os.environ.get("SCOWL_HOME", ".scowl"))
 
 
+#: The URL schemes of ``SCOWL_REDIS_URL`` (redis-py's ``from_url``; a cluster's URL names one of its nodes).
+STORE_URL_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def check_store(url: str) -> None:
+    """Raise :class:`UserError` unless the store at ``url`` answers ``PING`` (before a job that needs it starts).
+
+    Args:
+        url: a store URL (:func:`open_store`); any node of a cluster answers.
+
+    Raises:
+        UserError: ``store unavailable: <redis-py's reason>``.
+    """
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+    try:
+        client.ping()
+    except redis.RedisError as e:
+        raise UserError(f"store unavailable: {e}") from None
+    finally:
+        client.close()
+
+
 @contextmanager
 def open_store(home: Path | None = None) -> Iterator[str]:
     """Yield a store URL: ``SCOWL_REDIS_URL``, else the embedded server of ``home`` (SPEC §5.9, §6).
@@ -145,10 +169,14 @@ def open_store(home: Path | None = None) -> Iterator[str]:
         ``redis://...`` URL of the store.
 
     Raises:
-        UserError: the embedded server could not be found or started.
+        UserError: ``SCOWL_REDIS_URL`` is no store URL (:data:`STORE_URL_SCHEMES`),
+            or the embedded server could not be found or started.
     """
     url = os.environ.get("SCOWL_REDIS_URL")
     if url:
+        if not url.startswith(STORE_URL_SCHEMES):
+            raise UserError(f"SCOWL_REDIS_URL={redact_url(url)}: not a store URL (it starts with "
+                            f"{', '.join(STORE_URL_SCHEMES[:-1])} or {STORE_URL_SCHEMES[-1]})")
         yield url
         return
     from scowl.embedded import EmbeddedStore, EmbeddedStoreError

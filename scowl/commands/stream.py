@@ -15,7 +15,8 @@ from typing import Optional
 import typer
 
 from scowl.common import (
-    UserError, compile_topology, console, open_store, plural, redact_url, scowl_home, start_spark, writable_dir,
+    UserError, check_store, compile_topology, console, open_store, plural, redact_url, scowl_home, start_spark,
+    writable_dir,
 )
 from scowl.signals import signals_request_stop
 
@@ -131,6 +132,7 @@ def stream(
 
 
     with open_store() as url:
+        check_store(url)  # before Spark: its first batch would fail, after pages of the JVM's log
         console.print(f"stream {source} -> store {redact_url(url)} (checkpoint {ck.absolute()})")
         spark = start_spark(master, app_name="scowl-stream")
         # until stopped: Ctrl-C, SIGTERM and SIGHUP stop the query (summary printed, exit 0)

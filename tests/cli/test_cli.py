@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -140,3 +141,22 @@ def test_a_failed_spark_call_is_summarized_by_its_java_root_cause(spark):
     assert failure_summary(type("Wrapped", (Exception,), {"java_exception": chain})("x")) == \
         "Spark failed: java.io.IOException: Mkdirs failed"
     assert failure_summary(ValueError("bad\nsecond line")) == "ValueError: bad"
+
+
+def test_a_store_url_that_is_none_or_a_store_that_does_not_answer_is_a_user_error_before_spark(tmp_path):
+    """``SCOWL_REDIS_URL`` without a store scheme (redis-py's ValueError before), and a stream whose store does
+    not answer (its first batch failed after Spark's start, with pages of the JVM's log): one line, exit 1."""
+    env = {**os.environ, "SCOWL_HOME": str(tmp_path / "home"), "SCOWL_REDIS_URL": "localhost:6379"}
+    r = scowl("status", str(FLIGHTS), cwd=tmp_path, env=env)
+    assert r.returncode == 1
+    assert r.stderr == ("error: SCOWL_REDIS_URL=localhost:6379: not a store URL (it starts with redis://, "
+                        "rediss:// or unix://)\n")
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env["SCOWL_REDIS_URL"] = f"redis://127.0.0.1:{port}"
+    r = scowl("stream", str(FLIGHTS), "--source", f"dir:{tmp_path}", "--available-now", "--checkpoint",
+              str(tmp_path / "ck"), cwd=tmp_path, env=env)
+    assert r.returncode == 1
+    assert r.stderr.startswith("error: store unavailable: ") and "Connection refused" in r.stderr
+    assert "\tat org.apache" not in r.stderr and r.stderr.count("\n") == 1
