@@ -19,7 +19,8 @@ unfiltered (seen 2026-12-05, pyspark 4.3 on Java 17):
 ``launch_gateway`` with pipes for both streams and relays them
 (:class:`Relay`: line by line to this process's file descriptors 1 and 2,
 the incubator warning dropped), and raises :class:`SparkStartError` with
-the JVM's last lines of standard error when it exits before it is ready.
+the JVM's last lines of output when it exits before it is ready (what it
+writes before then is held back, so that a failed start is told once).
 Once this process exits nothing reads the pipes, and a JVM still running
 gets ``EPIPE`` for what it writes (HotSpot ignores ``SIGPIPE``).
 """
@@ -28,14 +29,13 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import deque
 
 __all__ = ["DROPPED_LINES", "Relay", "SparkStartError", "StartOutput", "launch"]
 
 #: Beginnings of JVM output lines that are not relayed (module docstring).
 DROPPED_LINES: tuple[bytes, ...] = (b"WARNING: Using incubator modules:",)
 
-#: Lines of the JVM's standard error kept for :class:`SparkStartError`'s message.
+#: Lines of the JVM's start-up output (both streams) quoted in :class:`SparkStartError`'s message.
 TAIL_LINES = 12
 
 #: Lines of start-up output held back at most (:class:`StartOutput`).
@@ -48,8 +48,8 @@ DRAIN_TIMEOUT_S = 2.0
 class SparkStartError(RuntimeError):
     """Spark's JVM exited before it was ready (a user-facing failure: the CLI prints it, exit 1).
 
-    Its message says so, quotes the JVM's last lines of standard error
-    (:data:`TAIL_LINES`) and names what usually causes it.
+    Its message says so, quotes the JVM's last lines of output (both
+    streams, :data:`TAIL_LINES`) and names what usually causes it.
     """
 
 
