@@ -127,8 +127,9 @@ def stream(
     def on_batch(b) -> None:
         wm = "none" if b.watermark_ms is None else format_time(b.watermark_ms)
         note = " (re-run after a restart)" if b.rerun else ""
-        console.print(f"batch {b.batch_id}{note}: {plural(b.events, 'event')}, {b.late} late, {b.invalid} invalid, "
-                      f"{plural(b.applied, 'key')} merged, {b.skipped} already merged; watermark {wm}; {b.seconds:.1f}s")
+        console.print(f"batch {b.batch_id}{note}: {plural(b.events, 'event', spec=',')}, {b.late:,} late, "
+                      f"{b.invalid:,} invalid, {plural(b.applied, 'key', spec=',')} merged, {b.skipped:,} already "
+                      f"merged; watermark {wm}; {b.seconds:.1f}s")
 
 
     with open_store() as url:
@@ -149,10 +150,10 @@ def stream(
             raise UserError(str(e)) from None
     t = report.totals
     console.print(f"streamed {plural(len(report.batches), 'batch', 'batches')}: "
-                  f"{plural(report.events, 'event')} merged, "
-                  f"{report.late} late and {report.invalid} invalid set aside")
+                  f"{plural(report.events, 'event', spec=',')} merged, "
+                  f"{report.late:,} late and {report.invalid:,} invalid set aside")
     if t:
-        console.print(f"checkpoint totals: {plural(t['batches'], 'batch', 'batches')}, {plural(t['events'], 'event')}, "
-                      f"{t['late']} late, {t['invalid']} invalid")
+        console.print(f"checkpoint totals: {plural(t['batches'], 'batch', 'batches', spec=',')}, "
+                      f"{plural(t['events'], 'event', spec=',')}, {t['late']:,} late, {t['invalid']:,} invalid")
     if report.late or report.invalid:
         console.print(f"note: late and invalid events are in {report.dead_letter}/late and {report.dead_letter}/invalid")
