@@ -584,10 +584,11 @@ class Store:
         Source: SPEC §5.1, §5.2.
         """
         replies = await self._on_node(node, [("FCALL", name, len(k), *k, *a) for _, k, a in calls])
-        redo = [i for i, r in enumerate(replies)  # these did not run
-                if isinstance(r, _REDIRECTED) or isinstance(r, ResponseError) and _function_missing(r)]
+        redo: list[int] = []  # the calls that did not run
         for i, r in enumerate(replies):
-            if isinstance(r, ResponseError) and i not in redo:
+            if isinstance(r, _REDIRECTED) or isinstance(r, ResponseError) and _function_missing(r):
+                redo.append(i)
+            elif isinstance(r, ResponseError):  # (every reply is read: the connection stays usable)
                 raise r
         if redo:
             again = await asyncio.gather(*[self._call(script, sha, calls[i][1], calls[i][2], calls[i][0])

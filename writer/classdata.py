@@ -452,10 +452,9 @@ def release_plan(plan: ClassDataPlan) -> None:
     (a JVM that cannot start says nothing about the archive; the next command tries again).
 
     Args:
-        plan: from :func:`plan_for_session`; one that creates nothing is left alone.
+        plan: from :func:`plan_for_session` (one that creates nothing has no part or lock: nothing is done).
     """
-    if plan.part is not None:
-        _release(plan, failed=False)
+    _release(plan, failed=False)
 
 
 def _release(plan: ClassDataPlan, failed: bool) -> None:

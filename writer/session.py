@@ -260,7 +260,7 @@ def get_spark(master: str | None = None, app_name: str = "scowl", events: int | 
     Raises:
         writer.gateway.SparkStartError: the JVM exited before it was ready
             (no Java, a heap the host cannot give, a bad JVM option), with
-            the JVM's last lines of standard error.
+            the JVM's last lines of output.
     """
     master = master or os.environ.get("SCOWL_SPARK_MASTER") or "local[*]"
     # executors' Python workers must run this interpreter (it has redis-py etc.)
@@ -301,17 +301,15 @@ def start_jvm(builder) -> None:
     """Start the driver JVM for ``builder``'s session through :func:`writer.gateway.launch`, unless one runs.
 
     Call it just before ``builder.getOrCreate()`` (:func:`get_spark` does;
-    so does the test session).
+    so does the test session). Sets ``SparkContext._gateway`` and ``_jvm``
+    as PySpark's own ``SparkContext._ensure_initialized`` would (which then
+    finds them and starts nothing), with the settings ``builder.getOrCreate``
+    passes it. Nothing is done when this process already has a gateway, or
+    PySpark is to join a gateway started for it (``PYSPARK_GATEWAY_PORT``:
+    under ``spark-submit``).
 
     Args:
         builder: a ``SparkSession.Builder`` with every setting made.
-
-    Sets ``SparkContext._gateway`` and ``_jvm`` as PySpark's own
-    ``SparkContext._ensure_initialized`` would (which then finds them and
-    starts nothing), with the settings ``builder.getOrCreate`` passes it.
-    Nothing is done when this process already has a gateway, or PySpark is
-    to join a gateway started for it (``PYSPARK_GATEWAY_PORT``: under
-    ``spark-submit``).
 
     Raises:
         writer.gateway.SparkStartError: the JVM exited before it was ready.
