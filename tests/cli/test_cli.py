@@ -143,6 +143,28 @@ def test_a_failed_spark_call_is_summarized_by_its_java_root_cause(spark):
     assert failure_summary(ValueError("bad\nsecond line")) == "ValueError: bad"
 
 
+
+def test_a_failed_spark_job_logs_its_errors_without_java_stack_traces(tmp_path):
+    """A Spark job that fails (here on an input that is no Parquet file) logs each error as its line and its
+    exception's message (writer/log4j2.properties), not ~50 lines of Java frames; the traceback, Java frames
+    included, is in the file the ``error:`` line names."""
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"no")
+    env = {**os.environ, "SCOWL_HOME": str(tmp_path / "home"), "TMPDIR": str(tmp_path)}
+    for name in ("SCOWL_TRACEBACK", "SCOWL_JAVA_OPTIONS", "SPARK_CONF_DIR"):
+        env.pop(name, None)
+    r = scowl("replay", str(FLIGHTS), "--events", str(bad), "--out", str(tmp_path / "out"), cwd=tmp_path, env=env)
+    assert r.returncode == 1, r.stderr
+    assert "\tat " not in r.stderr and "Caused by:" not in r.stderr and "Traceback" not in r.stderr
+    lines = r.stderr.splitlines()
+    logged = [i for i, x in enumerate(lines) if " ERROR Executor: " in x]
+    assert logged and lines[logged[0] + 1].startswith("  caused by: [FAILED_READ_FILE")
+    (line,) = [x for x in lines if x.startswith("error:")]
+    assert line == f"error: Spark failed: java.lang.RuntimeException: file:{bad} is not a Parquet file " \
+                   "(length is too low: 2)"
+    (saved,) = tmp_path.glob("scowl-error-*.txt")
+    assert "\tat org.apache.parquet.hadoop.ParquetFileReader.readFooter" in saved.read_text()
+
 def test_a_store_url_that_is_none_or_a_store_that_does_not_answer_is_a_user_error_before_spark(tmp_path):
     """``SCOWL_REDIS_URL`` without a store scheme (redis-py's ValueError before), and a stream whose store does
     not answer (its first batch failed after Spark's start, with pages of the JVM's log): one line, exit 1."""
