@@ -15,10 +15,14 @@ row, and prints per row:
   64; ``serving.evaluate.Evaluator.process_batch``);
 
 with events/s, the ratio to the floor, Valkey's and the worker's CPU per
-event (ms), and whether the two scowl rows answered every event alike (they
-must: pipelining changes no value).
+event (ms), and whether the scowl rows answered every event alike (they
+must: pipelining changes no value). ``--cluster`` adds both scowl rows on a
+local Redis Cluster of 3 masters (``scowl.embedded.LocalCluster``, SPEC
+§5.1; Valkey's CPU summed over the nodes): one event at a time, each round
+split into one call per slot, and pipelined, each node's calls of a chunk
+in one write (``serving.store.Store._run_many_split``).
 
-Usage: ``python bench/batch.py [--events 12000] [--batch 250] [--pipeline 64] [--repeat 2]``
+Usage: ``python bench/batch.py [--events 12000] [--batch 250] [--pipeline 64] [--repeat 2] [--cluster]``
 (the best of ``--repeat`` runs per row).
 """
 
@@ -41,10 +45,14 @@ from bench.serve import demo_events, free_port, start_server, stop_server  # noq
 from bench.timeline import FLIGHTS_TOPOLOGY  # noqa: E402
 
 
-def valkey_cpu_s(client) -> float:
-    """The store's CPU seconds so far (``INFO cpu``: user + sys of the main thread and children)."""
-    info = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+def valkey_cpu_s(clients) -> float:
+    """The store's CPU seconds so far (``INFO cpu``: user + sys of the main thread and children), summed over
+    ``clients`` (one per node)."""
+    total = 0.0
+    for client in clients:
+        info = client.info("cpu")
+        total += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    return total
 
 
 def post_all(port: int, bodies: list[bytes]) -> tuple[float, list]:
@@ -68,20 +76,22 @@ def post_all(port: int, bodies: list[bytes]) -> tuple[float, list]:
 
 def run_row(factory: str, env: dict[str, str], bodies: list[bytes], store_url: str) -> dict:
     """Start the app, post the bodies once over a flushed store; return seconds, CPU per event and answers."""
-    import redis
+    from bench.serve import node_clients
 
-    client = redis.Redis.from_url(store_url)
-    client.flushall()
+    clients = node_clients(store_url)
+    for client in clients:
+        client.flushall()
     port = free_port()
     proc = start_server(factory, port, env)
     try:
         worker = psutil.Process(proc.pid)
-        c0, v0 = worker.cpu_times(), valkey_cpu_s(client)
+        c0, v0 = worker.cpu_times(), valkey_cpu_s(clients)
         seconds, answers = post_all(port, bodies)
-        c1, v1 = worker.cpu_times(), valkey_cpu_s(client)
+        c1, v1 = worker.cpu_times(), valkey_cpu_s(clients)
     finally:
         stop_server(proc)
-        client.close()
+        for client in clients:
+            client.close()
     return {"seconds": seconds, "answers": answers, "valkey_s": v1 - v0,
             "worker_s": (c1.user + c1.system) - (c0.user + c0.system)}
 
@@ -92,12 +102,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", type=int, default=250, help="events per request (default 250; scowl demo posts 1,000)")
     ap.add_argument("--pipeline", type=int, default=64, help="SCOWL_BATCH_PIPELINE of the pipelined row")
     ap.add_argument("--repeat", type=int, default=2, help="runs per row; the fastest is shown (default 2)")
+    ap.add_argument("--cluster", action="store_true", help="also both scowl rows on a local cluster of 3 masters")
     args = ap.parse_args(argv)
 
     from rich.console import Console
     from rich.table import Table
 
-    from scowl.embedded import EmbeddedStore
+    from scowl.embedded import EmbeddedStore, LocalCluster
 
     events = demo_events(args.events)
     bodies = [orjson.dumps(events[i:i + args.batch]) for i in range(0, len(events), args.batch)]
@@ -111,10 +122,17 @@ def main(argv: list[str] | None = None) -> None:
                 ("scowl, one call at a time", "bench.apps:scowl_app", {**scowl_env, "SCOWL_BATCH_PIPELINE": "0"}),
                 (f"scowl, pipelined ({args.pipeline})", "bench.apps:scowl_app",
                  {**scowl_env, "SCOWL_BATCH_PIPELINE": str(args.pipeline)})]
+        if args.cluster:
+            cluster_url = stack.enter_context(LocalCluster(tmp / "cluster", 3)).url
+            cluster_env = {**scowl_env, "SCOWL_REDIS_URL": cluster_url}
+            plan += [("scowl, cluster of 3, one call at a time", "bench.apps:scowl_app",
+                      {**cluster_env, "SCOWL_BATCH_PIPELINE": "0"}),
+                     (f"scowl, cluster of 3, pipelined ({args.pipeline})", "bench.apps:scowl_app",
+                      {**cluster_env, "SCOWL_BATCH_PIPELINE": str(args.pipeline)})]
         for _ in range(args.repeat):  # rows interleaved, so a noisy moment does not hit one row only
             for label, factory, env in plan:
                 with console.status(f"{label}: {len(events):,} events"):
-                    got = run_row(factory, env, bodies, url)
+                    got = run_row(factory, env, bodies, env.get("SCOWL_REDIS_URL", url))
                 best = next((r for name, r in rows if name == label), None)
                 if best is None:
                     rows.append((label, got))
@@ -133,9 +151,10 @@ def main(argv: list[str] | None = None) -> None:
                       f"{r['valkey_s'] * 1000 / n:.3f}" if scowl else "-", f"{r['worker_s'] * 1000 / n:.3f}")
     console.print(table)
     one, piped = rows[1][1], rows[2][1]
-    same = one["answers"] == piped["answers"]
-    console.print(f"pipelined / one at a time: {one['seconds'] / piped['seconds']:.2f}x events/s; "
-                  f"every answer alike: {'yes' if same else 'NO'}")
+    same = all(r["answers"] == one["answers"] for _, r in rows[2:])
+    console.print(f"pipelined / one at a time: {one['seconds'] / piped['seconds']:.2f}x events/s"
+                  + (f"; on the cluster {rows[3][1]['seconds'] / rows[4][1]['seconds']:.2f}x" if args.cluster else "")
+                  + f"; every answer alike: {'yes' if same else 'NO'}")
     if not same:
         sys.exit(1)
 

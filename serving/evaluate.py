@@ -523,18 +523,19 @@ class EventProgram:
         online: OnlineStarts | None = None,
         append: tuple[str, str] | None = None,
         dry_run: bool = False,
+        cluster: bool = False,
     ) -> "_Begun":
         """The first half of :meth:`evaluate` for a :attr:`single_round` type: everything before its call.
 
         Evaluates the stage-0 features, records the online-writer starts
         (``online``, before the call is sent) and returns the round's call
         (``None`` when the event makes none) for the caller to send, in
-        order with others (``Evaluator.process_batch``). Standalone store
-        only (a cluster splits a round by slot, ``serving.store.Store.run``).
+        order with others (``Evaluator.process_batch``; on a cluster the
+        store splits each call by slot, ``serving.store.Store.run_many``).
 
         Args:
             payload, event_time_ms, event_id, id_ttl_ms, online, append,
-                dry_run: as :meth:`evaluate`.
+                dry_run, cluster: as :meth:`evaluate`.
 
         Returns:
             A :class:`_Begun` to pass to :meth:`end` with the call's reply.
@@ -553,7 +554,7 @@ class EventProgram:
             rd = self.dry_rounds()[0] if dry_run else self.rounds[0]
             if dry_run:
                 event_id, online, append = None, None, None
-            call = await self._prepare(1, rd, env, event_time_ms, event_id, id_ttl_ms, online, append, False,
+            call = await self._prepare(1, rd, env, event_time_ms, event_id, id_ttl_ms, online, append, cluster,
                                        dry_run, False)
         return _Begun(payload, event_time_ms, env, errors, call)
 
@@ -655,7 +656,8 @@ class Evaluator:
         self.programs = {e: EventProgram(plan, e, lateness_ms) for e in plan.events}
         #: the store's pipelined call (``serving.store.Store.run_many``; ``None``: :meth:`process_batch`
         #: sends one event at a time)
-        self.run_many: Callable[[Sequence[tuple[str, Sequence[str], Sequence[Any]]]], Awaitable[list]] | None = None
+        self.run_many: Callable[[Sequence[tuple[str, Sequence[str], Sequence[Any], Sequence[tuple[int, bool]]]]],
+                                Awaitable[list]] | None = None
         #: events per pipelined chunk of :meth:`process_batch` (``SCOWL_BATCH_PIPELINE``; 0: none)
         self.pipeline = pipeline
 
@@ -743,8 +745,10 @@ class Evaluator:
         order, so every event sees exactly the writes of the events before
         it, as when posted one by one; the next chunk's calls are built
         while the store runs this chunk's, and sent once its replies are
-        in. Any other event (dependency stages), a Redis Cluster (calls
-        split by slot) or ``pipeline`` 0 goes through :meth:`process`.
+        in. On a Redis Cluster the store splits each call by slot and sends
+        each node its calls of the chunk at once, a slot's calls in order
+        (``serving.store.Store._run_many_split``). Any other event (dependency
+        stages) or ``pipeline`` 0 goes through :meth:`process`.
 
         Args:
             items: ``(body, self.parse(body))`` per event, in order.
@@ -760,7 +764,7 @@ class Evaluator:
             BadEvent: as :meth:`process`.
         """
         i, n = 0, len(items)
-        chunk = self.pipeline if self.run_many is not None and not self.cluster else 0
+        chunk = self.pipeline if self.run_many is not None else 0
         while i < n:
             if chunk <= 0 or not items[i][1][0].single_round:
                 try:
@@ -787,14 +791,15 @@ class Evaluator:
                 body, (prog, t_ms, event_id) = items[k]
                 response_id, append = self._ids(prog, body, t_ms, event_id, dry_run)
                 try:
-                    begun = await prog.begin(body, t_ms, event_id, self.id_ttl_ms, self.online, append, dry_run)
+                    begun = await prog.begin(body, t_ms, event_id, self.id_ttl_ms, self.online, append, dry_run,
+                                             self.cluster)
                 except StoreUnavailable as e:  # online.note: nothing of events a..k was sent
                     raise BatchInterrupted(str(e), k, a, a - 1) from e
                 out.append(_Pending(k, prog, response_id, begun))
             return out
 
         def send(evs: list[_Pending]):
-            calls = [(c.rd.script, c.keys, c.argv) for c in (e.begun.call for e in evs) if c is not None]
+            calls = [(c.rd.script, c.keys, c.argv, c.rd.layout) for c in (e.begun.call for e in evs) if c is not None]
             return asyncio.ensure_future(self.run_many(calls)) if calls else None
 
         def finished(evs: list[_Pending], replies: list):

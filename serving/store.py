@@ -55,7 +55,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisClusterException
 from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import AskError, ClusterDownError, NoPermissionError, NoScriptError, RedisError, ResponseError
+from redis.exceptions import (AskError, ClusterDownError, ExecAbortError, NoPermissionError, NoScriptError,
+                              RedisError, ResponseError)
 from redis.exceptions import TryAgainError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -605,8 +606,9 @@ class Store:
         kwargs.update(socket_timeout=None, retry=Retry(NoBackoff(), 0))
         return node.connection_class(**kwargs)
 
-    async def run_many(self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any]]]) -> list:
-        """Run round scripts in order, pipelined on one connection (standalone store only).
+    async def run_many(self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any], Sequence[tuple[int, bool]]]]
+                       ) -> list:
+        """Run round scripts in order, pipelined on one connection (a cluster: one per node, :meth:`_run_many_split`).
 
         The store runs the calls one after the other, in list order, each
         atomic, as :meth:`run` called once per call would, but with one
@@ -621,7 +623,8 @@ class Store:
         covers the whole pipeline.
 
         Args:
-            calls: ``(script, keys, argv)`` per call, as :meth:`run` takes them.
+            calls: ``(script, keys, argv, layout)`` per call, as :meth:`run`
+                takes them (``layout`` is used in a cluster only).
 
         Returns:
             The replies, one per call, in order.
@@ -630,7 +633,6 @@ class Store:
             PipelineBroken: the store failed; ``done`` calls (the first ones)
                 were run and answered, the others may or may not have run
                 (the connection is dropped).
-            ValueError: the store is a Redis Cluster.
         """
         try:
             if self.client is None:
@@ -638,13 +640,13 @@ class Store:
         except StoreUnavailable as e:
             raise PipelineBroken(0, e) from e
         if self.cluster:
-            raise ValueError("run_many needs a standalone store (a cluster splits calls by slot: use run)")
+            return await self._run_many_split(calls)
         conn = None
         replies: list = []
         try:
             with _store_errors():
                 conn = await self._take()
-                scripts = list(dict.fromkeys(script for script, _, _ in calls))
+                scripts = list(dict.fromkeys(call[0] for call in calls))
                 fns = [self._function(script) for script in scripts]
                 async with self._deadline():
                     if self.functions is None and all(fns):
@@ -654,11 +656,11 @@ class Store:
                     if self.functions and all(fns):
                         named = {script: fn[0] for script, fn in zip(scripts, fns)}
                         cmds += [("FUNCTION", "LOAD", fn[1]) for fn in fns]
-                        cmds += [("FCALL", named[script], len(keys), *keys, *argv) for script, keys, argv in calls]
+                        cmds += [("FCALL", named[script], len(keys), *keys, *argv) for script, keys, argv, *_ in calls]
                     else:
                         cmds += [("SCRIPT", "LOAD", script) for script in scripts]
                         cmds += [("EVALSHA", self._sha(script), len(keys), *keys, *argv)
-                                 for script, keys, argv in calls]
+                                 for script, keys, argv, *_ in calls]
                     await conn.send_packed_command(conn.pack_commands(cmds), check_health=False)
                     for _ in scripts:
                         try:
@@ -678,6 +680,162 @@ class Store:
             raise
         self._idle.append(conn)
         return replies
+
+    async def _run_many_split(self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any],
+                                                         Sequence[tuple[int, bool]]]]) -> list:
+        """:meth:`run_many` on a Redis Cluster: every call split by slot, each node's calls pipelined at once.
+
+        Each call is split as :meth:`run` splits it (:func:`split_by_slot`),
+        and the per-slot calls of all of them go to their nodes together: per
+        node, one write on one hot-path connection (:meth:`_on_node`), the
+        nodes concurrently. In each node's pipeline the calls of one slot keep
+        the order of ``calls``; a slot with more than one call has them in one
+        ``MULTI``/``EXEC``, so they run all or none: a node checks every key
+        of a transaction at ``EXEC``, and a slot moved or in migration
+        (``MOVED``, ``ASK``, ``TRYAGAIN``) discards all of them
+        (``EXECABORT``). A later call of a slot can so never run before an
+        earlier one that was refused: calls that did not run go again one by
+        one, in order, through :meth:`_call` (which follows the redirection).
+        An event's values need only this per-slot order: all state of one
+        (aggregate, key) lives in one slot, and each call reads and writes
+        the keys of one slot (SPEC §3.3, §5.1). Each node's pipeline starts
+        with ``FUNCTION LOAD`` of the libraries it calls (a loaded library
+        answers "already exists"), so no call inside a transaction meets a
+        missing function. The API's ``_id`` markers go at once beside the
+        calls, and the events that run are appended to the event stream in
+        order, as :meth:`_run_split` does for one call.
+
+        Calls go one at a time through :meth:`run` instead until the store
+        runs round scripts as functions (the first call finds out), when a
+        slot is missing from redis-py's slot map, and for a while after a
+        connection failure (:attr:`_direct_after`).
+
+        Args:
+            calls: ``(script, keys, argv, layout)`` per call.
+
+        Returns:
+            The merged replies, one per call, in order.
+
+        Raises:
+            PipelineBroken: the store failed; the first ``done`` calls ran
+                and were answered, the others may or may not have run (each
+                per-slot call is atomic, and a call retried with its ``_id``
+                applies only the slots that missed it, :func:`split_by_slot`).
+
+        Source: SPEC §5.1 (one call per slot, MOVED/ASK/TRYAGAIN followed, a
+        slot migration loses or double-counts nothing), §5.2; Redis Cluster
+        specification (multi-key operations and transactions during resharding).
+        """
+        fns = {script: self._function(script) for script in dict.fromkeys(call[0] for call in calls)}
+        split = [split_by_slot(keys, argv, layout, self._sha(script)) for script, keys, argv, layout in calls]
+        cache = self.client.nodes_manager.slots_cache
+        # node name -> (node, slot -> [(call, part)] in call order)
+        by_node: dict[str, tuple[Any, dict[int, list[tuple[int, int]]]]] | None = None
+        if self.functions and all(fns.values()) and asyncio.get_running_loop().time() >= self._direct_after:
+            by_node = {}
+            for c, (parts, _) in enumerate(split):
+                for p, (slot, _, _) in enumerate(parts):
+                    nodes = cache.get(slot)
+                    if not nodes:
+                        by_node = None
+                        break
+                    by_node.setdefault(nodes[0].name, (nodes[0], {}))[1].setdefault(slot, []).append((c, p))
+                if by_node is None:
+                    break
+        if by_node is None:
+            replies: list = []
+            for script, keys, argv, layout in calls:
+                try:
+                    replies.append(await self.run(script, keys, argv, layout))
+                except StoreUnavailable as e:
+                    raise PipelineBroken(len(replies), e) from e
+            return replies
+        got: list[list] = [[None] * len(parts) for parts, _ in split]
+        redo: list[list[tuple[int, int]]] = []  # runs of per-slot calls that did not run, each in call order
+        errors: list[Exception] = []
+
+        def fcall(c: int, p: int) -> tuple:
+            _, keys, argv = split[c][0][p]
+            return ("FCALL", fns[calls[c][0]][0], len(keys), *keys, *argv)  # type: ignore[index]
+
+        async def node_pipeline(node: Any, slots: dict[int, list[tuple[int, int]]]) -> None:
+            libraries = list(dict.fromkeys(fns[calls[c][0]][1] for run in slots.values() for c, _ in run))  # type: ignore[index]
+            cmds: list[tuple] = [("FUNCTION", "LOAD", library) for library in libraries]
+            for run in slots.values():
+                if len(run) == 1:
+                    cmds.append(fcall(*run[0]))
+                else:
+                    cmds += [("MULTI",), *(fcall(c, p) for c, p in run), ("EXEC",)]
+            replies = iter(await self._on_node(node, cmds))
+            for _ in libraries:
+                r = next(replies)
+                if isinstance(r, ResponseError) and not _already_loaded(r):
+                    errors.append(r)
+            for run in slots.values():
+                if len(run) == 1:
+                    r = next(replies)
+                    if isinstance(r, _REDIRECTED) or isinstance(r, ResponseError) and _function_missing(r):
+                        redo.append(run)
+                    elif isinstance(r, ResponseError):
+                        errors.append(r)
+                    else:
+                        got[run[0][0]][run[0][1]] = r
+                    continue
+                queued = [next(replies) for _ in range(len(run) + 1)][1:]  # MULTI's OK, then each QUEUED
+                done = next(replies)
+                if isinstance(done, list):
+                    for (c, p), r in zip(run, done):
+                        if isinstance(r, ResponseError):
+                            errors.append(r)
+                        else:
+                            got[c][p] = r
+                elif isinstance(done, _REDIRECTED) or isinstance(done, ExecAbortError) and all(
+                        isinstance(q, _REDIRECTED) or not isinstance(q, ResponseError) for q in queued):
+                    redo.append(run)  # none of them ran
+                elif isinstance(done, ResponseError):  # (EXECABORT for an error of its own: that error)
+                    errors.append(next((q for q in queued if isinstance(q, ResponseError)
+                                        and not isinstance(q, _REDIRECTED)), done))
+                else:
+                    errors.append(ResponseError(f"EXEC answered {done!r}"))
+
+        def answered() -> int:
+            return next((c for c, parts in enumerate(got) if any(r is None for r in parts)), len(calls))
+
+        cause: StoreUnavailable | None = None
+        try:
+            with _store_errors():
+                async with self._deadline():
+                    todo = [node_pipeline(node, slots) for node, slots in by_node.values()]
+                    todo += [self.client.set(keys[0], "1", nx=True, px=int(argv[1]))
+                             for _, keys, argv, _ in calls if keys[0] and argv[1] != ""]
+                    failed = [r for r in await asyncio.gather(*todo, return_exceptions=True)
+                              if isinstance(r, BaseException)]
+                if failed:
+                    raise failed[0]
+                if errors:
+                    raise errors[0]
+                for run in redo:  # one by one, each slot's in call order, each under its own deadline
+                    for c, p in run:
+                        slot, keys, argv = split[c][0][p]
+                        async with self._deadline():
+                            got[c][p] = await self._call(calls[c][0], self._sha(calls[c][0]), keys, argv, slot)
+        except StoreUnavailable as e:
+            cause = e
+        # (a failed _id marker, every call answered: the last event is the one in doubt)
+        done = min(answered(), len(calls) - 1) if cause is not None else len(calls)
+        out = [merge(replies) for (_, merge), replies in zip(split[:done], got)]
+        # the events that ran, appended to the event stream in order (bit 0 of the flag: not a repeated _id)
+        try:
+            with _store_errors():
+                for c, ((_, keys, argv, _), (parts, _), reply) in enumerate(zip(calls, split, out)):
+                    if argv[2] != "" and keys[1] and (reply[0] & 1 or not parts):
+                        async with self._deadline():
+                            await self.client.xadd(keys[1], {"event": argv[2]})
+        except StoreUnavailable as e:
+            cause, done = cause or e, c
+        if cause is not None:
+            raise PipelineBroken(done, cause) from cause
+        return out
 
     async def _run_split(self, script: str, sha: str, keys: Sequence[str], argv: Sequence[Any],
                          layout: Sequence[tuple[int, bool]]) -> list:
@@ -719,7 +877,7 @@ class Store:
                     ordered[i] = reply
             replies = ordered
         out = merge(replies[:len(calls)])
-        if argv[2] != "" and keys[1] and (out[0] == 1 or not calls):
+        if argv[2] != "" and keys[1] and (out[0] & 1 or not calls):  # bit 0: not a repeated _id
             await self.client.xadd(keys[1], {"event": argv[2]})
         return out
 

@@ -41,6 +41,9 @@ from tests.serving.helpers import compile_text
 TOPOLOGY = login_purchase_topology(LOGIN_EVERY_FUNCTION + """
 uniq_all := CountUnique(user last 1 day)
 """, PURCHASE_AGGREGATES)
+#: :data:`TOPOLOGY` without its aggregate over an aggregate (``since_prev``: ``after`` a ``LatestTime``), so
+#: every event makes one script call and ``/batch`` sends them pipelined (``Evaluator.process_batch``)
+ONE_CALL_TOPOLOGY = TOPOLOGY.replace("since_prev := Count(by user after prev last 1 day)\n", "")
 T0 = 1_700_000_000_000
 
 
@@ -361,3 +364,191 @@ def test_a_connection_failure_on_the_hot_path_is_a_503_then_the_cluster_client_c
     now = events[-1]["_time"]
     single = {k: v for k, v in _single_dump(redis_url).items() if k != ONLINE_KEY.encode()}  # (the app's record)
     assert_same_store(live_part(_cluster_dump(redis_cluster), plan, now), live_part(single, plan, now), plan)
+
+
+async def _cluster_batch_run(url: str, plan, events: list[dict], before=None, warm: int = 20,
+                             pipeline: int = 64) -> tuple[list, Store]:
+    """:func:`_cluster_run` through ``Evaluator.process_batch`` (``POST /batch``'s path): the first ``warm``
+    events one batch, then ``before(store)``, then the rest one batch, pipelined in chunks of ``pipeline``."""
+    from serving.evaluate import Evaluator
+
+    evaluator = Evaluator(plan, None, pipeline=pipeline)
+    store = Store(url, on_mode=lambda c: setattr(evaluator, "cluster", c))
+    await store.connect()
+    evaluator.run, evaluator.run_many = store.run, store.run_many
+    out: list = []
+    try:
+        for k, part in enumerate((events[:warm], events[warm:])):
+            if k == 1 and before is not None:
+                before(store)
+            items = [(e, evaluator.parse(e)) for e in part]
+            out += [r["features"] async for _, r in evaluator.process_batch(items)]
+    finally:
+        await store.close()
+    return out, store
+
+
+def _watch_nodes(store: Store, sent: list[list[tuple]], through_client: list[str]) -> None:
+    """Record every hot-path pipeline's commands (``Store._on_node``) and every command of redis-py's cluster
+    client in ``sent`` and ``through_client``."""
+    on_node, execute = store._on_node, store.client.execute_command
+
+    async def counted_on_node(node, cmds):
+        sent.append(list(cmds))
+        return await on_node(node, cmds)
+
+    async def counted_execute(*args, **kwargs):
+        through_client.append(str(args[0]))
+        return await execute(*args, **kwargs)
+
+    store._on_node = counted_on_node
+    store.client.execute_command = counted_execute
+
+
+def test_a_batch_on_a_cluster_goes_to_each_node_at_once_and_answers_as_a_single_node(redis_cluster, redis_url):
+    """``POST /batch`` on a cluster: the per-slot calls of a chunk's events go to each node in one pipeline,
+    a slot's calls in event order, those of a slot with several in one ``MULTI``/``EXEC``
+    (``Store._run_many_split``); nothing goes through redis-py's cluster client; the answers and the store
+    are the single node's (SPEC §3.3, §5.1)."""
+    plan = compile_text(ONE_CALL_TOPOLOGY)
+    events = _events(600, seed=14)  # 40 users, 25 ips: a chunk holds several calls of one slot
+    want = post_all(plan, redis_url, events)
+    sent: list[list[tuple]] = []
+    through_client: list[str] = []
+    got, store = asyncio.run(_cluster_batch_run(redis_cluster.url, plan, events,
+                                                before=lambda s: _watch_nodes(s, sent, through_client)))
+    assert got == want
+    assert [c for c in through_client if c in ("FCALL", "EVALSHA", "EVAL")] == []
+    fcalls = [cmd for cmds in sent for cmd in cmds if cmd[0] == "FCALL"]
+    assert len(fcalls) > len(events) - 20  # every event's calls went on the hot path, per node
+    assert max(sum(cmd[0] == "FCALL" for cmd in cmds) for cmds in sent) > 20  # many events per pipeline
+    multi = [cmds for cmds in sent if ("MULTI",) in cmds]
+    assert multi and all(cmds.count(("MULTI",)) == cmds.count(("EXEC",)) for cmds in sent)
+    now = events[-1]["_time"]
+    single = {k: v for k, v in _single_dump(redis_url).items() if k != ONLINE_KEY.encode()}  # (the app's record)
+    assert_same_store(live_part(_cluster_dump(redis_cluster), plan, now), live_part(single, plan, now), plan)
+
+
+def test_a_batch_on_a_cluster_with_a_stale_slot_map_runs_each_slots_calls_again_in_order(redis_cluster, redis_url):
+    """Every slot mapped to a node that does not own it: a chunk's calls are answered MOVED (a transaction
+    of a slot's calls, ``EXECABORT``: none of them ran), go again one by one in event order through redis-py's
+    cluster client, which mends its slot map; the answers and the store are the single node's."""
+    plan = compile_text(ONE_CALL_TOPOLOGY)
+    events = _events(300, seed=15)
+    want = post_all(plan, redis_url, events)
+    sent: list[list[tuple]] = []
+    through_client: list[str] = []
+
+    def scramble(store: Store) -> None:
+        cache = store.client.nodes_manager.slots_cache
+        primaries = store.client.get_primaries()
+        for slot, nodes in cache.items():
+            cache[slot] = [next(n for n in primaries if n.name != nodes[0].name)]
+        _watch_nodes(store, sent, through_client)
+
+    got, store = asyncio.run(_cluster_batch_run(redis_cluster.url, plan, events, before=scramble))
+    assert got == want
+    assert through_client.count("FCALL") > 20  # calls that did not run went again through the cluster client
+    assert any(("MULTI",) in cmds for cmds in sent[:3])  # (the first chunk's transactions were refused whole)
+    now = events[-1]["_time"]
+    single = {k: v for k, v in _single_dump(redis_url).items() if k != ONLINE_KEY.encode()}  # (the app's record)
+    assert_same_store(live_part(_cluster_dump(redis_cluster), plan, now), live_part(single, plan, now), plan)
+
+
+def test_late_events_are_appended_to_the_event_stream_on_a_cluster(redis_cluster, redis_url):
+    """``SCOWL_EVENT_STREAM`` on a cluster: every accepted event is appended, one posted late too (its reply's
+    flag has the lateness bits beside bit 0; was left out), one at a time and through ``/batch`` alike; a
+    repeated ``_id`` is not appended again (SPEC §4, §5.7)."""
+    import redis
+
+    plan = compile_text(TOPOLOGY)
+    events = _events(40, seed=16)
+    events[30]["_time"] = events[10]["_time"]  # late by 20 events' time
+    for url in (redis_url, redis_cluster.url):
+        redis.Redis.from_url(redis_url).delete("ev")
+        app = create_app(plan, Settings(event_stream="ev"), redis_url=url)
+        with TestClient(app) as c:
+            for e in events[:20]:
+                assert c.post("/event", json=e).status_code == 200
+            r = c.post("/batch", content=orjson.dumps(events[20:] + events[35:]),  # 5 repeats last
+                       headers={"content-type": "application/json"})
+            assert r.status_code == 200, r.text
+        if url == redis_url:
+            client = redis.Redis.from_url(redis_url)
+        else:
+            client = redis.RedisCluster.from_url(url)
+        ids = [orjson.loads(f[b"event"])["_id"] for _, f in client.xrange("ev")]
+        assert ids == [e["_id"] for e in events], url
+
+
+def test_a_slots_later_call_in_a_batch_never_runs_before_an_earlier_one_that_was_refused(redis_cluster, redis_url):
+    """The per-slot order a pipelined ``/batch`` keeps on a cluster, where a node refuses one call of a slot
+    and could run the next: in a slot in migration, the node runs a call whose declared keys it all holds and
+    answers ``TRYAGAIN`` to one missing some. Here event 1 (``a``: a ``HyperLogLog`` whose hash the node
+    holds and a ``Count``, whose declared key is never made) is refused, and event 2 (``b``: the
+    ``HyperLogLog`` alone) would run; a test-made key stands for the call's placeholders, so that the node
+    holds all of event 2's. Sent in one transaction, both are refused and go again, in order, once the slot
+    has moved: event 2 counts event 1's user, as on one server (pipelined without the transaction, event 2
+    ran first and answered 2, not 3)."""
+    from redis.crc import key_slot
+
+    plan = compile_text("""
+event a
+k := $.k as string
+u := $.u as string
+h := HyperLogLog<a, b>(u by k last 1 day)
+c := Count(by k last 1 day)
+
+event b
+k := $.k as string
+u := $.u as string
+h := HyperLogLog<a, b>(u by k last 1 day)
+""")
+    warm = [{"_type": "a", "_time": T0 + i, "k": f"w{i}", "u": "u0"} for i in range(5)]
+    events = warm + [{"_type": "a", "_time": T0 + 10, "k": "x", "u": "u1"},
+                     {"_type": "a", "_time": T0 + 20, "k": "x", "u": "u2"},
+                     {"_type": "b", "_time": T0 + 30, "k": "x", "u": "u3"}]
+    want = post_all(plan, redis_url, events)
+    assert want[-1]["h"] == 3
+    cluster = redis_cluster
+    state = plan.events["a"].feature("h").aggregate.definition_hash
+    slot = key_slot(f"sc:{{s1:x}}:{state}".encode())
+    src = _owner(cluster, slot)
+    dst = (src + 1) % cluster.masters
+    refused: list[int] = []
+
+    def migrate_half(store: Store) -> None:
+        # event 2's declared keys all held by the node: its placeholder made, its state's hash written already
+        cluster.node(src).set("{" + slot_tag(slot) + "}", "1")
+        cluster.node(dst).execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", cluster.ids[src])
+        cluster.node(src).execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", cluster.ids[dst])
+        call = store._call
+
+        async def finish_then_call(script, sha, keys, argv, slot_=None):
+            if not refused:  # the first call that goes again: the slot moves now, whole
+                keys_in = cluster.node(src).execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
+                cluster.node(src).execute_command("MIGRATE", "127.0.0.1", cluster.ports[dst], "", 0, 5000,
+                                                  "KEYS", *keys_in)
+                for i in range(cluster.masters):
+                    cluster.node(i).execute_command("CLUSTER", "SETSLOT", slot, "NODE", cluster.ids[dst])
+            refused.append(slot_)
+            return await call(script, sha, keys, argv, slot_)
+
+        store._call = finish_then_call
+
+    try:
+        got, _ = asyncio.run(_cluster_batch_run(cluster.url, plan, events, before=migrate_half, warm=6))
+        assert got == want
+        assert len(refused) >= 2  # both calls of the slot went again
+    finally:
+        for i in range(cluster.masters):
+            cluster.node(i).flushall()
+            cluster.node(i).execute_command("CLUSTER", "SETSLOT", slot, "NODE", cluster.ids[src])
+
+
+def _owner(cluster, slot: int) -> int:
+    """The index of the master that owns ``slot`` (``CLUSTER SLOTS`` of node 0)."""
+    for lo, hi, primary, *_ in cluster.node(0).execute_command("CLUSTER", "SLOTS"):
+        if lo <= slot <= hi:
+            return cluster.ports.index(int(primary[1]))
+    raise AssertionError(f"no owner of slot {slot}")
