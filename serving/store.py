@@ -825,17 +825,61 @@ class Store:
         done = min(answered(), len(calls) - 1) if cause is not None else len(calls)
         out = [merge(replies) for (_, merge), replies in zip(split[:done], got)]
         # the events that ran, appended to the event stream in order (bit 0 of the flag: not a repeated _id)
-        try:
-            with _store_errors():
-                for c, ((_, keys, argv, _), (parts, _), reply) in enumerate(zip(calls, split, out)):
-                    if argv[2] != "" and keys[1] and (reply[0] & 1 or not parts):
-                        async with self._deadline():
-                            await self.client.xadd(keys[1], {"event": argv[2]})
-        except StoreUnavailable as e:
-            cause, done = cause or e, c
+        appends = [(c, keys[1], argv[2]) for c, ((_, keys, argv, _), (parts, _), reply)
+                   in enumerate(zip(calls, split, out)) if argv[2] != "" and keys[1] and (reply[0] & 1 or not parts)]
+        if appends:
+            try:
+                with _store_errors():
+                    async with self._deadline():
+                        if len({key for _, key, _ in appends}) == 1:
+                            await self._append_events(appends[0][1], [text for _, _, text in appends])
+                        else:
+                            for _, key, text in appends:
+                                await self._append_events(key, [text])
+            except StoreUnavailable as e:
+                cause, done = cause or e, appends[0][0]
         if cause is not None:
             raise PipelineBroken(done, cause) from cause
         return out
+
+    async def _append_events(self, key: str, texts: Sequence[str]) -> None:
+        """Append events to the event stream ``key`` on a cluster (``XADD key * event <text>``), in order.
+
+        Sent on the hot path to the node of the stream's slot (:meth:`_on_node`),
+        as :meth:`_mark_id` sends markers: several at once in one write, in
+        one ``MULTI``/``EXEC``, so that a node that refuses one (the stream
+        moved, or in migration) appends none, and they all go again in order
+        through redis-py's cluster client, which follows the redirection.
+
+        Args:
+            key: the stream (``SCOWL_EVENT_STREAM``).
+            texts: each event's JSON text, in arrival order.
+
+        Raises:
+            redis.exceptions.RedisError, OSError: as :meth:`_on_node` and the cluster client raise them
+                (:func:`_store_errors` makes them :class:`StoreUnavailable`).
+        """
+        nodes = self.client.nodes_manager.slots_cache.get(key_slot(key.encode()))
+        if nodes and asyncio.get_running_loop().time() >= self._direct_after:
+            cmds: list[tuple] = [("XADD", key, "*", "event", text) for text in texts]
+            if len(cmds) > 1:
+                cmds = [("MULTI",), *cmds, ("EXEC",)]
+            replies = await self._on_node(nodes[0], cmds)
+            outcome = replies[-1]  # the XADD's reply, or EXEC's: the XADDs' replies, or why none ran
+            refused = isinstance(outcome, _REDIRECTED)
+            if isinstance(outcome, ExecAbortError):  # a queued XADD was refused: by a redirection, or its own error
+                own = [r for r in replies[1:-1] if isinstance(r, ResponseError) and not isinstance(r, _REDIRECTED)]
+                if own:
+                    raise own[0]
+                refused = True
+            if not refused:
+                errors = [r for r in (outcome if isinstance(outcome, list) else [outcome])
+                          if isinstance(r, ResponseError)]
+                if errors:
+                    raise errors[0]
+                return
+        for text in texts:  # (none of them was appended)
+            await self.client.xadd(key, {"event": text})
 
     async def _mark_id(self, key: str, ttl_ms: int) -> Any:
         """``SET key 1 NX PX ttl_ms`` on a cluster: the API's own marker of an event's ``_id`` (:meth:`_run_split`).
@@ -898,7 +942,7 @@ class Store:
             replies = ordered
         out = merge(replies[:len(calls)])
         if argv[2] != "" and keys[1] and (out[0] & 1 or not calls):  # bit 0: not a repeated _id
-            await self.client.xadd(keys[1], {"event": argv[2]})
+            await self._append_events(keys[1], [argv[2]])
         return out
 
     async def retire_functions(self, scripts: Iterable[str]) -> int:

@@ -26,6 +26,7 @@ import threading
 import time
 
 import orjson
+import redis
 import pytest
 from fastapi.testclient import TestClient
 
@@ -385,12 +386,13 @@ def test_a_connection_failure_on_the_hot_path_is_a_503_then_the_cluster_client_c
 
 
 async def _cluster_batch_run(url: str, plan, events: list[dict], before=None, warm: int = 20,
-                             pipeline: int = 64) -> tuple[list, Store]:
+                             pipeline: int = 64, event_stream: str | None = None) -> tuple[list, Store]:
     """:func:`_cluster_run` through ``Evaluator.process_batch`` (``POST /batch``'s path): the first ``warm``
-    events one batch, then ``before(store)``, then the rest one batch, pipelined in chunks of ``pipeline``."""
+    events one batch, then ``before(store)``, then the rest one batch, pipelined in chunks of ``pipeline``
+    (and appended to ``event_stream``, if given)."""
     from serving.evaluate import Evaluator
 
-    evaluator = Evaluator(plan, None, pipeline=pipeline)
+    evaluator = Evaluator(plan, None, pipeline=pipeline, event_stream=event_stream)
     store = Store(url, on_mode=lambda c: setattr(evaluator, "cluster", c))
     await store.connect()
     evaluator.run, evaluator.run_many = store.run, store.run_many
@@ -433,10 +435,16 @@ def test_a_batch_on_a_cluster_goes_to_each_node_at_once_and_answers_as_a_single_
     want = post_all(plan, redis_url, events)
     sent: list[list[tuple]] = []
     through_client: list[str] = []
-    got, store = asyncio.run(_cluster_batch_run(redis_cluster.url, plan, events,
+    got, store = asyncio.run(_cluster_batch_run(redis_cluster.url, plan, events, event_stream="ev",
                                                 before=lambda s: _watch_nodes(s, sent, through_client)))
     assert got == want
-    assert [c for c in through_client if c in ("FCALL", "EVALSHA", "EVAL", "SET")] == []  # (_id markers too)
+    # nothing through the cluster client: not the calls, not the _id markers, not the event stream's appends
+    assert [c for c in through_client if c in ("FCALL", "EVALSHA", "EVAL", "SET", "XADD")] == []
+    client = redis.RedisCluster.from_url(redis_cluster.url)
+    appended = client.xrange("ev")
+    assert [orjson.loads(f[b"event"])["_id"] for _, f in appended] == [e["_id"] for e in events]
+    client.delete("ev")  # (the store comparison below is of state keys)
+    assert max(sum(cmd[0] == "XADD" for cmd in cmds) for cmds in sent) > 20  # a chunk's appends at once
     assert sum(cmd[0] == "SET" for cmds in sent for cmd in cmds) == len(events) - 20  # (one per event watched)
     fcalls = [cmd for cmds in sent for cmd in cmds if cmd[0] == "FCALL"]
     assert len(fcalls) > len(events) - 20  # every event's calls went on the hot path, per node
