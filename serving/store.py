@@ -702,8 +702,8 @@ class Store:
         with ``FUNCTION LOAD`` of the libraries it calls (a loaded library
         answers "already exists"), so no call inside a transaction meets a
         missing function. The API's ``_id`` markers go at once beside the
-        calls, and the events that run are appended to the event stream in
-        order, as :meth:`_run_split` does for one call.
+        calls (:meth:`_mark_id`), and the events that ran are appended to the
+        event stream in order, all at once (:meth:`_append_events`).
 
         Calls go one at a time through :meth:`run` instead until the store
         runs round scripts as functions (the first call finds out), when a
