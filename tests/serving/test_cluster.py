@@ -459,7 +459,8 @@ def test_a_batch_on_a_cluster_goes_to_each_node_at_once_and_answers_as_a_single_
 def test_a_batch_on_a_cluster_with_a_stale_slot_map_runs_each_slots_calls_again_in_order(redis_cluster, redis_url):
     """Every slot mapped to a node that does not own it: a chunk's calls are answered MOVED (a transaction
     of a slot's calls, ``EXECABORT``: none of them ran), go again one by one in event order through redis-py's
-    cluster client, which mends its slot map; the answers and the store are the single node's."""
+    cluster client, which mends its slot map; the answers and the store are the single node's, and the event
+    stream holds every event in order (its appends, refused whole too, went again in order)."""
     plan = compile_text(ONE_CALL_TOPOLOGY)
     events = _events(300, seed=15)
     want = post_all(plan, redis_url, events)
@@ -473,10 +474,15 @@ def test_a_batch_on_a_cluster_with_a_stale_slot_map_runs_each_slots_calls_again_
             cache[slot] = [next(n for n in primaries if n.name != nodes[0].name)]
         _watch_nodes(store, sent, through_client)
 
-    got, store = asyncio.run(_cluster_batch_run(redis_cluster.url, plan, events, before=scramble))
+    got, store = asyncio.run(_cluster_batch_run(redis_cluster.url, plan, events, before=scramble, event_stream="ev"))
     assert got == want
     assert through_client.count("FCALL") > 20  # calls that did not run went again through the cluster client
     assert any(("MULTI",) in cmds for cmds in sent[:3])  # (the first chunk's transactions were refused whole)
+    # the event stream's node was mapped wrong too: each chunk's appends refused whole, then appended in order
+    assert through_client.count("XADD") > 20
+    client = redis.RedisCluster.from_url(redis_cluster.url)
+    assert [orjson.loads(f[b"event"])["_id"] for _, f in client.xrange("ev")] == [e["_id"] for e in events]
+    client.delete("ev")
     now = events[-1]["_time"]
     single = {k: v for k, v in _single_dump(redis_url).items() if k != ONLINE_KEY.encode()}  # (the app's record)
     assert_same_store(live_part(_cluster_dump(redis_cluster), plan, now), live_part(single, plan, now), plan)
