@@ -149,6 +149,44 @@ def _function_missing(e: ResponseError) -> bool:
     return isinstance(e, NoPermissionError) or text.startswith("Function not found") or "unknown command" in text
 
 
+def _did_not_run(reply: Any) -> bool:
+    """Whether a cluster node's reply to a script call says the call did not run: a redirection
+    (:data:`_REDIRECTED`) or a missing function (:func:`_function_missing`); it may go again."""
+    return isinstance(reply, _REDIRECTED) or isinstance(reply, ResponseError) and _function_missing(reply)
+
+
+def _exec_outcome(queued: Sequence[Any], done: Any) -> list | None:
+    """The replies of a ``MULTI``/``EXEC`` transaction's commands, or ``None`` when the node ran none of them.
+
+    Args:
+        queued: the replies to the queued commands (``QUEUED``, or an error reply's exception).
+        done: the reply to ``EXEC``: the commands' replies, or why none ran.
+
+    Returns:
+        The commands' replies (an error reply's exception in its command's place), or ``None`` when the
+        node refused the transaction by a redirection (``MOVED``, ``ASK``, ``TRYAGAIN``, ``CLUSTERDOWN``,
+        at ``EXEC`` or at a queued command: ``EXECABORT``), so that its commands may go again.
+
+    Raises:
+        redis.exceptions.ResponseError: the transaction failed for an error of its own (a queued
+            command's, or ``EXEC``'s).
+
+    Source: Redis Cluster specification (a node checks every key of a transaction at ``EXEC``).
+    """
+    if isinstance(done, list):
+        return done
+    if isinstance(done, _REDIRECTED):
+        return None
+    if isinstance(done, ExecAbortError):
+        own = [q for q in queued if isinstance(q, ResponseError) and not isinstance(q, _REDIRECTED)]
+        if own:
+            raise own[0]
+        return None
+    if isinstance(done, ResponseError):
+        raise done
+    raise ResponseError(f"EXEC answered {done!r}")
+
+
 def _already_loaded(e: ResponseError) -> bool:
     """Whether a ``FUNCTION LOAD`` error says the library is loaded already (same name: same source)."""
     return "already exists" in str(e)
@@ -587,7 +625,7 @@ class Store:
         replies = await self._on_node(node, [("FCALL", name, len(k), *k, *a) for _, k, a in calls])
         redo: list[int] = []  # the calls that did not run
         for i, r in enumerate(replies):
-            if isinstance(r, _REDIRECTED) or isinstance(r, ResponseError) and _function_missing(r):
+            if _did_not_run(r):
                 redo.append(i)
             elif isinstance(r, ResponseError):  # (every reply is read: the connection stays usable)
                 raise r
@@ -728,18 +766,17 @@ class Store:
         """
         fns = {script: self._function(script) for script in dict.fromkeys(call[0] for call in calls)}
         split = [split_by_slot(keys, argv, layout, self._sha(script)) for script, keys, argv, layout in calls]
-        cache = self.client.nodes_manager.slots_cache
         # node name -> (node, slot -> [(call, part)] in call order)
         by_node: dict[str, tuple[Any, dict[int, list[tuple[int, int]]]]] | None = None
-        if self.functions and all(fns.values()) and asyncio.get_running_loop().time() >= self._direct_after:
+        if self.functions and all(fns.values()):
             by_node = {}
             for c, (parts, _) in enumerate(split):
                 for p, (slot, _, _) in enumerate(parts):
-                    nodes = cache.get(slot)
-                    if not nodes:
+                    node = self._hot_node(slot)
+                    if node is None:
                         by_node = None
                         break
-                    by_node.setdefault(nodes[0].name, (nodes[0], {}))[1].setdefault(slot, []).append((c, p))
+                    by_node.setdefault(node.name, (node, {}))[1].setdefault(slot, []).append((c, p))
                 if by_node is None:
                     break
         if by_node is None:
@@ -774,29 +811,22 @@ class Store:
             for run in slots.values():
                 if len(run) == 1:
                     r = next(replies)
-                    if isinstance(r, _REDIRECTED) or isinstance(r, ResponseError) and _function_missing(r):
-                        redo.append(run)
-                    elif isinstance(r, ResponseError):
+                    ran: list | None = None if _did_not_run(r) else [r]
+                else:
+                    queued = [next(replies) for _ in range(len(run) + 1)][1:]  # MULTI's OK, then each QUEUED
+                    try:
+                        ran = _exec_outcome(queued, next(replies))
+                    except ResponseError as e:
+                        errors.append(e)
+                        continue
+                if ran is None:
+                    redo.append(run)  # none of them ran
+                    continue
+                for (c, p), r in zip(run, ran):
+                    if isinstance(r, ResponseError):
                         errors.append(r)
                     else:
-                        got[run[0][0]][run[0][1]] = r
-                    continue
-                queued = [next(replies) for _ in range(len(run) + 1)][1:]  # MULTI's OK, then each QUEUED
-                done = next(replies)
-                if isinstance(done, list):
-                    for (c, p), r in zip(run, done):
-                        if isinstance(r, ResponseError):
-                            errors.append(r)
-                        else:
-                            got[c][p] = r
-                elif isinstance(done, _REDIRECTED) or isinstance(done, ExecAbortError) and all(
-                        isinstance(q, _REDIRECTED) or not isinstance(q, ResponseError) for q in queued):
-                    redo.append(run)  # none of them ran
-                elif isinstance(done, ResponseError):  # (EXECABORT for an error of its own: that error)
-                    errors.append(next((q for q in queued if isinstance(q, ResponseError)
-                                        and not isinstance(q, _REDIRECTED)), done))
-                else:
-                    errors.append(ResponseError(f"EXEC answered {done!r}"))
+                        got[c][p] = r
 
         def answered() -> int:
             return next((c for c, parts in enumerate(got) if any(r is None for r in parts)), len(calls))
@@ -859,24 +889,20 @@ class Store:
             redis.exceptions.RedisError, OSError: as :meth:`_on_node` and the cluster client raise them
                 (:func:`_store_errors` makes them :class:`StoreUnavailable`).
         """
-        nodes = self.client.nodes_manager.slots_cache.get(key_slot(key.encode()))
-        if nodes and asyncio.get_running_loop().time() >= self._direct_after:
+        node = self._hot_node(key_slot(key.encode()))
+        if node is not None:
             cmds: list[tuple] = [("XADD", key, "*", "event", text) for text in texts]
             if len(cmds) > 1:
                 cmds = [("MULTI",), *cmds, ("EXEC",)]
-            replies = await self._on_node(nodes[0], cmds)
-            outcome = replies[-1]  # the XADD's reply, or EXEC's: the XADDs' replies, or why none ran
-            refused = isinstance(outcome, _REDIRECTED)
-            if isinstance(outcome, ExecAbortError):  # a queued XADD was refused: by a redirection, or its own error
-                own = [r for r in replies[1:-1] if isinstance(r, ResponseError) and not isinstance(r, _REDIRECTED)]
-                if own:
-                    raise own[0]
-                refused = True
-            if not refused:
-                errors = [r for r in (outcome if isinstance(outcome, list) else [outcome])
-                          if isinstance(r, ResponseError)]
-                if errors:
-                    raise errors[0]
+            replies = await self._on_node(node, cmds)
+            if len(cmds) == 1:
+                ran = None if isinstance(replies[0], _REDIRECTED) else replies
+            else:
+                ran = _exec_outcome(replies[1:-1], replies[-1])
+            if ran is not None:
+                for r in ran:
+                    if isinstance(r, ResponseError):
+                        raise r
                 return
         for text in texts:  # (none of them was appended)
             await self.client.xadd(key, {"event": text})
@@ -896,10 +922,19 @@ class Store:
         Returns:
             The reply (``True``/``OK`` when set, ``None`` when the marker was there).
         """
-        nodes = self.client.nodes_manager.slots_cache.get(key_slot(key.encode()))
-        if nodes and asyncio.get_running_loop().time() >= self._direct_after:
-            return await self._execute_on(nodes[0], "SET", key, "1", "NX", "PX", ttl_ms)
+        node = self._hot_node(key_slot(key.encode()))
+        if node is not None:
+            return await self._execute_on(node, "SET", key, "1", "NX", "PX", ttl_ms)
         return await self.client.set(key, "1", nx=True, px=ttl_ms)
+
+    def _hot_node(self, slot: int) -> Any:
+        """The node redis-py's slot map names for ``slot``, for the cluster hot path; ``None`` when the map
+        lacks the slot, or for a while after a connection failure (:attr:`_direct_after`): then the
+        command goes through redis-py's cluster client."""
+        nodes = self.client.nodes_manager.slots_cache.get(slot)
+        if nodes and asyncio.get_running_loop().time() >= self._direct_after:
+            return nodes[0]
+        return None
 
     async def _run_split(self, script: str, sha: str, keys: Sequence[str], argv: Sequence[Any],
                          layout: Sequence[tuple[int, bool]]) -> list:
