@@ -33,7 +33,7 @@ __all__ = [
     "unary_result", "binary_result", "ScalarFunction", "SCALAR_FUNCTIONS", "ALIASES",
     "canonical_function", "AggregateFunction", "AGGREGATES", "struct_type", "array_type", "tuple_type",
     "all_function_names", "Operators", "PRECEDENCE", "ScalarDoc", "SCALAR_DOCS", "signature", "result_text",
-    "AggregateDoc", "AGGREGATE_DOCS",
+    "AggregateDoc", "AGGREGATE_DOCS", "TRIM_CHARACTERS",
 ]
 
 ERROR = "error"
@@ -242,6 +242,11 @@ class _WithArrays(frozenset):
         return (isinstance(type_name, str) and type_name.startswith("array<")) or super().__contains__(type_name)
 
 
+#: What ``Trim`` takes off both ends of a text: JSON's whitespace (space, tab, carriage return, line feed),
+#: the same in both engines (Python's ``str.strip()`` would also take Unicode spaces, Spark's ``trim`` only
+#: the space).
+TRIM_CHARACTERS = " \t\r\n"
+
 _S = frozenset
 SCALAR_FUNCTIONS: dict[str, ScalarFunction] = {
     f.name: f
@@ -269,6 +274,14 @@ SCALAR_FUNCTIONS: dict[str, ScalarFunction] = {
                        "whether s starts with p"),
         ScalarFunction("EndsWith", 2, 2, (_S({"string"}), _S({"string"})), _const("bool"),
                        "whether s ends with p"),
+        ScalarFunction("Split", 2, 2, (_S({"string"}), _S({"string"})), _const("array<string>"),
+                       "the parts of s between the occurrences of sep (a text, not a pattern), empty parts "
+                       "kept; an empty sep splits s into its code points"),
+        ScalarFunction("Trim", 1, 1, (_S({"string"}),), _const("string"),
+                       "s without its leading and trailing spaces, tabs, carriage returns and line feeds"),
+        ScalarFunction("Replace", 3, 3, (_S({"string"}), _S({"string"}), _S({"string"})), _const("string"),
+                       "s with every occurrence of old, left to right, replaced by new (texts, not patterns; "
+                       "an empty old replaces nothing)"),
         ScalarFunction("Coalesce", 1, None, (_ANY_SCALAR,), _unified, "the first non-null argument",
                        promote=True),
         ScalarFunction("If", 3, 3, (_S({"bool"}), _ANY_SCALAR, _ANY_SCALAR), _if_result,
@@ -483,6 +496,9 @@ SCALAR_DOCS: dict[str, ScalarDoc] = {
     "Contains": ScalarDoc(("s", "sub")),
     "StartsWith": ScalarDoc(("s", "p")),
     "EndsWith": ScalarDoc(("s", "p")),
+    "Split": ScalarDoc(("s", "sep")),
+    "Trim": ScalarDoc(("s",)),
+    "Replace": ScalarDoc(("s", "old", "new")),
     "Coalesce": ScalarDoc(("a",), _COMMON),
     "If": ScalarDoc(("cond", "a", "b"), "the common type of a and b (int with float gives float)"),
     "Int": ScalarDoc(("x",)),

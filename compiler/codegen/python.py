@@ -60,6 +60,7 @@ from typing import Any
 
 from compiler import runtime
 from compiler.codegen import UnsupportedError, tuple_index
+from compiler.functions import TRIM_CHARACTERS
 from compiler.plan import Expr
 from compiler.runtime import EvalError
 from compiler.typesystem import parse_type
@@ -593,6 +594,21 @@ class _Gen:
     def call_EndsWith(self, e: Expr) -> _Val:
         a, b = self.args(e, 2)
         return self.strict([a, b], "bool", lambda v: [f"{v} = {a.code}.endswith({b.code})"])
+
+    def call_Split(self, e: Expr) -> _Val:
+        # an empty separator splits into code points ("" gives [""], as Spark's split does)
+        a, b = self.args(e, 2)
+        return self.strict([a, b], "array<string>",
+                           lambda v: [f"{v} = {a.code}.split({b.code}) if {b.code} else (list({a.code}) or [''])"])
+
+    def call_Trim(self, e: Expr) -> _Val:
+        (a,) = self.args(e, 1)
+        return self.strict([a], "string", lambda v: [f"{v} = {a.code}.strip({TRIM_CHARACTERS!r})"])
+
+    def call_Replace(self, e: Expr) -> _Val:
+        a, b, c = self.args(e, 3)
+        return self.strict([a, b, c], "string",
+                           lambda v: [f"{v} = {a.code}.replace({b.code}, {c.code}) if {b.code} else {a.code}"])
 
     def call_Coalesce(self, e: Expr) -> _Val:
         if not e.args:

@@ -35,6 +35,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from compiler.codegen import UnsupportedError, tuple_index
+from compiler.functions import TRIM_CHARACTERS
 from compiler.plan import Expr
 from compiler.typesystem import (
     _J_NUMBER,
@@ -108,6 +109,26 @@ def _array_item(arr: Column, idx: Column) -> Column:
     in_range = arr.isNotNull() & (idx >= -n) & (idx < n)
     pos = F.when(idx < 0, idx + n).otherwise(idx).cast("int")
     return F.when(_flag(in_range), F.get(arr, pos))
+
+
+def _java_quote(text: str) -> str:
+    """``text`` as a Java regular expression that matches it literally (``java.util.regex.Pattern.quote``)."""
+    return "\\Q" + text.replace("\\E", "\\E\\\\E\\Q") + "\\E"
+
+
+def _split_text(s: Column, sep: Column | str) -> Column:
+    """``Split(s, sep)``: Spark's ``split`` (a regular expression, limit -1: empty parts kept) of the quoted
+    separator; an empty separator stays empty, which Spark splits into code points (``UTF8String.split``),
+    as the Python engine does (``""`` gives ``[""]`` in both).
+
+    Args:
+        s: the text (string column).
+        sep: the separator, a string literal (quoted here) or a string column (quoted per row).
+    """
+    if isinstance(sep, str):
+        return F.split(s, _java_quote(sep) if sep else "", -1)
+    quoted = F.concat(F.lit("\\Q"), F.replace(sep, F.lit("\\E"), F.lit("\\E\\\\E\\Q")), F.lit("\\E"))
+    return F.when(sep == F.lit(""), F.split(s, F.lit(""), -1)).otherwise(F.split(s, quoted, -1))
 
 
 def _or(*errs: Column | None) -> Column | None:
@@ -640,6 +661,21 @@ class _Gen:
     def call_EndsWith(self, e: Expr) -> _C:
         a, b = self.args(e, 2)
         return self.result([a, b], a.v.endswith(b.v), "bool")
+
+    def call_Split(self, e: Expr) -> _C:
+        a, b = self.args(e, 2)
+        sep = e.args[1]
+        if sep.kind == "lit" and isinstance(sep.value, str):
+            return self.result([a, b], _split_text(a.v, sep.value), "array<string>")
+        return self.result([a, b], self.apply(_split_text, a, b), "array<string>")
+
+    def call_Trim(self, e: Expr) -> _C:
+        (a,) = self.args(e, 1)
+        return self.result([a], F.trim(a.v, F.lit(TRIM_CHARACTERS)), "string")
+
+    def call_Replace(self, e: Expr) -> _C:
+        a, b, c = self.args(e, 3)
+        return self.result([a, b, c], F.replace(a.v, b.v, c.v), "string")
 
     def convert(self, c: _C, type_name: str) -> Column:
         if c.null:
