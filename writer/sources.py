@@ -72,8 +72,10 @@ def estimate_events(paths: Sequence[str | Path]) -> int:
 
     Used to pick a job's JVM options before the JVM starts
     (``writer.session.java_options``), so it needs to be right within a
-    factor, not exact; a file it cannot read counts 0 here (the job itself
-    then reports it).
+    factor, not exact. It is also where a command meets its inputs first,
+    so a file it cannot read is a :class:`SourceError` here, before any
+    Spark job: the user gets one line naming the file, not a failed job's
+    Java error.
 
     Args:
         paths: files, globs or directories, as :func:`read_events` takes them.
@@ -88,10 +90,15 @@ def estimate_events(paths: Sequence[str | Path]) -> int:
         so this falls short: by 12% on a highly compressible 3 MiB test file).
 
     Raises:
-        SourceError: a path matches nothing.
+        SourceError: a path matches nothing, or a file cannot be read: no
+            read permission, a ``.parquet`` file without a readable Parquet
+            footer (not Parquet, truncated, empty), a ``.gz``/``.bz2`` file
+            whose first bytes do not decompress.
     """
     import bz2
     import gzip
+
+    import pyarrow as pa
 
     total = 0
     for f in expand_paths(paths):
@@ -99,7 +106,10 @@ def estimate_events(paths: Sequence[str | Path]) -> int:
             if _is_parquet(f):  # a file: expand_paths lists a directory's files
                 import pyarrow.parquet as pq
 
-                total += pq.ParquetFile(f).metadata.num_rows
+                try:
+                    total += pq.ParquetFile(f).metadata.num_rows
+                except pa.ArrowException as e:
+                    raise SourceError(f"{f} is not a readable Parquet file ({_first_line(e)})") from None
                 continue
             size = os.path.getsize(f)
             opener = {".gz": gzip.open, ".bz2": bz2.open}.get(Path(f).suffix)
@@ -110,8 +120,15 @@ def estimate_events(paths: Sequence[str | Path]) -> int:
                     with opener(raw) as fh:
                         head = fh.read(SAMPLE_BYTES)
                 read = raw.tell()  # bytes of the file behind head (compressed: what the decoder consumed)
-        except (OSError, EOFError, ValueError):  # unreadable, corrupt: the job reports it
-            continue
+        except SourceError:
+            raise
+        except OSError as e:
+            if e.errno is not None:  # the file system's refusal (permissions, a vanished file)
+                raise SourceError(f"cannot read {f}: {e.strerror}") from None
+            # gzip.BadGzipFile and bz2's "Invalid data stream" are OSErrors without an errno
+            raise SourceError(f"{f} does not decompress ({_first_line(e)})") from None
+        except (EOFError, ValueError) as e:  # a stream that ends early, bad compressed data
+            raise SourceError(f"{f} does not decompress ({_first_line(e)})") from None
         whole = len(head) < SAMPLE_BYTES or read >= size
         lines = head.count(b"\n") + (1 if head and not head.endswith(b"\n") and whole else 0)
         if whole:
@@ -121,6 +138,12 @@ def estimate_events(paths: Sequence[str | Path]) -> int:
         else:  # one line longer than the sample
             total += 1
     return total
+
+
+def _first_line(e: BaseException) -> str:
+    """The first line of an exception's message (pyarrow's may run on), or its type's name."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _is_parquet(path: str) -> bool:

@@ -171,8 +171,9 @@ def test_estimate_events_counts_small_files_footers_and_samples_large_ones(tmp_p
         f.write(big.read_bytes())
     # within the decoder's read-ahead (it reads the compressed file in blocks): a factor, not a count
     assert abs(estimate_events([str(tmp_path / "gz" / "e.jsonl.gz")]) - n) < 0.25 * n
-    (tmp_path / "gz" / "bad.parquet").write_bytes(b"not parquet")  # unreadable: counts 0, the job reports it
-    assert estimate_events([str(tmp_path / "gz" / "bad.parquet")]) == 0
+    (tmp_path / "gz" / "bad.parquet").write_bytes(b"not parquet")  # unreadable: a SourceError (the test below)
+    with pytest.raises(SourceError, match="bad.parquet is not a readable Parquet file"):
+        estimate_events([str(tmp_path / "gz" / "bad.parquet")])
     with pytest.raises(SourceError, match="no input files match"):
         estimate_events([str(tmp_path / "nope*.jsonl")])
 
@@ -323,3 +324,32 @@ def test_the_event_time_reads_as_the_api_reads_it(spark, tmp_path_factory, times
     rows = sorted(read_events(spark, [str(path)]).collect(), key=lambda r: r["_seq"])
     got = [(r["_type"], r["_time_ms"]) if r["_type"] is not None and r["_time_ms"] is not None else None for r in rows]
     assert got == [_api_reads(line) for line in lines]
+
+
+def test_estimate_events_refuses_files_it_cannot_read(tmp_path):
+    """A command meets its inputs first in ``estimate_events``: a ``.parquet`` file without a readable footer
+    (not Parquet, empty, in a dataset directory too), a ``.gz``/``.bz2`` file whose start does not decompress
+    (not compressed, cut short) is a ``SourceError`` naming the file; a good compressed file still counts."""
+    import gzip
+
+    from writer.sources import estimate_events
+
+    good = gzip.compress(b'{"a": 1}\n' * 100)
+    (tmp_path / "ds").mkdir()
+    files = {
+        "bad.parquet": (b"garbage", "is not a readable Parquet file (Parquet file size is 7 bytes"),
+        "empty.parquet": (b"", "is not a readable Parquet file (Parquet file size is 0 bytes)"),
+        "ds/part-0.parquet": (b"x" * 100, "is not a readable Parquet file (Parquet magic bytes not found"),
+        "bad.jsonl.gz": (b"not gzip", "does not decompress (Not a gzipped file"),
+        "bad.jsonl.bz2": (b"not bz2", "does not decompress (Invalid data stream)"),
+        "cut.jsonl.gz": (good[:len(good) // 2], "does not decompress (Compressed file ended before"),
+    }
+    for name, (data, why) in files.items():
+        (tmp_path / name).write_bytes(data)
+    for name, (_, why) in files.items():
+        arg = tmp_path / ("ds" if name.startswith("ds/") else name)
+        with pytest.raises(SourceError) as e:
+            estimate_events([str(arg)])
+        assert str(e.value).startswith(f"{tmp_path / name} {why}"), str(e.value)
+    (tmp_path / "ok.jsonl.gz").write_bytes(good)
+    assert estimate_events([str(tmp_path / "ok.jsonl.gz")]) == 100
