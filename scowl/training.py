@@ -145,7 +145,9 @@ def training_set(
             features (the message lists them); or the input has no valid event.
         TypeError: ``events`` is none of the accepted forms, or an event
             dict holds a value with no JSON form.
-        writer.sources.SourceError: (a ``ValueError``) an input path matches nothing.
+        writer.sources.SourceError: (a ``ValueError``) an input path matches nothing, or a file
+            cannot be read (a ``.parquet`` file without a readable footer, a ``.gz``/``.bz2`` file
+            that does not decompress: ``writer.sources.estimate_events``).
         writer.features.StagedFeatureError: (a ``NotImplementedError``)
             aggregates that depend on each other across event types in a
             cycle, which replay cannot stage (as ``scowl replay``).
@@ -358,11 +360,12 @@ def _raw_events(spark: "SparkSession", events: Any) -> "tuple[DataFrame, bool]":
     """
     from pyspark.sql import DataFrame
 
-    from writer.sources import events_from_frame, events_from_json, read_events
+    from writer.sources import estimate_events, events_from_frame, events_from_json, read_events
 
     if isinstance(events, DataFrame):
         return events_from_frame(events), False
     if isinstance(events, (str, os.PathLike)):
+        estimate_events([events])  # a file that cannot be read: a SourceError naming it, before any job
         return read_events(spark, [events], dense_seq=False), True
     try:
         import pandas as pd
@@ -378,6 +381,7 @@ def _raw_events(spark: "SparkSession", events: Any) -> "tuple[DataFrame, bool]":
     if not items:
         raise ValueError("events: the list is empty")
     if all(isinstance(x, (str, os.PathLike)) for x in items):
+        estimate_events(items)
         return read_events(spark, items, dense_seq=False), True
     if all(isinstance(x, Mapping) for x in items):
         return events_from_json(spark, [_dumps(i, x) for i, x in enumerate(items)]), False

@@ -119,6 +119,9 @@ def test_event_type_errors(spark, case, tmp_path):
         scowl.training_set(case["topo"], 42, spark)
     with pytest.raises(ValueError, match="no input files match"):
         scowl.training_set(case["topo"], str(tmp_path / "missing*.jsonl"), spark)
+    (tmp_path / "bad.parquet").write_bytes(b"no")  # before any Spark job, not the job's error
+    with pytest.raises(ValueError, match=r"bad\.parquet is not a readable Parquet file \(Parquet file size is 2"):
+        scowl.training_set(case["topo"], [case["path"], str(tmp_path / "bad.parquet")], spark)
 
 
 def test_only_type_present_is_the_default(spark, case):
