@@ -108,7 +108,9 @@ def estimate_events(paths: Sequence[str | Path]) -> int:
 
                 try:
                     total += pq.ParquetFile(f).metadata.num_rows
-                except pa.ArrowException as e:
+                except (pa.ArrowException, OSError) as e:  # a footer that does not parse is a bare OSError
+                    if isinstance(e, OSError) and e.errno is not None:
+                        raise SourceError(f"cannot read {f}: {e.strerror}") from None
                     raise SourceError(f"{f} is not a readable Parquet file ({_first_line(e)})") from None
                 continue
             size = os.path.getsize(f)

@@ -353,3 +353,14 @@ def test_estimate_events_refuses_files_it_cannot_read(tmp_path):
         assert str(e.value).startswith(f"{tmp_path / name} {why}"), str(e.value)
     (tmp_path / "ok.jsonl.gz").write_bytes(good)
     assert estimate_events([str(tmp_path / "ok.jsonl.gz")]) == 100
+    # a Parquet file whose magic bytes are there but whose footer does not parse (pyarrow: a bare OSError)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"a": list(range(100))}), tmp_path / "footer.parquet")
+    data = bytearray((tmp_path / "footer.parquet").read_bytes())
+    size = int.from_bytes(data[-8:-4], "little")
+    data[len(data) - 8 - size:len(data) - 8] = b"\xff" * size
+    (tmp_path / "footer.parquet").write_bytes(bytes(data))
+    with pytest.raises(SourceError, match=r"footer\.parquet is not a readable Parquet file \(Couldn't deserialize"):
+        estimate_events([str(tmp_path / "footer.parquet")])
