@@ -16,6 +16,21 @@ BACKFILL_PHASES = {
 }
 
 
+class _JobProgress(Progress):
+    """A ``Progress`` whose unfinished bars say "(stopped)" when its block ends in an exception.
+
+    Without it a failed or interrupted job left its last phase's spinner
+    frozen above the ``error:`` line, as if the phase were still running.
+    """
+
+    def __exit__(self, exc_type, exc_val, exc_tb) -> None:
+        if exc_type is not None:
+            for task in self.tasks:
+                if not task.finished:
+                    self.update(task.id, description=f"{task.description} (stopped)")
+        super().__exit__(exc_type, exc_val, exc_tb)
+
+
 def job_progress(console: Console) -> Progress:
     """Return a rich ``Progress`` for a job's phases: spinner, label, bar, ``done/total``, elapsed time.
 
@@ -25,9 +40,11 @@ def job_progress(console: Console) -> Progress:
 
     Returns:
         The (not yet started) ``Progress``; use it as a context manager.
+        When its block raises (a failed job, Ctrl-C), each bar not
+        finished has "(stopped)" added to its label before the last draw.
     """
-    return Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(),
-                    MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=False)
+    return _JobProgress(SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(),
+                        MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=False)
 
 
 def phase_progress(prog: Progress, labels: dict[str, str] | None = None) -> Callable[[str, int, int], None]:

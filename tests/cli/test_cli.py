@@ -141,6 +141,18 @@ def test_a_failed_spark_call_is_summarized_by_its_java_root_cause(spark):
     assert failure_summary(type("Wrapped", (Exception,), {"java_exception": chain})("x")) == \
         "Spark failed: java.io.IOException: Mkdirs failed"
     assert failure_summary(ValueError("bad\nsecond line")) == "ValueError: bad"
+    # an input file Spark could not read is the user's to fix (scowl.cli.input_read_failure); others are not
+    from scowl.cli import input_read_failure
+
+    assert input_read_failure(type("Wrapped", (Exception,), {"java_exception": chain})("x")) is None
+    assert input_read_failure(ValueError("[FAILED_READ_FILE.NO_HINT] not from Spark")) is None
+    jvm = spark._jvm.java
+    read = jvm.lang.RuntimeException("Job aborted", jvm.lang.RuntimeException(
+        "[FAILED_READ_FILE.NO_HINT] Encountered error while reading file file:/x.parquet.  SQLSTATE: KD001",
+        jvm.io.IOException("can not read class org.apache.parquet.format.PageHeader")))
+    assert input_read_failure(type("Wrapped", (Exception,), {"java_exception": read})("x")) == (
+        "cannot read an input file: [FAILED_READ_FILE.NO_HINT] Encountered error while reading file "
+        "file:/x.parquet. (java.io.IOException: can not read class org.apache.parquet.format.PageHeader)")
 
 
 
@@ -159,24 +171,36 @@ def _corrupt_parquet(path) -> None:
 
 
 def test_a_failed_spark_job_logs_its_errors_without_java_stack_traces(tmp_path):
-    """A Spark job that fails (here on a Parquet file whose pages are corrupt) logs each error as its line and its
-    exception's message (writer/log4j2.properties), not ~50 lines of Java frames; the traceback, Java frames
-    included, is in the file the ``error:`` line names."""
+    """A Spark job that fails (here on a Parquet file whose pages are corrupt, which the footer check before
+    the job lets through) logs each error as its line and its exception's message (writer/log4j2.properties),
+    not ~50 lines of Java frames; its phase is drawn as stopped (``scowl.progress.job_progress``), not as a
+    spinner still running; and, an input file Spark could not read (its ``FAILED_READ_FILE`` error), it is a
+    user error: one ``error:`` line naming the file and the cause, exit 1, no traceback file
+    (``scowl.cli.input_read_failure``), in replay and backfill alike."""
     bad = tmp_path / "bad.parquet"
     _corrupt_parquet(bad)
     env = {**os.environ, "SCOWL_HOME": str(tmp_path / "home"), "TMPDIR": str(tmp_path)}
     for name in ("SCOWL_TRACEBACK", "SCOWL_JAVA_OPTIONS", "SPARK_CONF_DIR"):
         env.pop(name, None)
-    r = scowl("replay", str(FLIGHTS), "--events", str(bad), "--out", str(tmp_path / "out"), cwd=tmp_path, env=env)
-    assert r.returncode == 1, r.stderr
-    assert "\tat " not in r.stderr and "Caused by:" not in r.stderr and "Traceback" not in r.stderr
-    lines = r.stderr.splitlines()
-    logged = [i for i, x in enumerate(lines) if " ERROR Executor: " in x]
-    assert logged and lines[logged[0] + 1].startswith("  caused by: [FAILED_READ_FILE")
-    (line,) = [x for x in lines if x.startswith("error:")]
-    assert line.startswith("error: Spark failed: ")
-    (saved,) = tmp_path.glob("scowl-error-*.txt")
-    assert "\tat org.apache.parquet.hadoop.ParquetFileReader" in saved.read_text()
+    for command, phase in ((("replay", str(FLIGHTS), "--events", str(bad), "--out", str(tmp_path / "out")), "replay"),
+                           (("backfill", str(FLIGHTS), "--events", str(bad)), "backfill")):
+        r = scowl(*command, cwd=tmp_path, env=env)
+        assert r.returncode == 1, r.stderr
+        assert "\tat " not in r.stderr and "Caused by:" not in r.stderr and "Traceback" not in r.stderr
+        lines = r.stderr.splitlines()
+        logged = [i for i, x in enumerate(lines) if " ERROR Executor: " in x]
+        assert logged and lines[logged[0] + 1].startswith("  caused by: [FAILED_READ_FILE")
+        (line,) = [x for x in lines if x.startswith("error:")]
+        assert line == (f"error: cannot read an input file: [FAILED_READ_FILE.NO_HINT] Encountered error while "
+                        f"reading file file://{bad}. (shaded.parquet.org.apache.thrift.transport."
+                        "TTransportException: Socket is closed by peer.)"), line
+        assert "unexpected failure" not in r.stderr and not list(tmp_path.glob("scowl-error-*.txt"))
+        # the phase that failed is drawn as stopped, not as a spinner still running; the finished one as done
+        out = r.stdout.splitlines()
+        (read,) = [x for x in out if f"{phase}: reading events" in x]
+        assert f"{phase}: reading events (stopped)" in read and "0/1" in read, r.stdout
+        (start,) = [x for x in out if "starting Spark" in x]
+        assert "(stopped)" not in start and "1/1" in start
 
 
 def test_an_input_that_cannot_be_read_is_a_user_error_before_spark(tmp_path):
