@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from scowl.failures import failure_summary, input_read_failure
 from writer.classdata import pid_alive
 
 #: Seconds a warm server waits for a request before it exits (``SCOWL_WARM_IDLE_S`` overrides).
@@ -290,11 +291,16 @@ class _Server(socketserver.ThreadingTCPServer):
         except REPLAY_USER_ERRORS as e:
             answer = {"error": str(e), "user": True}
         except Exception as e:  # noqa: BLE001 -- reported to the client, traceback in the log
-            answer = {"error": f"the warm server failed: {type(e).__name__}: {e} (traceback in {self.log_path}; "
-                               "the next replay starts a new one)", "user": False}
+            unreadable = input_read_failure(e)
+            if unreadable is not None:  # an input file Spark could not read: the user's to fix; the session is fine
+                answer = {"error": unreadable, "user": True}
+            else:  # one line (a Java error's text is its whole stack trace), the trace in the log
+                answer = {"error": f"the warm server failed: {failure_summary(e)} (traceback in {self.log_path}; "
+                                   "the next replay starts a new one)", "user": False}
             if not gone.is_set():
                 self.log(traceback.format_exc())
-                self.stopping = True  # whatever broke (the JVM, the session) is not reused: a new server starts
+                if unreadable is None:
+                    self.stopping = True  # whatever broke (the JVM, the session) is not reused: a new server starts
         finally:
             done.set()  # before the answer: a client that reads it and leaves cancels nothing
         if not gone.is_set():

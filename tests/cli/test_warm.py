@@ -155,6 +155,19 @@ def test_warm_errors_a_changed_environment_and_the_idle_timeout(rig, tmp_path):
     missing = _scowl("replay", str(topo), "--events", "nothing/*.jsonl", "--out", "o", "--warm", home=home,
                      cwd=tmp_path)
     assert missing.returncode == 1 and "no input files match" in missing.stderr
+    # an input file Spark cannot read (its pages are corrupt, its footer is fine): one line, the user's error;
+    # the session is not broken, so it stays up (any other failure makes the next replay start a new one)
+    from tests.cli.test_cli import _corrupt_parquet
+
+    _corrupt_parquet(tmp_path / "corrupt.parquet")
+    corrupt = _scowl("replay", str(topo), "--events", "corrupt.parquet", "--out", "o", "--warm", home=home,
+                     cwd=tmp_path)
+    assert corrupt.returncode == 1
+    (line,) = [x for x in corrupt.stderr.splitlines() if x.startswith("error:")]
+    assert line.startswith("error: cannot read an input file: [FAILED_READ_FILE.NO_HINT] Encountered error while "
+                           f"reading file file://{tmp_path / 'corrupt.parquet'}. ("), line
+    assert "\tat " not in corrupt.stderr and "Traceback" not in corrupt.stderr
+    assert _server(home)["pid"] == first["pid"] and _alive(first["pid"])
 
     # other Spark settings: a new server; the old one is asked to stop, and does
     other = _scowl("replay", str(topo), "--events", str(events), "--out", "o3", "--warm", home=home, cwd=tmp_path,

@@ -1,0 +1,82 @@
+"""One line for a failure of a command or of the warm server: a Spark job's root cause, or a user's input error.
+
+Shared by the console entry point (``scowl.cli.main``) and the warm replay
+server (``scowl.warm``), which answers its client with the same line.
+"""
+
+from __future__ import annotations
+
+__all__ = ["failure_summary", "input_read_failure"]
+
+
+def failure_summary(error: BaseException) -> str:
+    """One line for an unexpected failure: a Spark job's root cause (its Java exception), else the exception.
+
+    Args:
+        error: the exception (a py4j ``Py4JJavaError`` for a failed Spark call).
+
+    Returns:
+        ``"Spark failed: <Java class>: <message>"`` for a Java exception (the
+        innermost cause, whose message names what went wrong), else
+        ``"<exception class>: <message>"``; each cut to its first line.
+    """
+    # py4j's Py4JJavaError holds the Java exception as java_exception, PySpark's captured exceptions as _origin
+    java = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
+    if java is not None:
+        try:
+            cause = java
+            for _ in range(50):  # the innermost cause (bounded: a cause chain can loop)
+                nxt = cause.getCause()
+                if nxt is None:
+                    break
+                cause = nxt
+            text = f"{cause.getClass().getName()}: {cause.getMessage()}"
+            return "Spark failed: " + text.splitlines()[0]
+        except Exception:  # noqa: BLE001 -- the JVM is gone: the Python side's text below
+            pass
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+def _java_causes(error: BaseException) -> list:
+    """The Java exception of a failed Spark call and its causes, outermost first (empty for a Python error)."""
+    java = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
+    out = []
+    try:
+        while java is not None and len(out) < 50:  # bounded: a cause chain can loop
+            out.append(java)
+            java = java.getCause()
+    except Exception:  # noqa: BLE001 -- the JVM is gone: what was read so far
+        pass
+    return out
+
+
+def input_read_failure(error: BaseException) -> str | None:
+    """The message for a Spark job that failed reading an input file, or None for any other failure.
+
+    Spark raises its error class ``FAILED_READ_FILE`` (``[FAILED_READ_FILE.NO_HINT] Encountered error
+    while reading file <path>.``) when a data source cannot read an input file: a Parquet file whose
+    pages are corrupt, a compressed file cut short past the part ``writer.sources.estimate_events``
+    reads before the job. That is a user error (SPEC §6: exit 1, a diagnostic, no traceback).
+
+    Args:
+        error: the exception (a py4j ``Py4JJavaError`` or a PySpark captured exception).
+
+    Returns:
+        ``"cannot read an input file: <Spark's message> (<innermost cause>)"``, each cut to its first
+        line, or None.
+    """
+    causes = _java_causes(error)
+    try:
+        texts = [str(c.getMessage() or "") for c in causes]
+        read = next((t for t in texts if "[FAILED_READ_FILE" in t), None)
+        if read is None:
+            return None
+        line = read[read.index("[FAILED_READ_FILE"):].splitlines()[0]
+        line = line.split("  SQLSTATE:")[0].strip()
+        root = causes[-1]
+        why = f"{root.getClass().getName()}: {root.getMessage()}".splitlines()[0]
+    except Exception:  # noqa: BLE001 -- the JVM is gone: the general summary
+        return None
+    return f"cannot read an input file: {line} ({why})" if "[FAILED_READ_FILE" not in why else \
+        f"cannot read an input file: {line}"
