@@ -20,18 +20,10 @@ def failure_summary(error: BaseException) -> str:
         innermost cause, whose message names what went wrong), else
         ``"<exception class>: <message>"``; each cut to its first line.
     """
-    # py4j's Py4JJavaError holds the Java exception as java_exception, PySpark's captured exceptions as _origin
-    java = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
-    if java is not None:
+    causes = _java_causes(error)
+    if causes:
         try:
-            cause = java
-            for _ in range(50):  # the innermost cause (bounded: a cause chain can loop)
-                nxt = cause.getCause()
-                if nxt is None:
-                    break
-                cause = nxt
-            text = f"{cause.getClass().getName()}: {cause.getMessage()}"
-            return "Spark failed: " + text.splitlines()[0]
+            return "Spark failed: " + _java_line(causes[-1])  # the innermost cause names what went wrong
         except Exception:  # noqa: BLE001 -- the JVM is gone: the Python side's text below
             pass
     text = str(error).strip().splitlines()
@@ -49,6 +41,11 @@ def _java_causes(error: BaseException) -> list:
     except Exception:  # noqa: BLE001 -- the JVM is gone: what was read so far
         pass
     return out
+
+
+def _java_line(java) -> str:
+    """``<Java class>: <message>`` of a Java exception, cut to its first line."""
+    return f"{java.getClass().getName()}: {java.getMessage()}".splitlines()[0]
 
 
 def input_read_failure(error: BaseException) -> str | None:
@@ -69,14 +66,14 @@ def input_read_failure(error: BaseException) -> str | None:
     causes = _java_causes(error)
     try:
         texts = [str(c.getMessage() or "") for c in causes]
-        read = next((t for t in texts if "[FAILED_READ_FILE" in t), None)
-        if read is None:
+        at = next((i for i, t in enumerate(texts) if "[FAILED_READ_FILE" in t), None)
+        if at is None:
             return None
-        line = read[read.index("[FAILED_READ_FILE"):].splitlines()[0]
-        line = line.split("  SQLSTATE:")[0].strip()
-        root = causes[-1]
-        why = f"{root.getClass().getName()}: {root.getMessage()}".splitlines()[0]
+        read = texts[at]
+        line = read[read.index("[FAILED_READ_FILE"):].splitlines()[0].split("  SQLSTATE:")[0].strip()
+        if at == len(causes) - 1:  # the read error is the innermost cause: nothing more to name
+            return f"cannot read an input file: {line}"
+        why = _java_line(causes[-1])
     except Exception:  # noqa: BLE001 -- the JVM is gone: the general summary
         return None
-    return f"cannot read an input file: {line} ({why})" if "[FAILED_READ_FILE" not in why else \
-        f"cannot read an input file: {line}"
+    return f"cannot read an input file: {line} ({why})"

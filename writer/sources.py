@@ -98,21 +98,12 @@ def estimate_events(paths: Sequence[str | Path]) -> int:
     import bz2
     import gzip
 
-    import pyarrow as pa
-
     total = 0
     for f in expand_paths(paths):
+        if _is_parquet(f):  # a file: expand_paths lists a directory's files
+            total += _parquet_rows(f)
+            continue
         try:
-            if _is_parquet(f):  # a file: expand_paths lists a directory's files
-                import pyarrow.parquet as pq
-
-                try:
-                    total += pq.ParquetFile(f).metadata.num_rows
-                except (pa.ArrowException, OSError) as e:  # a footer that does not parse is a bare OSError
-                    if isinstance(e, OSError) and e.errno is not None:
-                        raise SourceError(f"cannot read {f}: {e.strerror}") from None
-                    raise SourceError(f"{f} is not a readable Parquet file ({_first_line(e)})") from None
-                continue
             size = os.path.getsize(f)
             opener = {".gz": gzip.open, ".bz2": bz2.open}.get(Path(f).suffix)
             with open(f, "rb") as raw:
@@ -122,8 +113,6 @@ def estimate_events(paths: Sequence[str | Path]) -> int:
                     with opener(raw) as fh:
                         head = fh.read(SAMPLE_BYTES)
                 read = raw.tell()  # bytes of the file behind head (compressed: what the decoder consumed)
-        except SourceError:
-            raise
         except OSError as e:
             if e.errno is not None:  # the file system's refusal (permissions, a vanished file)
                 raise SourceError(f"cannot read {f}: {e.strerror}") from None
@@ -140,6 +129,24 @@ def estimate_events(paths: Sequence[str | Path]) -> int:
         else:  # one line longer than the sample
             total += 1
     return total
+
+
+def _parquet_rows(path: str) -> int:
+    """The rows of one Parquet file, from its footer (pyarrow).
+
+    Raises:
+        SourceError: the file cannot be read, or has no readable footer (a
+            footer that does not parse is a bare ``OSError`` in pyarrow).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except (pa.ArrowException, OSError) as e:
+        if isinstance(e, OSError) and e.errno is not None:
+            raise SourceError(f"cannot read {path}: {e.strerror}") from None
+        raise SourceError(f"{path} is not a readable Parquet file ({_first_line(e)})") from None
 
 
 def _first_line(e: BaseException) -> str:
