@@ -220,6 +220,19 @@ def _listing(what: str, names: Any, most: int = 8) -> str | None:
 _WINDOW_HINT = "write a whole number of seconds or more, e.g. `last 90 seconds`, `last 30 minutes`, `last 7 days`"
 
 
+def _a(type_text: Any) -> str:
+    """A type's name with its indefinite article: ``"an int"``, ``"an array<string>"``, ``"a string"``.
+
+    Args:
+        type_text: a type (its ``str`` is used).
+
+    Returns:
+        ``"an <type>"`` when the name starts with a vowel letter, else ``"a <type>"``.
+    """
+    text = str(type_text)
+    return ("an " if text[:1].lower() in "aeiou" and text else "a ") + text
+
+
 def _snake(name: str) -> str:
     s = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
     s = re.sub(r"[^a-z0-9_]", "_", s)
@@ -576,7 +589,7 @@ class Checker:
                 ok = False
         if not ok:
             self.error("E0403", lit.span, f"default {lit.text} ({lit.kind}) does not fit input type {t}",
-                       f"give a {t} literal after `?`")
+                       f"give {_a(t)} literal after `?`")
         f.input = InputSpec(d.path, optional=True, default=value, has_default=True)
         return t
 
@@ -667,7 +680,7 @@ class Checker:
                 k = None
         size = len(param)
         if not isinstance(k, int) or isinstance(k, bool):
-            self.error("E0405", node.index.span, f"a {obj.type} index must be an integer constant",
+            self.error("E0405", node.index.span, f"{_a(obj.type)} index must be an integer constant",
                        f"tuple components have different types; write a constant 0 to {size - 1}")
             return Expr("op", ERROR, op="index", args=(obj, idx))
         if not -size <= k < size:
@@ -925,7 +938,7 @@ class Checker:
                 vt = concrete.pop()
                 if vt not in fn.value_types:
                     want = " or ".join(sorted(fn.value_types))
-                    self.error("E0216", a.span, f"{canon} does not take a {vt} value ('{a.name}')",
+                    self.error("E0216", a.span, f"{canon} does not take {_a(vt)} value ('{a.name}')",
                                f"{canon} values must be {want}")
                     vt = ERROR
             value_types.append(vt)
