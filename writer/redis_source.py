@@ -19,17 +19,45 @@ Columns: ``_entry`` (string, the entry id ``<ms>-<n>``), ``_seq`` (long,
 Offsets are entry ids: ``{"id": "<ms>-<n>"}`` is the last entry a batch
 includes (``"0-0"`` before the first), so a batch is the entries in
 ``(start, end]``, read with ``XRANGE`` -- the same entries whenever a batch is
-re-run after a crash, as long as they have not been trimmed from the stream
-(keep the stream longer than the job's lag; nothing here trims it).
+re-run after a crash, as long as they have not been trimmed from the stream.
+
+Trimming and lost entries (the Redis counterpart of a Kafka topic's
+retention and of Spark's Kafka option ``failOnDataLoss``):
+
+* with ``trim`` (``scowl stream --trim-source``), the source deletes the
+  entries a committed micro-batch read: Spark calls :meth:`RedisStreamReader.commit`
+  with a batch's end once the batch's commit is recorded in the checkpoint
+  and it will only ask for later entries (measured 2026-12-05: during the
+  construction of the next batch, so a run's last batch is trimmed at the
+  next run's first), and ``XTRIM <stream> MINID <end>`` deletes every entry
+  before ``end``. The entry ``end`` itself stays: it marks how far this job
+  has read. Use it when the job is the stream's only reader;
+* whatever trims the stream (``--trim-source``, a producer's ``MAXLEN``, such
+  as serving's ``SCOWL_EVENT_STREAM_MAXLEN``, or ``XTRIM`` by hand), a batch
+  that starts after an entry the stream no longer holds may have lost the
+  entries after it. With ``failOnDataLoss`` (the default) the source then
+  reads nothing more: with the option ``lossFile`` it writes the message
+  (naming the entry) to that file and offers no new entries, so the query
+  makes no batch and its owner stops it (``writer.stream.run_stream``:
+  Spark logs no error and no Python traceback); without it the query fails
+  with :class:`TrimmedPastCheckpoint`. With it off the batch goes on with
+  the entries that are left (a warning is logged).
+
+A stream trimmed by ``MAXLEN``/``MINID`` loses its oldest entries first, so
+the last read entry still being there means no later one was trimmed.
 
 Options: ``url`` (required), ``stream`` (required), ``maxRecordsPerBatch``
 (default: all available), ``startingId`` (default ``0-0``: the whole stream;
-an entry id to start after it).
+an entry id to start after it), ``trim`` (``true``/``false``, default false),
+``failOnDataLoss`` (``true``/``false``, default true), ``lossFile`` (a local
+path, default none).
 """
 
 from __future__ import annotations
 
 from typing import Iterator
+
+import logging
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
@@ -39,6 +67,28 @@ CHUNK = 1000
 
 #: Multiplier of the entry id's milliseconds in ``_seq``.
 SEQ_SHIFT = 1 << 20
+
+log = logging.getLogger(__name__)
+
+
+class TrimmedPastCheckpoint(RuntimeError):
+    """The stream no longer holds the last entry the job read: entries after it may have been lost (one line)."""
+
+
+def _flag(options: dict, name: str, default: bool) -> bool:
+    """A boolean data source option (``true``/``false``, any case; ``1``/``0``).
+
+    Raises:
+        ValueError: another value.
+    """
+    raw = str(options.get(name, "")).strip().lower()
+    if not raw:
+        return default
+    if raw in ("true", "1"):
+        return True
+    if raw in ("false", "0"):
+        return False
+    raise ValueError(f"scowl-redis-stream option {name} must be true or false, got {options[name]!r}")
 
 
 def _id_text(raw: bytes | str) -> str:
@@ -85,10 +135,11 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     Args:
         options: the data source options (``url``, ``stream``,
-            ``maxRecordsPerBatch``, ``startingId``).
+            ``maxRecordsPerBatch``, ``startingId``, ``trim``, ``failOnDataLoss``).
 
     Raises:
-        ValueError: a missing ``url``/``stream`` or a bad ``maxRecordsPerBatch``.
+        ValueError: a missing ``url``/``stream``, a bad ``maxRecordsPerBatch``
+            or a flag that is not true/false.
     """
 
     def __init__(self, options: dict):
@@ -101,6 +152,9 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.max_rows < 0:
             raise ValueError("maxRecordsPerBatch must be >= 0")
         self.start_id = options.get("startingId", "0-0")
+        self.trim = _flag(options, "trim", False)
+        self.fail_on_data_loss = _flag(options, "failOnDataLoss", True)
+        self.loss_file = options.get("lossFile") or None
         self.target: str | None = None
 
     def _client(self):
@@ -136,10 +190,17 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             limit: ``ReadMaxRows(n)`` caps the batch at ``n`` entries;
                 ``ReadAllAvailable`` (or ``None``) takes everything up to the
                 latest entry (or the ``availableNow`` target).
+
+        Raises:
+            TrimmedPastCheckpoint: ``start`` is an entry the stream no
+                longer holds, with ``failOnDataLoss`` and no ``lossFile``
+                (:meth:`_check_kept`; with a ``lossFile``, ``start`` is returned).
         """
         begin = start["id"] if start else self.start_id
         client = self._client()
         try:
+            if not self._check_kept(client, begin):
+                return {"id": begin}
             end = self.target
             if end is None:
                 top = client.xrevrange(self.stream, "+", "-", count=1)
@@ -178,8 +239,55 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         finally:
             client.close()
 
+    def _check_kept(self, client, begin: str) -> bool:
+        """Check that the stream still holds ``begin``, the last entry read (nothing to check at ``startingId``).
+
+        Trims (``XTRIM``, ``XADD ... MAXLEN``) delete the oldest entries
+        first, so while ``begin`` is there no later entry has been trimmed;
+        once it is gone, entries after it may have been lost unread.
+
+        Returns:
+            False when it is gone, ``failOnDataLoss`` is on and the message
+            went to ``lossFile`` (no entry is to be read); else True (with
+            ``failOnDataLoss`` off a warning is logged and the batch goes on).
+
+        Raises:
+            TrimmedPastCheckpoint: it is gone, ``failOnDataLoss`` is on and
+                there is no ``lossFile``.
+        """
+        if begin == self.start_id or entry_seq(begin) == 0 or client.xrange(self.stream, begin, begin, count=1):
+            return True
+        first = client.xrange(self.stream, "-", "+", count=1)
+        now = f"its first entry is now {_id_text(first[0][0])}" if first else "it holds no entry now"
+        text = (f"the Redis stream {self.stream!r} no longer holds entry {begin}, the last one this "
+                f"job read ({now}), so entries after it may have been deleted before they were read; keep the "
+                "stream longer than the job's lag, or run again with --skip-trimmed (option failOnDataLoss=false) to go "
+                "on from what is left")
+        if not self.fail_on_data_loss:
+            log.warning("%s", text)
+            return True
+        if self.loss_file is None:
+            raise TrimmedPastCheckpoint(text)
+        with open(self.loss_file, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+        return False
+
     def commit(self, end: dict) -> None:
-        """Nothing to do: the stream keeps its entries (trimming is the producer's policy)."""
+        """With ``trim``: delete the entries before ``end`` (``XTRIM MINID``), which Spark has committed.
+
+        ``end`` itself is kept: the next batch checks that it is still there
+        (:meth:`_check_kept`). Without ``trim`` the stream keeps its entries.
+
+        Args:
+            end: the committed batch's end offset (``{"id": "<ms>-<n>"}``).
+        """
+        if not self.trim or entry_seq(end["id"]) == 0:
+            return
+        client = self._client()
+        try:
+            client.xtrim(self.stream, minid=end["id"], approximate=False)
+        finally:
+            client.close()
 
 
 class RedisStreamDataSource(DataSource):
@@ -198,6 +306,7 @@ class RedisStreamDataSource(DataSource):
         """Return the stream reader over this source's options (``schema`` is :meth:`schema`'s).
 
         Raises:
-            ValueError: a missing ``url``/``stream`` option or a negative ``maxRecordsPerBatch``.
+            ValueError: a missing ``url``/``stream`` option, a negative
+                ``maxRecordsPerBatch`` or a ``trim``/``failOnDataLoss`` that is not true/false.
         """
         return RedisStreamReader(self.options)

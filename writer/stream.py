@@ -596,6 +596,8 @@ def run_stream(
     trigger_s: float | None = None,
     max_files_per_trigger: int | None = None,
     max_events_per_batch: int | None = None,
+    trim_source: bool = False,
+    skip_trimmed: bool = False,
     fault: tuple[int, int, str] | None = None,
     on_batch: Callable[[BatchResult], None] | None = None,
     stop_requested: Callable[[], bool] | None = None,
@@ -619,6 +621,15 @@ def run_stream(
             (default: as soon as the previous one ends).
         max_files_per_trigger: ``dir:`` files per batch (default all new ones).
         max_events_per_batch: ``redis:`` entries per batch (default all new ones).
+        trim_source: delete what committed micro-batches read: a ``redis:``
+            stream's entries before each committed batch's last one
+            (``XTRIM MINID``, ``writer.redis_source``), a ``dir:`` source's
+            files (Spark's ``cleanSource=delete``). For a job that is its
+            source's only reader.
+        skip_trimmed: ``redis:`` only: when the stream no longer holds the
+            last entry read (trimmed past the checkpoint, entries may be
+            lost), go on with what is left instead of stopping
+            (``failOnDataLoss=false``).
         fault: test-only fault injection (``writer.sink.merge_keys``).
         on_batch: called after each batch with its :class:`BatchResult`.
         stop_requested: polled about once a second while the query runs; when
@@ -630,8 +641,9 @@ def run_stream(
 
     Raises:
         StreamError: bad source or options, a checkpoint of another source,
-            a plan with staged aggregates, or a failed batch (the message
-            names the cause; the query stops and can be restarted).
+            a plan with staged aggregates, a ``redis:`` stream trimmed past
+            the checkpoint (unless ``skip_trimmed``), or a failed batch (the
+            message names the cause; the query stops and can be restarted).
 
     Source: SPEC §5.7.
     """
@@ -639,6 +651,8 @@ def run_stream(
     kind, target = parse_source(source)
     if allowed_lateness_ms is not None and allowed_lateness_ms < 0:
         raise StreamError("--allowed-lateness must be >= 0")
+    if skip_trimmed and kind != "redis":
+        raise StreamError("--skip-trimmed applies to a redis: source only")
     if kind == "dir":
         path = Path(target).absolute()
         if not path.is_dir():
@@ -650,10 +664,15 @@ def run_stream(
     stream_id = open_checkpoint(checkpoint, source_id)
     dl = Path(dead_letter).absolute() if dead_letter is not None else checkpoint / "dead-letter"
     lateness = default_lateness_ms(plan) if allowed_lateness_ms is None else allowed_lateness_ms
+    # where a redis: source says it was trimmed past the checkpoint (writer.redis_source: it then offers nothing)
+    loss_file = checkpoint / "scowl" / "trimmed.txt"
+    loss_file.unlink(missing_ok=True)
     processor = BatchProcessor(plan, redis_url, checkpoint, stream_id, lateness, dl,
                                dir_raw if kind == "dir" else redis_raw, fault=fault, on_batch=on_batch)
     if kind == "dir":
         reader = spark.readStream.format("text")
+        if trim_source:
+            reader = reader.option("cleanSource", "delete")
         if max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", int(max_files_per_trigger))
         sdf = reader.load(str(path)).select(
@@ -666,6 +685,8 @@ def run_stream(
         reader = spark.readStream.format("scowl-redis-stream").option("url", source_url or redis_url).option("stream", target)
         if max_events_per_batch:
             reader = reader.option("maxRecordsPerBatch", int(max_events_per_batch))
+        reader = (reader.option("trim", str(trim_source).lower()).option("failOnDataLoss", str(not skip_trimmed).lower())
+                  .option("lossFile", str(loss_file)))
         sdf = reader.load()
     writer = sdf.writeStream.foreachBatch(processor).option("checkpointLocation", str(checkpoint / "spark"))
     if available_now:
@@ -677,7 +698,7 @@ def run_stream(
         # poll, so that a stop request is seen without interrupting a py4j call (an exception
         # raised inside one can leave the gateway connection unusable for query.stop())
         while not query.awaitTermination(1):
-            if stop_requested is not None and stop_requested():
+            if (stop_requested is not None and stop_requested()) or loss_file.exists():
                 query.stop()
                 break
     except KeyboardInterrupt:
@@ -688,4 +709,7 @@ def run_stream(
         raise StreamError(f"the stream stopped in a failed batch ({type(cause).__name__}: "
                           f"{str(cause).strip().splitlines()[0] if str(cause).strip() else ''}); "
                           "fix the cause and restart with the same --checkpoint") from cause
+    if loss_file.exists():
+        raise StreamError(loss_file.read_text(encoding="utf-8").strip())
     return StreamReport(stream_id, str(checkpoint), str(dl), list(processor.results), processor.totals())
+

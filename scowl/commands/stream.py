@@ -89,6 +89,12 @@ def stream(
                                                         help="dir: files per micro-batch (default: all new files)."),
     max_events_per_batch: Optional[int] = typer.Option(None, "--max-events-per-batch", min=1, metavar="N",
                                                        help="redis: entries per micro-batch (default: all new entries)."),
+    trim_source: bool = typer.Option(False, "--trim-source",
+                                     help="Delete what committed micro-batches read: a redis: stream's entries "
+                                     "(XTRIM), a dir: source's files. For a job that is the source's only reader."),
+    skip_trimmed: bool = typer.Option(False, "--skip-trimmed",
+                                      help="redis: when the stream was trimmed past the checkpoint (entries may "
+                                      "be lost), go on with what is left instead of stopping."),
     source_url: Optional[str] = typer.Option(None, "--source-url", metavar="URL",
                                              help="Redis URL of a redis: source (default: the store)."),
     master: Optional[str] = typer.Option(None, metavar="URL",
@@ -105,7 +111,9 @@ def stream(
     to the dead-letter directory. Windows and late events are explained in
     docs/semantics.md. Runs until stopped (Ctrl-C, kill, a closed terminal:
     the summary is printed and a batch cut short is redone on restart)
-    unless --available-now.
+    unless --available-now. With --trim-source the job deletes what its
+    committed micro-batches read; a redis: stream trimmed past the
+    checkpoint (by anyone) stops the job unless --skip-trimmed.
     """
     from compiler.typesystem import format_time
     from writer.stream import StreamError, check_streamable, parse_source, run_stream
@@ -119,6 +127,8 @@ def stream(
         raise UserError(str(e)) from None
     if kind == "dir" and not Path(target).is_dir():
         raise UserError(f"--source {source}: {target} is not a directory")
+    if skip_trimmed and kind != "redis":
+        raise UserError("--skip-trimmed applies to a redis: source only")
     ck = checkpoint if checkpoint is not None else _default_checkpoint(source)
     writable_dir(ck, "--checkpoint")  # before Spark and the store: the query would fail only at its first batch
     if dead_letter is not None:
@@ -145,7 +155,8 @@ def stream(
                                     allowed_lateness_ms=lateness_ms,
                                     dead_letter=dead_letter, available_now=available_now, trigger_s=trigger,
                                     max_files_per_trigger=max_files_per_trigger,
-                                    max_events_per_batch=max_events_per_batch, fault=_fault(), on_batch=on_batch)
+                                    max_events_per_batch=max_events_per_batch, trim_source=trim_source,
+                                    skip_trimmed=skip_trimmed, fault=_fault(), on_batch=on_batch)
         except StreamError as e:
             raise UserError(str(e)) from None
     t = report.totals
