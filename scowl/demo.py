@@ -168,7 +168,7 @@ def run_demo(days: int = 7, console: Console | None = None, home: Path | None = 
             store_client.close()
         console.print(f"backfill wrote {sum(report.rows.values()):,} tile rows; store uses {used_mb:.1f} MiB")
 
-        app = create_app(plan, Settings(api_keys=""), redis_url=url)
+        app = create_app(plan, Settings.load(api_keys=""), redis_url=url)
         responses: list[dict] = []
         with serve_in_thread(app, free_port()) as srv, httpx.Client(base_url=srv.url, timeout=60) as client:
             t = time.perf_counter()

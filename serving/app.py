@@ -42,19 +42,21 @@ def create_app(plan: Plan, settings: Settings | None = None, redis_url: str | No
         ValueError: no store URL given at all.
         NotImplementedError: the plan uses an aggregate the store lacks.
     """
-    settings = settings or Settings()
+    settings = settings or Settings.load()
     url = redis_url or settings.redis_url
     if not url:
         raise ValueError("no store: set SCOWL_REDIS_URL or run through `scowl serve` (embedded store)")
     # Built eagerly so an unsupported plan fails before serving; the
     # lifespan attaches the store's script call.
     evaluator = Evaluator(plan, run=None, id_ttl_ms=settings.id_ttl_s * 1000, event_stream=settings.event_stream,
-                          lateness_ms=settings.allowed_lateness * 1000, pipeline=settings.batch_pipeline)
+                          lateness_ms=settings.allowed_lateness * 1000, pipeline=settings.batch_pipeline,
+                          event_stream_maxlen=settings.event_stream_maxlen)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         store = Store(url, timeout_s=settings.store_timeout_s,
-                      on_mode=lambda cluster: setattr(evaluator, "cluster", cluster))
+                      on_mode=lambda cluster: setattr(evaluator, "cluster", cluster),
+                      stream_maxlen=settings.event_stream_maxlen)
         try:
             await store.connect()  # standalone or cluster (SPEC §5.1)
             # libraries of earlier plans make every call's Lua garbage collection dearer (Store.retire_functions)
@@ -122,6 +124,6 @@ def create_app_from_env() -> FastAPI:
     result = compile_dir(topo)
     if result.plan is None:
         raise RuntimeError(result.render())
-    app = create_app(result.plan, Settings())
+    app = create_app(result.plan, Settings.load())
     freeze_heap()
     return app

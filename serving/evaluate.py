@@ -190,7 +190,7 @@ class _Round:
     #: lays out the round's KEYS and ARGV for one event (serving.roundargs.round_builder)
     build: RoundBuilder | None = None
 
-    def compile(self, name: str, lateness_ms: int, dry: bool = False) -> "_Round":
+    def compile(self, name: str, lateness_ms: int, dry: bool = False, stream_maxlen: int | None = None) -> "_Round":
         """Set :attr:`layout` and :attr:`script` from the round's slots (``compiler.algebra.lua``); return self."""
         self.layout = (tuple((int(r.slot.has_after), True) for r in self.reads_before)
                        + tuple((LUA.write_arity(w.slot), False) for w in self.writes)
@@ -202,6 +202,7 @@ class _Round:
             reads_after=tuple(r.slot for r in self.reads_after),
             lateness_ms=lateness_ms,
             dry=dry,
+            stream_maxlen=stream_maxlen,
         ))
         self.build, _ = round_builder(self.reads_before, self.writes, self.reads_after,
                                       lambda w: LUA.write_arity(w.slot))
@@ -250,6 +251,8 @@ class EventProgram:
         event: event type name (a key of ``plan.events``).
         lateness_ms: the allowed lateness ``L`` (ms, SPEC §3.3): the generated
             scripts keep what reads up to ``L`` late need.
+        stream_maxlen: the event stream's cap (``SCOWL_EVENT_STREAM_MAXLEN``,
+            entries, approximate): the scripts' ``XADD`` trims to it; ``None``: none.
 
     Raises:
         NotImplementedError: the event uses an aggregate function the tile
@@ -258,9 +261,11 @@ class EventProgram:
             the compiler should have rejected).
     """
 
-    def __init__(self, plan: Plan, event: str, lateness_ms: int = ALLOWED_LATENESS_S * 1000):
+    def __init__(self, plan: Plan, event: str, lateness_ms: int = ALLOWED_LATENESS_S * 1000,
+                 stream_maxlen: int | None = None):
         self.plan = plan
         self.lateness_ms = lateness_ms
+        self.stream_maxlen = stream_maxlen
         self.event: EventPlan = plan.events[event]
         self.name = event
         self.features: tuple[Feature, ...] = self.event.features
@@ -352,7 +357,7 @@ class EventProgram:
         for w in self.writes.values():
             self.rounds[w.round - 1].writes.append(w)
         for k, rd in enumerate(self.rounds, start=1):
-            rd.compile(f"event {self.name}, round {k}", self.lateness_ms)
+            rd.compile(f"event {self.name}, round {k}", self.lateness_ms, stream_maxlen=self.stream_maxlen)
         self.first_write_round = min([w.round for w in self.writes.values()], default=0)
         self._dry_rounds: list[_Round] | None = None
         self.by_stage: list[list[Feature]] = [[] for _ in range(n + 1)]
@@ -632,6 +637,10 @@ class Evaluator:
             ``event``: the body with the resolved ``_time`` in epoch ms and
             its ``_id``) for ``scowl stream --source redis:KEY`` (SPEC §5.7);
             ``None``: nothing appended.
+        event_stream_maxlen: ``SCOWL_EVENT_STREAM_MAXLEN``: each append
+            trims the stream to about this many entries (``XADD ... MAXLEN
+            ~``); ``None``: the stream keeps every entry until its reader
+            trims it (``scowl stream --trim-source``).
         lateness_ms: the allowed lateness (ms, SPEC §3.3,
             ``SCOWL_ALLOWED_LATENESS``); late events are counted in
             ``scowl_out_of_order_events_total`` and, beyond it, in
@@ -645,7 +654,8 @@ class Evaluator:
 
     def __init__(self, plan: Plan, run: RunScript | None, id_ttl_ms: int = 86_400_000,
                  record_online: RecordOnline | None = None, event_stream: str | None = None,
-                 lateness_ms: int = ALLOWED_LATENESS_S * 1000, pipeline: int = 64):
+                 lateness_ms: int = ALLOWED_LATENESS_S * 1000, pipeline: int = 64,
+                 event_stream_maxlen: int | None = None):
         self.plan = plan
         self.event_stream = event_stream
         self.run = run
@@ -653,7 +663,7 @@ class Evaluator:
         self.online: OnlineStarts | None = OnlineStarts(record_online) if record_online is not None else None
         #: the store is a Redis Cluster (set by the app once the store says so; SPEC §5.1)
         self.cluster = False
-        self.programs = {e: EventProgram(plan, e, lateness_ms) for e in plan.events}
+        self.programs = {e: EventProgram(plan, e, lateness_ms, event_stream_maxlen) for e in plan.events}
         #: the store's pipelined call (``serving.store.Store.run_many``; ``None``: :meth:`process_batch`
         #: sends one event at a time)
         self.run_many: Callable[[Sequence[tuple[str, Sequence[str], Sequence[Any], Sequence[tuple[int, bool]]]]],

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Any
+
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from compiler.algebra.storekeys import DEFAULT_ID_TTL_S
 from compiler.algebra.windows import ALLOWED_LATENESS_S
+
+
+class SettingsError(ValueError):
+    """A ``SCOWL_*`` setting has a value it cannot take; the message names each variable (one line)."""
 
 
 class Settings(BaseSettings):
@@ -46,6 +52,13 @@ class Settings(BaseSettings):
             --source redis:KEY``. That stream job must write to *another*
             store (the API has already counted these events in this one).
             ``None``: nothing appended.
+        event_stream_maxlen: ``SCOWL_EVENT_STREAM_MAXLEN``: each append
+            trims that stream to about this many entries (``XADD ... MAXLEN
+            ~ N``: Valkey drops whole macro nodes, so up to ~100 more stay).
+            ``None`` (default): the stream keeps every entry until its
+            reader trims it (``scowl stream --trim-source``). A stream job
+            that falls further behind than the cap stops and says so
+            (``writer.redis_source``).
         ui: ``SCOWL_UI``: serve the feature explorer under ``/ui`` (default
             true; ``scowl.ui``).
         ui_auth: ``SCOWL_UI_AUTH``: with keys set, the explorer asks for an
@@ -65,6 +78,7 @@ class Settings(BaseSettings):
     id_ttl_s: int = Field(default=DEFAULT_ID_TTL_S, ge=1)
     store_timeout_s: float = Field(default=2.0, gt=0)
     event_stream: str | None = None
+    event_stream_maxlen: int | None = Field(default=None, ge=1)
     allowed_lateness: int = Field(default=ALLOWED_LATENESS_S, ge=0)
     ui: bool = True
     ui_auth: bool = False
@@ -72,3 +86,27 @@ class Settings(BaseSettings):
     def key_set(self) -> frozenset[str]:
         """Return the accepted API keys (empty: auth disabled)."""
         return frozenset(k.strip() for k in self.api_keys.split(",") if k.strip())
+
+    @classmethod
+    def load(cls, **overrides: Any) -> "Settings":
+        """Read the settings from the environment, ``overrides`` (field names) winning.
+
+        Returns:
+            The settings.
+
+        Raises:
+            SettingsError: a value out of range or of the wrong type, e.g.
+                ``SCOWL_EVENT_STREAM_MAXLEN=0: Input should be greater than or
+                equal to 1``: what ``scowl serve`` reports as a user error,
+                not as a pydantic traceback.
+        """
+        try:
+            return cls(**overrides)
+        except ValidationError as e:
+            problems = []
+            for err in e.errors():
+                name = "SCOWL_" + "_".join(str(p) for p in err.get("loc", ())).upper()
+                value = err.get("input")
+                shown = f"={value}" if isinstance(value, (str, int, float)) else ""
+                problems.append(f"{name}{shown}: {err.get('msg', 'invalid')}")
+            raise SettingsError("; ".join(problems)) from None

@@ -223,15 +223,20 @@ class Store:
             included): past it the call fails with :class:`StoreUnavailable`.
         on_mode: called once with ``True``/``False`` when the mode is known
             (the app tells its ``Evaluator``).
+        stream_maxlen: the event stream's cap (``SCOWL_EVENT_STREAM_MAXLEN``)
+            for the appends a cluster sends apart from the scripts
+            (:meth:`_append_events`; ``XADD ... MAXLEN ~``); ``None``: none.
 
     Attributes:
         cluster: ``None`` until detected, then whether the store is a cluster.
     """
 
-    def __init__(self, url: str, timeout_s: float = 2.0, on_mode: Callable[[bool], None] | None = None):
+    def __init__(self, url: str, timeout_s: float = 2.0, on_mode: Callable[[bool], None] | None = None,
+                 stream_maxlen: int | None = None):
         self.url = url
         self.timeout_s = timeout_s
         self.on_mode = on_mode
+        self.stream_maxlen = stream_maxlen
         self.cluster: bool | None = None
         self.client: Any = None
         #: script source -> its SHA1 (one per event type and round)
@@ -873,7 +878,7 @@ class Store:
         return out
 
     async def _append_events(self, key: str, texts: Sequence[str]) -> None:
-        """Append events to the event stream ``key`` on a cluster (``XADD key * event <text>``), in order.
+        """Append events to the event stream ``key`` on a cluster (``XADD key [MAXLEN ~ N] * event <text>``), in order.
 
         Sent on the hot path to the node of the stream's slot (:meth:`_on_node`),
         as :meth:`_mark_id` sends markers: several at once in one write, in
@@ -891,7 +896,8 @@ class Store:
         """
         node = self._hot_node(key_slot(key.encode()))
         if node is not None:
-            cmds: list[tuple] = [("XADD", key, "*", "event", text) for text in texts]
+            cap = () if self.stream_maxlen is None else ("MAXLEN", "~", self.stream_maxlen)
+            cmds: list[tuple] = [("XADD", key, *cap, "*", "event", text) for text in texts]
             if len(cmds) > 1:
                 cmds = [("MULTI",), *cmds, ("EXEC",)]
             replies = await self._on_node(node, cmds)
@@ -905,7 +911,7 @@ class Store:
                         raise r
                 return
         for text in texts:  # (none of them was appended)
-            await self.client.xadd(key, {"event": text})
+            await self.client.xadd(key, {"event": text}, maxlen=self.stream_maxlen, approximate=True)
 
     async def _mark_id(self, key: str, ttl_ms: int) -> Any:
         """``SET key 1 NX PX ttl_ms`` on a cluster: the API's own marker of an event's ``_id`` (:meth:`_run_split`).

@@ -527,6 +527,10 @@ class RoundSpec:
             atomic call. The reads see the event's own writes exactly as a
             real call would, and the store ends as it was: no client ever
             sees the written state.
+        stream_maxlen: the event stream's cap (``SCOWL_EVENT_STREAM_MAXLEN``):
+            the script's ``XADD`` trims the stream to about this many entries
+            (``MAXLEN ~``: whole macro nodes, so it may keep up to one node,
+            ~100 entries, more); ``None``: no cap.
     """
 
     name: str
@@ -535,6 +539,7 @@ class RoundSpec:
     reads_after: tuple[ReadSlot, ...] = ()
     lateness_ms: int = ALLOWED_LATENESS_S * 1000
     dry: bool = False
+    stream_maxlen: int | None = None
 
 
 # Functions of every generated script, after common.lua (shared with event.lua).
@@ -2161,7 +2166,9 @@ class LuaGenerator:
             "if ARGV[2] ~= '' and live(KEYS[1]) then",
             "  if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[2]) then skip = true; out[1] = 0 end",
             "end",
-            "if ARGV[3] ~= '' and live(KEYS[2]) and not skip then redis.call('XADD', KEYS[2], '*', 'event', ARGV[3]) end",
+            "if ARGV[3] ~= '' and live(KEYS[2]) and not skip then redis.call('XADD', KEYS[2], "
+            + ("" if spec.stream_maxlen is None else f"'MAXLEN', '~', {int(spec.stream_maxlen)}, ")
+            + "'*', 'event', ARGV[3]) end",
         ]
         code = "\n".join(head + body)
         # the shared functions this round's code can reach (script.shake: each one costs a closure per call)

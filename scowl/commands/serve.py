@@ -101,12 +101,16 @@ def serve(
 
     from scowl.signals import graceful_server_class
     from serving.app import create_app, freeze_heap
-    from serving.settings import Settings
+    from serving.settings import Settings, SettingsError
 
     p = compile_topology(directory)
+    try:
+        settings = Settings.load()  # before the store: a bad SCOWL_* value is one line, not a traceback
+    except SettingsError as e:
+        raise UserError(str(e)) from None
     with open_store() as url:
         try:
-            api = create_app(p, Settings(), redis_url=url)  # with workers too: an unsupported plan fails here
+            api = create_app(p, settings, redis_url=url)  # with workers too: an unsupported plan fails here
         except NotImplementedError as e:
             raise UserError(str(e)) from None
         if workers == 1:

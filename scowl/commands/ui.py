@@ -44,7 +44,7 @@ def ui(
     from scowl.signals import graceful_server_class
     from scowl.ui import install_ui
     from serving.app import create_app
-    from serving.settings import Settings
+    from serving.settings import Settings, SettingsError
 
     if directory is None:
         from scowl.demo import topology_dir
@@ -56,8 +56,8 @@ def ui(
     plan = compile_topology(directory)
     with open_store() as url:
         try:
-            app = create_app(plan, Settings(ui=True), redis_url=url)
-        except NotImplementedError as e:
+            app = create_app(plan, Settings.load(ui=True), redis_url=url)
+        except (NotImplementedError, SettingsError) as e:
             raise UserError(str(e)) from None
         install_ui(app, directory)
         port = port or free_port(host)

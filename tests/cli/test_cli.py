@@ -243,3 +243,18 @@ def test_a_store_url_that_is_none_or_a_store_that_does_not_answer_is_a_user_erro
     assert r.returncode == 1
     assert r.stderr.startswith("error: store unavailable: ") and "Connection refused" in r.stderr
     assert "\tat org.apache" not in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_a_setting_out_of_range_is_a_user_error_naming_the_variable(tmp_path):
+    """``scowl serve`` with ``SCOWL_*`` values it cannot take: one line naming each variable and its value
+    (``serving.settings.Settings.load``), exit 1, before any store is started; was pydantic's
+    ``ValidationError`` reported as an unexpected failure with a traceback file."""
+    env = {**os.environ, "SCOWL_HOME": str(tmp_path / "home"), "SCOWL_EVENT_STREAM": "ev",
+           "SCOWL_EVENT_STREAM_MAXLEN": "0", "SCOWL_ALLOWED_LATENESS": "soon"}
+    env.pop("SCOWL_REDIS_URL", None)
+    r = scowl("serve", str(FLIGHTS), "--port", "1", env=env)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr == ("error: SCOWL_EVENT_STREAM_MAXLEN=0: Input should be greater than or equal to 1; "
+                        "SCOWL_ALLOWED_LATENESS=soon: Input should be a valid integer, unable to parse string as an "
+                        "integer\n"), r.stderr
+    assert not (tmp_path / "home").exists()

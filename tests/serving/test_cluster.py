@@ -514,6 +514,30 @@ def test_late_events_are_appended_to_the_event_stream_on_a_cluster(redis_cluster
         assert ids == [e["_id"] for e in events], url
 
 
+def test_event_stream_maxlen_caps_the_stream_on_one_server_and_on_a_cluster(redis_cluster, redis_url):
+    """``SCOWL_EVENT_STREAM_MAXLEN``: every append trims the event stream to about that many entries
+    (``XADD ... MAXLEN ~``: whole macro nodes of ``stream-node-max-entries``, 100, so fewer than 100 more
+    stay), one at a time and through ``/batch``, in the scripts (one server) and in the appends a cluster
+    sends apart from them; what stays is the latest events, in order. A cap of 0 is refused."""
+    plan = compile_text(TOPOLOGY)
+    events = _events(300, seed=21)
+    for url in (redis_url, redis_cluster.url):
+        redis.Redis.from_url(redis_url).delete("ev")
+        app = create_app(plan, Settings(event_stream="ev", event_stream_maxlen=20), redis_url=url)
+        with TestClient(app) as c:
+            for e in events[:150]:
+                assert c.post("/event", json=e).status_code == 200
+            r = c.post("/batch", content=orjson.dumps(events[150:]), headers={"content-type": "application/json"})
+            assert r.status_code == 200, r.text
+        client = redis.Redis.from_url(redis_url) if url == redis_url else redis.RedisCluster.from_url(url)
+        ids = [orjson.loads(f[b"event"])["_id"] for _, f in client.xrange("ev")]
+        assert 20 <= len(ids) < 20 + 100, (url, len(ids))
+        assert ids == [e["_id"] for e in events[-len(ids):]], url
+        client.delete("ev")
+    with pytest.raises(ValueError, match="event_stream_maxlen"):
+        Settings(event_stream="ev", event_stream_maxlen=0)
+
+
 def test_a_slots_later_call_in_a_batch_never_runs_before_an_earlier_one_that_was_refused(redis_cluster, redis_url):
     """The per-slot order a pipelined ``/batch`` keeps on a cluster, where a node refuses one call of a slot
     and could run the next: in a slot in migration, the node runs a call whose declared keys it all holds and
