@@ -215,8 +215,9 @@ def run_workers(config: "uvicorn.Config", policy: str = "normal") -> int | None:
 
     The listening sockets come from :func:`listen_slots` (one per worker on
     Linux, so that the kernel spreads connections over the workers);
-    :func:`_supervise` runs the workers on them; the sockets are closed on
-    return. ``scowl serve --workers N`` calls this, and so does
+    :func:`_supervise` runs the workers on them, sharing one metrics
+    directory (:func:`metrics_dir`: ``GET /metrics`` gives the service's
+    totals on any worker); the sockets are closed on return. ``scowl serve --workers N`` calls this, and so does
     ``bench/serve.py`` for its rows with several workers, so that the
     benchmark measures what the command runs.
 
@@ -237,10 +238,44 @@ def run_workers(config: "uvicorn.Config", policy: str = "normal") -> int | None:
     """
     slots = _starting(lambda: listen_slots(config), config.host, config.port)
     try:
-        return _supervise(config, slots, policy)
+        with metrics_dir():
+            return _supervise(config, slots, policy)
     finally:
         for sock in slots:
             sock.close()
+
+
+@contextmanager
+def metrics_dir() -> Iterator[Path]:
+    """Within the block, ``PROMETHEUS_MULTIPROC_DIR`` names an empty directory the workers share.
+
+    prometheus_client's multiprocess mode (``serving.metrics``): each worker
+    writes its values to files there, and ``GET /metrics`` on any worker
+    adds up all of them. A directory given in ``PROMETHEUS_MULTIPROC_DIR``
+    is used and its ``*.db`` files (a previous run's) deleted first, as
+    prometheus_client asks; otherwise a new temporary one is made and
+    deleted on exit.
+
+    Yields:
+        The directory.
+    """
+    import shutil
+    import tempfile
+
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if given:
+        path = Path(given)
+        path.mkdir(parents=True, exist_ok=True)
+        for old in path.glob("*.db"):
+            old.unlink(missing_ok=True)
+        yield path
+        return
+    path = Path(tempfile.mkdtemp(prefix="scowl-metrics-"))
+    try:
+        with _environment(PROMETHEUS_MULTIPROC_DIR=str(path)):
+            yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def listen_slots(config: "uvicorn.Config") -> "list[socket.socket]":

@@ -1,7 +1,9 @@
 """The explorer's traffic numbers, read from the service's own Prometheus collectors in-process.
 
-A :class:`TrafficSampler` takes a :class:`Snapshot` of ``serving.metrics.REGISTRY``
-(``REGISTRY.collect()``, no HTTP) when asked, keeps the recent ones, and
+A :class:`TrafficSampler` takes a :class:`Snapshot` of
+``serving.metrics.service_registry()`` (its ``collect()``, no HTTP: this
+process's collectors, or the sum of every worker's under ``scowl serve
+--workers N``) when asked, keeps the recent ones, and
 computes per event type, over the last few seconds (two snapshots at least
 one poll apart):
 
@@ -99,14 +101,18 @@ class Snapshot:
 
 
 def take_snapshot(registry=None, now: float | None = None) -> Snapshot:
-    """Read the collectors of ``registry`` (default ``serving.metrics.REGISTRY``) into a :class:`Snapshot`.
+    """Read the collectors of ``registry`` into a :class:`Snapshot`.
 
     Args:
-        registry: a ``prometheus_client.CollectorRegistry``.
+        registry: a ``prometheus_client.CollectorRegistry``; default
+            ``serving.metrics.service_registry()``: this process's metrics,
+            or every worker's under ``scowl serve --workers N``.
         now: the snapshot's time (default ``time.monotonic()``).
     """
     if registry is None:
-        from serving.metrics import REGISTRY as registry
+        from serving.metrics import service_registry
+
+        registry = service_registry()
     snap = Snapshot(time.monotonic() if now is None else now)
     for family in registry.collect():
         key = COUNTERS.get(family.name)
@@ -135,7 +141,7 @@ class TrafficSampler:
     at most every ``min_interval_s`` and kept for ``keep_s``.
 
     Args:
-        registry: the collectors (default ``serving.metrics.REGISTRY``).
+        registry: the collectors (default ``serving.metrics.service_registry()``).
         min_interval_s: polls closer than this reuse the newest snapshot.
         keep_s: how long snapshots are kept (the longest window asked for).
     """

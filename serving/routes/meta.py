@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from serving.deps import StoreDep
 from serving.errors import ApiError
-from serving.metrics import REGISTRY
+from serving.metrics import CONTENT_TYPE, exposition
 from serving.responses import json_response
 from serving.schemas import ErrorBody, Health
 
@@ -68,5 +67,5 @@ def _feature_entry(f) -> dict:
 
 @router.get("/metrics")
 async def metrics():
-    """Prometheus text exposition."""
-    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+    """Prometheus text exposition: the service's totals, whichever worker answers (``serving.metrics``)."""
+    return Response(exposition(), media_type=CONTENT_TYPE)

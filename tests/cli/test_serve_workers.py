@@ -54,6 +54,12 @@ def workers(pid: int) -> list[int]:
     return sorted(out)
 
 
+def environ(pid: int) -> dict[str, str]:
+    """The environment process ``pid`` started with (``/proc/PID/environ``)."""
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.decode().partition("=")[::2] for item in raw.split(b"\0") if b"=" in item)
+
+
 def policies(pid: int) -> set[int]:
     """The scheduling policies (``os.SCHED_*``) of the threads of process ``pid``."""
     out = set()
@@ -193,6 +199,17 @@ def test_workers_share_one_store_and_stop_gracefully(tmp_path, monkeypatch):
             assert (feats["departures_1h"], feats["miles_tail_30d"]) == (k, k * DISTANCE), (k, w, feats)
         assert set(served) == set(pids)
         assert workers(cmd.proc.pid) == pids  # none was replaced
+        # GET /metrics gives the service's totals on either worker (a shared multiprocess directory)
+        for w in pids:
+            conn = connect_to(w, [p for p in pids if p != w], port)
+            conn.request("GET", "/metrics")
+            text = conn.getresponse().read().decode()
+            conn.close()
+            assert 'scowl_events_total{event_type="departure"} 6.0' in text.splitlines(), (w, text)
+        metrics = {environ(w).get("PROMETHEUS_MULTIPROC_DIR") for w in pids}
+        assert len(metrics) == 1 and None not in metrics, metrics
+        metrics_dir = Path(metrics.pop())
+        assert metrics_dir.is_dir()
 
         # a request in flight at SIGTERM: worker w has sent its script call to the paused store
         w, other = pids
@@ -219,6 +236,7 @@ def test_workers_share_one_store_and_stop_gracefully(tmp_path, monkeypatch):
         wait_for(lambda: not group(cmd.proc.pid), 30, "every process of serve's group to exit")
         assert not (cmd.home / "store" / "port").exists()
         assert (cmd.home / "store" / "dump.rdb").exists()
+        assert not metrics_dir.exists()
 
 
 @pytest.mark.slow
@@ -376,3 +394,24 @@ def test_an_unknown_worker_policy_is_a_usage_error(tmp_path):
                 "'idle'.\n") in err, err
         assert "Traceback" not in err
         assert not (cmd.home / "store").exists()
+
+
+def test_metrics_dir_is_made_for_the_workers_or_taken_from_the_environment(tmp_path, monkeypatch):
+    """``run_workers``' metrics directory: a new one in ``PROMETHEUS_MULTIPROC_DIR`` for the block, deleted
+    after it; or the one the environment names, its earlier ``*.db`` files (a previous run's counters) deleted
+    and the directory kept."""
+    from scowl.commands.serve import metrics_dir
+
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    with metrics_dir() as made:
+        assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == str(made) and made.is_dir() and not any(made.iterdir())
+        (made / "counter_1.db").write_bytes(b"x")
+    assert not made.exists() and "PROMETHEUS_MULTIPROC_DIR" not in os.environ
+    given = tmp_path / "metrics"
+    given.mkdir()
+    (given / "counter_99.db").write_bytes(b"stale")
+    (given / "notes.txt").write_text("kept")
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(given))
+    with metrics_dir() as used:
+        assert used == given and sorted(p.name for p in given.iterdir()) == ["notes.txt"]
+    assert given.is_dir() and os.environ["PROMETHEUS_MULTIPROC_DIR"] == str(given)
