@@ -55,9 +55,8 @@ path, default none).
 
 from __future__ import annotations
 
-from typing import Iterator
-
 import logging
+from typing import Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
@@ -135,7 +134,8 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     Args:
         options: the data source options (``url``, ``stream``,
-            ``maxRecordsPerBatch``, ``startingId``, ``trim``, ``failOnDataLoss``).
+            ``maxRecordsPerBatch``, ``startingId``, ``trim``,
+            ``failOnDataLoss``, ``lossFile``: module docstring).
 
     Raises:
         ValueError: a missing ``url``/``stream``, a bad ``maxRecordsPerBatch``

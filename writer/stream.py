@@ -712,4 +712,3 @@ def run_stream(
     if loss_file.exists():
         raise StreamError(loss_file.read_text(encoding="utf-8").strip())
     return StreamReport(stream_id, str(checkpoint), str(dl), list(processor.results), processor.totals())
-
