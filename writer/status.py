@@ -6,7 +6,9 @@ online-writer start time from ``sc:online`` (``compiler.algebra.storekeys.ONLINE
 field: definition hash, value: the earliest event time in ms the online path
 wrote into the state); size from one ``SCAN`` over the state keys
 ``sc:{<entity key>}:<definition hash>`` (``compiler.algebra.keys``) with
-``MEMORY USAGE`` per key.
+``MEMORY USAGE`` per key. :func:`stream_status` describes a Redis stream
+(serving's ``SCOWL_EVENT_STREAM``): entries, bytes, the append times of its
+first and last entries.
 """
 
 from __future__ import annotations
@@ -217,3 +219,55 @@ def store_status(plan: Plan, redis_url: str) -> list[StateStatus]:
     finally:
         client.close()
     return sorted(out.values(), key=lambda s: (s.features, s.definition_hash))
+
+
+@dataclass
+class StreamStatus:
+    """What a Redis stream holds (``scowl status`` with ``SCOWL_EVENT_STREAM`` set).
+
+    Attributes:
+        key: the stream.
+        entries: its length (0 when it does not exist).
+        bytes: ``MEMORY USAGE`` of the key (0 when it does not exist).
+        first_ms, last_ms: the store time (epoch ms, from the entry ids) at
+            which its first and last entries were appended; ``None`` when empty.
+        added: every entry ever appended (``XINFO STREAM`` ``entries-added``).
+    """
+
+    key: str
+    entries: int = 0
+    bytes: int = 0
+    first_ms: int | None = None
+    last_ms: int | None = None
+    added: int = 0
+
+
+def stream_status(redis_url: str, key: str) -> StreamStatus:
+    """Return what the stream ``key`` of the store at ``redis_url`` holds.
+
+    Args:
+        redis_url: the store (a cluster: any node).
+        key: the stream key.
+
+    Returns:
+        A :class:`StreamStatus` (all zero for a missing key).
+
+    Raises:
+        redis.RedisError: the store is unreachable, or ``key`` is not a stream.
+    """
+    out = StreamStatus(key)
+    client = connect(redis_url)
+    try:
+        if not client.exists(key):
+            return out
+        info = client.xinfo_stream(key)
+        out.entries = int(info.get("length", 0))
+        out.added = int(info.get("entries-added", out.entries) or 0)
+        out.bytes = int(client.memory_usage(key, samples=0) or 0)
+        for attr, entry in (("first_ms", info.get("first-entry")), ("last_ms", info.get("last-entry"))):
+            if entry:
+                eid = entry[0].decode() if isinstance(entry[0], bytes) else str(entry[0])
+                setattr(out, attr, int(eid.partition("-")[0]))
+    finally:
+        client.close()
+    return out

@@ -9,7 +9,8 @@ listing that does not depend on the terminal's width, one block per state:
       online since 2013-12-01T05:00:00.000Z
       3 keys, 12,345 bytes
 
-A state read by several features has one header line per feature; an
+With ``SCOWL_EVENT_STREAM`` set, a last block describes that stream
+(:func:`stream_lines`). A state read by several features has one header line per feature; an
 aggregate written inside a scalar feature (SPEC §2.4) is named by that
 feature and its source text, e.g. ``e.past_money: Sum(amount by a last 30 days)``.
 """
@@ -28,17 +29,22 @@ def status(directory: Path = typer.Argument(..., metavar="DIR", help="Topology d
 
     Per aggregate state: the backfilled intervals and the gaps between them,
     the earliest event time the online path (serve, stream) wrote, and the
-    number of keys and bytes. The store is SCOWL_REDIS_URL, else the embedded one under
-    SCOWL_HOME (default ./.scowl).
+    number of keys and bytes. With SCOWL_EVENT_STREAM set, also that event
+    stream's entries, bytes and append times. The store is SCOWL_REDIS_URL,
+    else the embedded one under SCOWL_HOME (default ./.scowl).
     """
+    import os
+
     import redis
 
-    from writer.status import store_status
+    from writer.status import store_status, stream_status
 
     plan = compile_topology(directory)
+    stream_key = os.environ.get("SCOWL_EVENT_STREAM") or None
     with open_store() as url:
         try:
             states = store_status(plan, url)
+            stream = stream_status(url, stream_key) if stream_key else None
         except redis.RedisError as e:
             raise UserError(f"store unavailable: {e}") from None
     console.print(f"store {redact_url(url)}: {plural(len(states), 'aggregate state')}",
@@ -47,6 +53,45 @@ def status(directory: Path = typer.Argument(..., metavar="DIR", help="Topology d
         console.print("")
         for line in state_lines(s):
             console.print(line, highlight=False)
+    if stream is not None:
+        console.print("")
+        for line in stream_lines(stream, os.environ.get("SCOWL_EVENT_STREAM_MAXLEN") or None):
+            console.print(line, highlight=False)
+
+
+def stream_lines(s, maxlen: str | None) -> list[str]:
+    """Return the lines of the event stream's block (``SCOWL_EVENT_STREAM`` set).
+
+    Args:
+        s: a ``writer.status.StreamStatus``.
+        maxlen: ``SCOWL_EVENT_STREAM_MAXLEN`` as set, or ``None``.
+
+    Returns:
+        A header naming the stream, then (indented) its entries and bytes,
+        the append times of its first and last entries, and how it is
+        trimmed, e.g.::
+
+            event stream events (SCOWL_EVENT_STREAM)
+              1,200 entries (3,400 appended in all), 245,760 bytes
+              appended 2026-12-05T10:00:00.000Z .. 2026-12-05T10:05:00.000Z
+              capped at about 1,000 entries (SCOWL_EVENT_STREAM_MAXLEN)
+    """
+    from compiler.typesystem import format_time
+
+    lines = [f"event stream {s.key} (SCOWL_EVENT_STREAM)"]
+    if s.entries == 0 and s.added == 0:
+        lines.append("  empty")
+    else:
+        lines.append(f"  {plural(s.entries, 'entry', 'entries', spec=',')} ({s.added:,} appended in all), "
+                     f"{s.bytes:,} bytes")
+        if s.first_ms is not None and s.last_ms is not None:
+            lines.append(f"  appended {format_time(s.first_ms)} .. {format_time(s.last_ms)}")
+    if maxlen:
+        shown = f"{int(maxlen):,}" if maxlen.strip().isdigit() else maxlen
+        lines.append(f"  capped at about {shown} entries (SCOWL_EVENT_STREAM_MAXLEN)")
+    else:
+        lines.append("  no cap: trimmed only by its reader (scowl stream --trim-source) or by hand")
+    return lines
 
 
 def state_lines(s) -> list[str]:

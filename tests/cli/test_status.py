@@ -103,3 +103,36 @@ def test_status_names_inline_aggregates_by_their_feature_and_text(redis_url, tmp
         "  online: never",
         "  0 keys, 0 bytes",
     ]
+
+
+def test_status_shows_the_event_stream(store_url, tmp_path):
+    """With ``SCOWL_EVENT_STREAM`` set, ``scowl status`` ends with the stream's block: entries (and all ever
+    appended), bytes, the append times of its first and last entries, and its cap; empty when it does not
+    exist. On one server and on a cluster named by one node."""
+    from writer.redisio import connect
+    from writer.status import StreamStatus, stream_status
+
+    (tmp_path / "t.scowl").write_text(TOPOLOGY)
+    assert stream_status(store_url, "ev") == StreamStatus("ev")  # no such key
+    client = connect(store_url)
+    for i in range(5):
+        client.xadd("ev", {"event": orjson.dumps({"_type": "login", "user": f"u{i}"})}, id=f"{START + i * 1000}-0")
+    client.xtrim("ev", maxlen=3, approximate=False)
+    got = stream_status(store_url, "ev")
+    assert (got.entries, got.added, got.first_ms, got.last_ms) == (3, 5, START + 2000, START + 4000)
+    assert got.bytes > 0
+    env = {**os.environ, "SCOWL_REDIS_URL": store_url, "SCOWL_EVENT_STREAM": "ev",
+           "SCOWL_EVENT_STREAM_MAXLEN": "1000", "COLUMNS": "80"}
+    r = scowl("status", str(tmp_path), env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.endswith(
+        "\nevent stream ev (SCOWL_EVENT_STREAM)\n"
+        f"  3 entries (5 appended in all), {got.bytes:,} bytes\n"
+        "  appended 2024-01-01T00:00:02.000Z .. 2024-01-01T00:00:04.000Z\n"
+        "  capped at about 1,000 entries (SCOWL_EVENT_STREAM_MAXLEN)\n"), r.stdout
+    client.delete("ev")
+    del env["SCOWL_EVENT_STREAM_MAXLEN"]
+    r = scowl("status", str(tmp_path), env=env)
+    assert r.stdout.endswith("\nevent stream ev (SCOWL_EVENT_STREAM)\n  empty\n"
+                             "  no cap: trimmed only by its reader (scowl stream --trim-source) or by hand\n"), r.stdout
+    client.close()
