@@ -26,6 +26,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from serving.responses import json_response
 
@@ -136,13 +137,40 @@ async def http_exception_handler(request: Request, exc: StarletteHTTPException) 
     if status == 404 and detail in ("", phrase):
         message = f"no such endpoint: {request.method} {request.url.path}"
     elif status == 405 and detail in ("", phrase):
-        allowed = (exc.headers or {}).get("Allow") or (exc.headers or {}).get("allow")
+        allowed = _allowed_methods(request) or (exc.headers or {}).get("Allow") or (exc.headers or {}).get("allow")
         message = f"method {request.method} not allowed on {request.url.path}"
         if allowed:
             message += f" (allowed: {allowed})"
+            exc.headers = {**{k: v for k, v in (exc.headers or {}).items() if k.lower() != "allow"}, "Allow": allowed}
     else:
         message = detail or phrase or f"HTTP {status}"
     return error_response(status, status_code_name(status), message, headers=exc.headers)
+
+
+#: The order of methods in an ``Allow`` header.
+_METHOD_ORDER = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _allowed_methods(request: Request) -> str:
+    """The methods the app answers on ``request``'s path, as an ``Allow`` header value.
+
+    Starlette's 405 names the methods of the first route matching the path
+    only, in a set's order; a path served by several routes (``GET`` and
+    ``HEAD`` of ``/health``) has them all here, in :data:`_METHOD_ORDER`:
+    each method is tried against the app's routes (``Route.matches``, what
+    the router itself asks).
+
+    Returns:
+        E.g. ``"GET, HEAD"``; ``""`` when no route answers the path.
+    """
+    router = getattr(request.app, "router", None)
+    routes = getattr(router, "routes", ())
+    allowed = []
+    for method in _METHOD_ORDER:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] == Match.FULL for route in routes):
+            allowed.append(method)
+    return ", ".join(allowed)
 
 
 def _loc(loc) -> str:

@@ -16,13 +16,13 @@ router = APIRouter(tags=["meta"])
 
 @router.get("/health", response_model=Health)
 async def health():
-    """Liveness: the process answers."""
+    """Liveness: the process answers (``GET``; ``HEAD`` for checkers that send it: the same status, no body)."""
     return json_response({"status": "ok"})
 
 
 @router.get("/ready", response_model=Health, responses={503: {"model": ErrorBody}})
 async def ready(store: StoreDep):
-    """Readiness: the store answers ``PING`` (docs/semantics.md §8).
+    """Readiness: the store answers ``PING`` (docs/semantics.md §8); ``HEAD`` gives the same status, no body.
 
     Returns:
         ``{"status": "ready"}``.
@@ -33,6 +33,12 @@ async def ready(store: StoreDep):
     if await store.ping():
         return json_response({"status": "ready"})
     raise ApiError(503, "store-unavailable", "the store does not answer PING")
+
+
+# HEAD of the probes, for health checkers that send it (uvicorn sends no body); out of the OpenAPI document,
+# where it would repeat the GET operations
+router.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
+router.add_api_route("/ready", ready, methods=["HEAD"], include_in_schema=False)
 
 
 @router.get("/topology")

@@ -161,7 +161,7 @@ def test_framework_404_and_405(redis_url):
         assert "GET" in m and r.headers["allow"] == "POST"
         r = c.post("/health")
         assert_error(r, 405, "method-not-allowed")
-        assert r.headers["allow"] == "GET"
+        assert r.headers["allow"] == "GET, HEAD"
         assert_error(c.delete("/batch"), 405, "method-not-allowed")
         assert_error(c.put("/topology"), 405, "method-not-allowed")
 
@@ -190,6 +190,9 @@ def test_store_unavailable_is_503_in_the_one_shape():
         m = assert_error(c.post("/batch", json=[EVENT, EVENT]), 503, "store-unavailable")
         assert_error(c.get("/ready"), 503, "store-unavailable")
         assert c.get("/health").json() == {"status": "ok"}
+        # HEAD, as some health checkers send it: the same status, no body
+        assert (c.head("/ready").status_code, c.head("/ready").content) == (503, b"")
+        assert (c.head("/health").status_code, c.head("/health").content) == (200, b"")
     assert m.startswith("event 0:")
 
 
