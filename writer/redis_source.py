@@ -56,6 +56,9 @@ path, default none).
 from __future__ import annotations
 
 import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -113,6 +116,78 @@ def entry_text(fields: dict) -> str:
         return ev.decode("utf-8", "replace") if isinstance(ev, bytes) else ev
     obj = {_id_text(k): _id_text(v) for k, v in fields.items()}
     return orjson.dumps(obj).decode()
+
+
+@dataclass
+class StreamExport:
+    """What :func:`export_stream` wrote.
+
+    Attributes:
+        path: the JSONL file.
+        entries: lines written (one per entry).
+        first_id, last_id: the first and last entry ids exported (``None`` when none).
+    """
+
+    path: str
+    entries: int = 0
+    first_id: str | None = None
+    last_id: str | None = None
+
+
+def export_stream(url: str, stream: str, path: str | Path) -> StreamExport:
+    """Write the entries of the Redis stream ``stream`` to ``path`` as JSONL, one event a line, in stream order.
+
+    Each line is :func:`entry_text` of an entry (its ``event`` field, what
+    serving appends with ``SCOWL_EVENT_STREAM``: the body with the resolved
+    ``_time`` in epoch ms and its ``_id``). The entries are those up to the
+    last one when the export starts (``XRANGE`` in chunks of :data:`CHUNK`),
+    so a stream still being appended to gives a consistent prefix; the file's
+    line order is the stream's, i.e. the API's arrival order, which is what
+    replay's ``_seq`` follows (SPEC §3.3, §5.8). The file is written to a
+    temporary name beside ``path`` and renamed when complete.
+
+    Args:
+        url: the store (a cluster: any node).
+        stream: the stream key.
+        path: the JSONL file to write (its directory must exist).
+
+    Returns:
+        A :class:`StreamExport`.
+
+    Raises:
+        LookupError: there is no such key in the store.
+        redis.RedisError: the store failed, or the key is not a stream
+            (``WRONGTYPE``).
+    """
+    from writer.redisio import connect
+
+    path = Path(path)
+    out = StreamExport(str(path))
+    client = connect(url)
+    try:
+        if not client.exists(stream):
+            raise LookupError(f"the store holds no stream {stream!r}")
+        top = client.xrevrange(stream, "+", "-", count=1)
+        tmp = path.with_name(f".{path.name}.part")
+        with open(tmp, "w", encoding="utf-8") as f:
+            if top:
+                end = _id_text(top[0][0])
+                lo = "-"
+                while True:
+                    got = client.xrange(stream, lo, end, count=CHUNK)
+                    for eid, fields in got:
+                        f.write(entry_text(fields).replace("\n", " ") + "\n")
+                    if got:
+                        out.entries += len(got)
+                        out.first_id = out.first_id or _id_text(got[0][0])
+                        out.last_id = _id_text(got[-1][0])
+                    if len(got) < CHUNK:
+                        break
+                    lo = "(" + _id_text(got[-1][0])
+        os.replace(tmp, path)
+    finally:
+        client.close()
+    return out
 
 
 class RedisRange(InputPartition):

@@ -13,13 +13,15 @@ import typer
 
 from scowl.common import (UserError, compile_topology, console, open_store, parse_iso_ms, plural, scowl_home,
                           start_spark)
+from scowl.inputs import resolve_inputs
 from scowl.progress import backfill_progress, job_progress
 
 
 def backfill(
     directory: Path = typer.Argument(..., metavar="DIR", help="Topology directory (its *.scowl files)."),
     events: List[str] = typer.Option(..., "--events", metavar="PATH",
-                                     help="JSONL or Parquet timeline files, globs or directories (repeatable)."),
+                                     help="JSONL or Parquet timeline files, globs or directories, or redis:KEY "
+                                     "(a Redis stream in the store) (repeatable)."),
     start: Optional[str] = typer.Option(None, metavar="ISO",
                                         help="Run window start (ISO-8601, inclusive); default the first event."),
     end: Optional[str] = typer.Option(None, metavar="ISO",
@@ -49,6 +51,7 @@ def backfill(
     start_ms = parse_iso_ms(start) if start else None
     end_ms = parse_iso_ms(end) if end else None
     with open_store() as url:
+        events = resolve_inputs(events, url)  # redis:KEY inputs exported to JSONL first (scowl.inputs)
         report = run_backfill_with_progress(p, events, url, start_ms, end_ms, master, auto=auto, force=force)
     if auto:
         print_auto_report(p, report)

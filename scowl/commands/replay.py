@@ -7,7 +7,10 @@ from typing import List, Optional
 
 import typer
 
-from scowl.common import UserError, compile_topology, console, plural, scowl_home, start_spark, writable_dir
+from scowl.common import (
+    UserError, compile_topology, console, open_store, plural, scowl_home, start_spark, writable_dir,
+)
+from scowl.inputs import resolve_inputs, stream_inputs
 from scowl.progress import job_progress, phase_progress
 
 #: Progress bar labels of the replay phases (``writer.replay``).
@@ -18,7 +21,9 @@ REPLAY_PHASES = {"read": "replay: reading events", "replay": "replay: event type
 def replay(
     directory: Path = typer.Argument(..., metavar="DIR", help="Topology directory (its *.scowl files)."),
     events: List[str] = typer.Option(..., "--events", metavar="PATH",
-                                     help="JSONL or Parquet inputs: files, globs or directories (repeatable)."),
+                                     help="JSONL or Parquet inputs: files, globs or directories, or redis:KEY "
+                                     "(a Redis stream in the store, e.g. the API's SCOWL_EVENT_STREAM) "
+                                     "(repeatable)."),
     out: Path = typer.Option(..., "--out", metavar="OUTDIR",
                              help="Output directory: one Parquet dataset per event type at OUTDIR/EVENT/."),
     types: Optional[str] = typer.Option(None, "--types", metavar="E,...",
@@ -38,7 +43,9 @@ def replay(
     at their resolution. One Parquet dataset per event type at OUTDIR/EVENT/
     with the columns _seq, _time, _id and one per feature, encoded as the API
     encodes them. Arrival order, windows and encodings: docs/semantics.md.
-    Needs no store.
+    Needs no store, unless an input is redis:KEY: that stream of the store
+    is exported to SCOWL_HOME/exports/ first and replayed in its order (the
+    API's own SCOWL_EVENT_STREAM replays to the values the API answered).
     """
     plan = compile_topology(directory)
     wanted = [t.strip() for t in types.split(",") if t.strip()] if types else None
@@ -46,6 +53,9 @@ def replay(
     if unknown:  # before Spark starts
         raise UserError(f"unknown event type(s) {', '.join(unknown)}; the topology has {', '.join(sorted(plan.events))}")
     writable_dir(out, "--out")  # before Spark: a job that cannot write fails only after all its work
+    if stream_inputs(events):  # redis:KEY inputs: exported from the store to JSONL first (scowl.inputs)
+        with open_store() as url:
+            events = resolve_inputs(events, url)
     if warm:
         rows, rejected, rejected_path = _warm_replay(directory, events, out, wanted, master)
     else:
