@@ -104,7 +104,8 @@ def run_demo(days: int = 7, console: Console | None = None, home: Path | None = 
         "history": path, "live": path}``.
 
     Raises:
-        scowl.common.UserError: the store could not be opened.
+        scowl.common.UserError: the store could not be opened, or a
+            ``SCOWL_*`` setting has a value it cannot take.
         SystemExit: the demo topology does not compile (exit 1).
     """
     from compiler import compile_dir
@@ -113,11 +114,15 @@ def run_demo(days: int = 7, console: Console | None = None, home: Path | None = 
     from scowl.embedded import free_port
     from scowl.progress import backfill_progress, job_progress
     from serving.app import create_app
-    from serving.settings import Settings
+    from serving.settings import Settings, SettingsError
     from writer.backfill import run_backfill
-    from scowl.common import start_spark
+    from scowl.common import UserError, start_spark
 
     console = console or Console()
+    try:
+        settings = Settings.load(api_keys="")  # a bad SCOWL_* value: one line, before any work
+    except SettingsError as e:
+        raise UserError(str(e)) from None
     home = Path(home) if home is not None else scowl_home()
     data = home / "demo"
     data.mkdir(parents=True, exist_ok=True)
@@ -168,7 +173,7 @@ def run_demo(days: int = 7, console: Console | None = None, home: Path | None = 
             store_client.close()
         console.print(f"backfill wrote {sum(report.rows.values()):,} tile rows; store uses {used_mb:.1f} MiB")
 
-        app = create_app(plan, Settings.load(api_keys=""), redis_url=url)
+        app = create_app(plan, settings, redis_url=url)
         responses: list[dict] = []
         with serve_in_thread(app, free_port()) as srv, httpx.Client(base_url=srv.url, timeout=60) as client:
             t = time.perf_counter()
