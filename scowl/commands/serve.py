@@ -217,7 +217,8 @@ def run_workers(config: "uvicorn.Config", policy: str = "normal") -> int | None:
     Linux, so that the kernel spreads connections over the workers);
     :func:`_supervise` runs the workers on them, sharing one metrics
     directory (:func:`metrics_dir`: ``GET /metrics`` gives the service's
-    totals on any worker); the sockets are closed on return. ``scowl serve --workers N`` calls this, and so does
+    totals on any worker); the sockets are closed on return. ``scowl serve
+    --workers N`` calls this, and so does
     ``bench/serve.py`` for its rows with several workers, so that the
     benchmark measures what the command runs.
 
