@@ -57,7 +57,7 @@ from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import (AskError, ClusterDownError, ExecAbortError, NoPermissionError, NoScriptError,
                               RedisError, ResponseError)
-from redis.exceptions import TryAgainError
+from redis.exceptions import OutOfMemoryError, TryAgainError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from compiler.algebra.script import as_function, online_min_script
@@ -132,9 +132,23 @@ def _store_errors():
     except (RedisConnectionError, RedisTimeoutError, OSError) as e:
         raise StoreUnavailable(f"store unreachable: {e}") from e
     except RedisError as e:
+        if _out_of_memory(e):
+            raise StoreUnavailable("store out of memory: it refuses writes past its maxmemory, so nothing of this "
+                                   "event was written (free memory in the store or raise its maxmemory)") from e
         raise StoreUnavailable(f"store error: {e}") from e
     except (RedisClusterException, AttributeError, TypeError) as e:
         raise _client_failure(e) from e
+
+
+def _out_of_memory(e: Exception) -> bool:
+    """Whether a store error is Valkey's ``OOM`` refusal (``maxmemory`` reached, no eviction).
+
+    A script call is refused before it runs (a function: ``deny-oom``), or
+    at its first write command (an ``EVAL`` script), so nothing was
+    written; the error then names the script's SHA and Lua line, which the
+    API's answer leaves out (``_store_errors``).
+    """
+    return isinstance(e, OutOfMemoryError) or "used memory > 'maxmemory'" in str(e)
 
 
 def _function_missing(e: ResponseError) -> bool:

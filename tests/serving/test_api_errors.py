@@ -196,6 +196,29 @@ def test_store_unavailable_is_503_in_the_one_shape():
     assert m.startswith("event 0:")
 
 
+def test_a_store_out_of_memory_is_503_and_writes_nothing(redis_url):
+    """A store past its ``maxmemory`` refuses every write: ``POST /event`` and ``/batch`` answer 503
+    ``store-unavailable`` saying so, without the script's SHA and Lua line; nothing is written; once the
+    store has room the same event is taken."""
+    store = redis.Redis.from_url(redis_url)
+    store.flushdb()
+    with client_for(LOGIN, redis_url) as c:
+        assert c.post("/event", json=EVENT).status_code == 200
+        keys = sorted(store.keys())
+        store.config_set("maxmemory", "1")
+        try:
+            for r in (c.post("/event", json={**EVENT, "user": "brad"}), c.post("/batch", json=[EVENT])):
+                m = assert_error(r, 503, "store-unavailable")
+                assert "store out of memory" in m and "nothing of this event was written" in m, m
+                assert "script" not in m and "@user" not in m, m
+            assert sorted(store.keys()) == keys
+        finally:
+            store.config_set("maxmemory", "0")
+        assert c.post("/event", json={**EVENT, "user": "brad"}).json()["features"]["n"] == 2
+    store.flushdb()
+    store.close()
+
+
 @pytest.fixture()
 def probe_client(redis_url):
     """The real app for LOGIN plus probe routes that raise what the routes never do."""
