@@ -29,16 +29,17 @@ def stream_inputs(events: Sequence[str]) -> list[str]:
     return [e[len(PREFIX):] for e in events if e.startswith(PREFIX)]
 
 
-def resolve_inputs(events: Sequence[str], url: str, home: Path | None = None) -> list[str]:
+def resolve_inputs(events: Sequence[str], url: str, home: Path | None = None, quiet: bool = False) -> list[str]:
     """``events`` with each ``redis:KEY`` replaced by a JSONL export of that stream (module docstring).
 
-    Prints one line per export: the stream, its entries and the file.
+    Prints one line per export (unless ``quiet``): the stream, its entries and the file.
 
     Args:
         events: ``--events`` items: paths, globs, directories or ``redis:KEY``.
         url: the store holding the streams.
         home: ``SCOWL_HOME`` (default :func:`scowl.common.scowl_home`); the
             exports go to ``home/exports/<key>-<UTC time>.jsonl``.
+        quiet: print nothing (``scowl.training_set`` in a notebook).
 
     Returns:
         The items, streams replaced by their files, order kept.
@@ -73,7 +74,8 @@ def resolve_inputs(events: Sequence[str], url: str, home: Path | None = None) ->
         except redis.RedisError as e:
             raise UserError(f"store unavailable: {e}") from None
         span = f" ({done.first_id} .. {done.last_id})" if done.entries else ""
-        console.print(f"exported {plural(done.entries, 'entry', 'entries', spec=',')} of {item}{span} to {path}",
-                      highlight=False)
+        if not quiet:
+            console.print(f"exported {plural(done.entries, 'entry', 'entries', spec=',')} of {item}{span} to "
+                          f"{path}", highlight=False)
         out.append(str(path))
     return out

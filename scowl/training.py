@@ -114,7 +114,10 @@ def training_set(
         topology: the topology directory (its ``*.scowl`` files, SPEC §2.1),
             or an already compiled ``compiler.plan.Plan``.
         events: the events, in arrival order: path(s), a list of dicts, a
-            ``pandas.DataFrame`` or a Spark ``DataFrame`` (module docstring).
+            ``pandas.DataFrame`` or a Spark ``DataFrame`` (module docstring);
+            a path ``"redis:KEY"`` is that Redis stream of ``SCOWL_REDIS_URL``
+            (e.g. the API's ``SCOWL_EVENT_STREAM``), exported in its order
+            to ``SCOWL_HOME/exports/`` first (``scowl.inputs``).
         spark: the session to run on. ``None``: the Spark DataFrame's own
             session if ``events`` is one, else the one ``scowl replay`` uses
             (``writer.session.get_spark``: gets the active session or creates
@@ -345,6 +348,30 @@ def _annotate(df: "DataFrame", ep: "EventPlan") -> "DataFrame":
                        else F.col(f"`{c}`") for c in df.columns])
 
 
+def _exported(paths: list) -> list:
+    """``paths`` with each ``"redis:KEY"`` replaced by a JSONL export of that stream of ``SCOWL_REDIS_URL``.
+
+    As ``scowl replay --events redis:KEY`` (``scowl.inputs``): the stream, in
+    its order, to ``SCOWL_HOME/exports/<key>-<UTC time>.jsonl``.
+
+    Raises:
+        ValueError: a ``redis:`` input without ``SCOWL_REDIS_URL``, a key
+            the store does not hold, or one that is not a stream.
+    """
+    if not any(isinstance(p, str) and p.startswith("redis:") for p in paths):
+        return paths
+    url = os.environ.get("SCOWL_REDIS_URL")
+    if not url:
+        raise ValueError("events: a redis:KEY input needs the store in SCOWL_REDIS_URL")
+    from scowl.common import UserError
+    from scowl.inputs import resolve_inputs
+
+    try:
+        return resolve_inputs([str(p) for p in paths], url, quiet=True)
+    except UserError as e:
+        raise ValueError(f"events: {e}") from None
+
+
 def _raw_events(spark: "SparkSession", events: Any) -> "tuple[DataFrame, bool]":
     """The raw event DataFrame (``writer.sources``) of any accepted form of ``events`` (module docstring).
 
@@ -365,6 +392,7 @@ def _raw_events(spark: "SparkSession", events: Any) -> "tuple[DataFrame, bool]":
     if isinstance(events, DataFrame):
         return events_from_frame(events), False
     if isinstance(events, (str, os.PathLike)):
+        events = _exported([events])[0]
         estimate_events([events])  # a file that cannot be read: a SourceError naming it, before any job
         return read_events(spark, [events], dense_seq=False), True
     try:
@@ -381,6 +409,7 @@ def _raw_events(spark: "SparkSession", events: Any) -> "tuple[DataFrame, bool]":
     if not items:
         raise ValueError("events: the list is empty")
     if all(isinstance(x, (str, os.PathLike)) for x in items):
+        items = _exported(items)
         estimate_events(items)
         return read_events(spark, items, dense_seq=False), True
     if all(isinstance(x, Mapping) for x in items):

@@ -162,3 +162,28 @@ def test_to_pandas_types(case, frames):
     # column metadata survives select / where / alias
     small = scowl.to_pandas(df.where("user = 'a'").select("at", df["since"].alias("gap")))
     assert str(small["at"].dtype) == "datetime64[ms, UTC]" and str(small["gap"].dtype) == "timedelta64[ns]"
+
+
+def test_a_redis_stream_input_equals_the_file(spark, case, redis_url, tmp_path, monkeypatch):
+    """``events="redis:KEY"``: that stream of ``SCOWL_REDIS_URL`` (entries as the API appends them: field
+    ``event``), exported in its order to ``SCOWL_HOME/exports/``, gives the file's rows; without a store URL,
+    or for a key the store does not hold, a ``ValueError`` says so before any job."""
+    import redis
+
+    from tests.e2e.store_dump import db_url
+
+    url = db_url(redis_url, 15)
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    for e in case["events"]:
+        client.xadd("ev", {"event": json.dumps(e)})
+    monkeypatch.setenv("SCOWL_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("SCOWL_REDIS_URL", raising=False)
+    with pytest.raises(ValueError, match="needs the store in SCOWL_REDIS_URL"):
+        scowl.training_set(case["topo"], "redis:ev", spark, event_type="pay")
+    monkeypatch.setenv("SCOWL_REDIS_URL", url)
+    _same(scowl.training_set(case["topo"], "redis:ev", spark, event_type="pay"), case["expected"]["pay"])
+    assert len(list((tmp_path / "home" / "exports").glob("ev-*.jsonl"))) == 1
+    with pytest.raises(ValueError, match="the store holds no key 'nope'"):
+        scowl.training_set(case["topo"], ["redis:nope"], spark, event_type="pay")
+    client.flushdb()
