@@ -118,6 +118,40 @@ def entry_text(fields: dict) -> str:
     return orjson.dumps(obj).decode()
 
 
+def behind_ms(url: str, stream: str, last_seq: int) -> int | None:
+    """How far a reader that has read up to ``last_seq`` is behind the stream's last entry, in ms of append time.
+
+    Entry ids are ``<ms>-<n>``, ``ms`` the store's clock when the entry was
+    appended, so the difference of the two ``ms`` parts is how much later
+    than the reader's last entry the newest one came in (0: caught up).
+
+    Args:
+        url: the store holding the stream.
+        stream: the stream key.
+        last_seq: :func:`entry_seq` of the last entry read.
+
+    Returns:
+        Milliseconds (>= 0), or ``None`` when the stream is empty, missing,
+        or the store does not answer (the lag is information, not a reason
+        to fail a batch).
+    """
+    import redis
+
+    from writer.redisio import connect
+
+    try:
+        client = connect(url)
+        try:
+            top = client.xrevrange(stream, "+", "-", count=1)
+        finally:
+            client.close()
+    except redis.RedisError:
+        return None
+    if not top:
+        return None
+    return max(0, entry_seq(_id_text(top[0][0])) // SEQ_SHIFT - last_seq // SEQ_SHIFT)
+
+
 @dataclass
 class StreamExport:
     """What :func:`export_stream` wrote.

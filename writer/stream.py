@@ -101,6 +101,10 @@ class BatchResult:
         skipped: state keys found already merged (a re-run after a crash).
         rerun: the batch had been started before (its record existed).
         seconds: wall time.
+        behind_ms: a ``redis:`` source's lag when the batch ended: the
+            append time of the stream's last entry less that of the batch's
+            last entry (ms; ``writer.redis_source.behind_ms``). ``None`` for a
+            ``dir:`` source or an empty batch.
     """
 
     batch_id: int
@@ -113,6 +117,7 @@ class BatchResult:
     skipped: int = 0
     rerun: bool = False
     seconds: float = 0.0
+    behind_ms: int | None = None
 
 
 @dataclass
@@ -307,6 +312,8 @@ class BatchProcessor:
         to_raw: :func:`dir_raw` or :func:`redis_raw`.
         fault: test-only fault injection (``writer.sink.merge_keys``).
         on_batch: called with each :class:`BatchResult` (progress).
+        lag: for a ``redis:`` source, called with a batch's largest ``_seq``
+            once the batch is applied; returns :attr:`BatchResult.behind_ms`.
 
     Attributes:
         id_ttl_ms: how long a claimed ``_id`` is remembered: ``SCOWL_ID_TTL_S``
@@ -315,8 +322,10 @@ class BatchProcessor:
 
     def __init__(self, plan: Plan, redis_url: str, checkpoint: Path, stream_id: str, lateness_ms: int,
                  dead_letter: Path, to_raw: Callable[[DataFrame], tuple[DataFrame, list[DataFrame]]] = redis_raw,
-                 fault: tuple[int, int, str] | None = None, on_batch: Callable[[BatchResult], None] | None = None):
+                 fault: tuple[int, int, str] | None = None, on_batch: Callable[[BatchResult], None] | None = None,
+                 lag: Callable[[int], int | None] | None = None):
         self.plan = plan
+        self.lag = lag
         self.url = redis_url
         self.records = checkpoint / "scowl" / "batches"
         self.records.mkdir(parents=True, exist_ok=True)
@@ -433,6 +442,7 @@ class BatchProcessor:
                 *[F.min(F.when(ok & ~late & (F.col("_type") == F.lit(ev)), F.col("_time_ms"))).alias(f"min_{i}")
                   for i, ev in enumerate(writers)],
                 *([] if numbered else [F.collect_set(F.struct("_file", "_block")).alias("splits")]),
+                *([F.max("_seq").alias("max_seq")] if numbered else []),
             )
             counting._jdf.queryExecution().executedPlan()  # planned here, under these settings
         # The counting job runs on the executors while this thread builds and plans the merge job
@@ -493,6 +503,8 @@ class BatchProcessor:
                     on_time.unpersist()  # persisted by _claim_ids (a no-op otherwise)
         finally:
             cached.unpersist()
+        if self.lag is not None and numbered and row["max_seq"] is not None:
+            res.behind_ms = self.lag(int(row["max_seq"]))
         res.seconds = time.perf_counter() - t0
         self.results.append(res)
         if self.on_batch is not None:
@@ -667,8 +679,14 @@ def run_stream(
     # where a redis: source says it was trimmed past the checkpoint (writer.redis_source: it then offers nothing)
     loss_file = checkpoint / "scowl" / "trimmed.txt"
     loss_file.unlink(missing_ok=True)
+    lag = None
+    if kind == "redis":
+        from writer.redis_source import behind_ms
+
+        lag_url = source_url or redis_url
+        lag = lambda seq: behind_ms(lag_url, target, seq)  # noqa: E731
     processor = BatchProcessor(plan, redis_url, checkpoint, stream_id, lateness, dl,
-                               dir_raw if kind == "dir" else redis_raw, fault=fault, on_batch=on_batch)
+                               dir_raw if kind == "dir" else redis_raw, fault=fault, on_batch=on_batch, lag=lag)
     if kind == "dir":
         reader = spark.readStream.format("text")
         if trim_source:

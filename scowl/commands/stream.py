@@ -137,9 +137,10 @@ def stream(
     def on_batch(b) -> None:
         wm = "none" if b.watermark_ms is None else format_time(b.watermark_ms)
         note = " (re-run after a restart)" if b.rerun else ""
+        behind = "" if b.behind_ms is None else f"; {b.behind_ms / 1000:,.1f}s behind the stream's last entry"
         console.print(f"batch {b.batch_id}{note}: {plural(b.events, 'event', spec=',')}, {b.late:,} late, "
                       f"{b.invalid:,} invalid, {plural(b.applied, 'key', spec=',')} merged, {b.skipped:,} already "
-                      f"merged; watermark {wm}; {b.seconds:.1f}s")
+                      f"merged; watermark {wm}; {b.seconds:.1f}s{behind}")
 
 
     with open_store() as url:

@@ -110,6 +110,7 @@ def test_trim_source_deletes_the_files_of_committed_batches(spark, plan, redis_u
     report = run_stream(spark, plan, redis_url, f"dir:{in_dir}", tmp_path / "ck", available_now=True,
                         max_files_per_trigger=1, trim_source=True)
     assert [b.events for b in report.batches] == [b.events for b in reference.report.batches]
+    assert all(b.behind_ms is None for b in report.batches)  # a dir: source has no lag to tell
     # the files of the batches committed before the last are deleted; the last batch's file waits for the next
     assert sorted(p.name for p in in_dir.iterdir()) == ["part-2.jsonl"]
     assert_same_store(dump(redis_url), reference.state, plan)
@@ -182,4 +183,25 @@ def test_reader_options_trim_and_lost_entries(redis_url, tmp_path):
     assert [row[0] for row in lenient.read(lenient.partitions({"id": ids[2]}, {"id": ids[-1]})[0])] == ids[4:]
     # the starting offset is not an entry the job read: nothing to check there
     assert RedisStreamReader({**base, "startingId": ids[1]}).latestOffset({"id": ids[1]}) == {"id": ids[-1]}
+    client.flushdb()
+
+
+def test_each_redis_batch_says_how_far_behind_the_stream_it_is(spark, plan, redis_url, tmp_path):
+    """``BatchResult.behind_ms``: the append time of the stream's last entry less that of the batch's last
+    (entry ids ``<ms>-<n>``): 30 entries a second apart, batches of 10, are 20 s, 10 s and 0 s behind; a
+    ``dir:`` batch has none; an empty or missing stream gives ``None``."""
+    from writer.redis_source import behind_ms
+
+    src = db_url(redis_url, 9)
+    client = redis.Redis.from_url(src)
+    client.flushdb()
+    assert behind_ms(src, "events", entry_seq("5-0")) is None
+    events = [e for e in make_events(80, seed=12, start_ms=START_MS) if e["_type"] == "login"][:30]
+    base = 1_800_000_000_000
+    for i, e in enumerate(events):
+        client.xadd("events", {"event": orjson.dumps(e)}, id=f"{base + i * 1000}-0")
+    report = run_stream(spark, plan, redis_url, "redis:events", tmp_path / "ck", source_url=src,
+                        available_now=True, max_events_per_batch=10)
+    assert [b.behind_ms for b in report.batches] == [20_000, 10_000, 0]
+    redis.Redis.from_url(redis_url).flushdb()
     client.flushdb()
