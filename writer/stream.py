@@ -681,10 +681,11 @@ def run_stream(
     loss_file.unlink(missing_ok=True)
     lag = None
     if kind == "redis":
+        from functools import partial
+
         from writer.redis_source import behind_ms
 
-        lag_url = source_url or redis_url
-        lag = lambda seq: behind_ms(lag_url, target, seq)  # noqa: E731
+        lag = partial(behind_ms, source_url or redis_url, target)  # called with a batch's largest _seq
     processor = BatchProcessor(plan, redis_url, checkpoint, stream_id, lateness, dl,
                                dir_raw if kind == "dir" else redis_raw, fault=fault, on_batch=on_batch, lag=lag)
     if kind == "dir":
