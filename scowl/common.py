@@ -13,6 +13,7 @@ stderr as plain text (:func:`print_error`).
 from __future__ import annotations
 
 import os
+import re
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -190,6 +191,15 @@ def open_store(home: Path | None = None) -> Iterator[str]:
         yield url
     finally:
         store.stop()
+
+
+def file_slug(text: str, default: str = "stream") -> str:
+    """``text`` as a file name part: runs of characters other than ``A-Za-z0-9_.-`` become ``_``, at most 80.
+
+    >>> file_slug("redis:events"), file_slug("dir:/tmp/in put"), file_slug("::")
+    ('redis_events', 'dir_tmp_in_put', 'stream')
+    """
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:80] or default
 
 
 def redact_url(url: str) -> str:

@@ -13,12 +13,11 @@ the training set's exact input.
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 from typing import Sequence
 
-from scowl.common import UserError, console, plural, scowl_home
+from scowl.common import UserError, console, file_slug, plural, scowl_home
 
 #: The prefix of a stream input.
 PREFIX = "redis:"
@@ -62,8 +61,7 @@ def resolve_inputs(events: Sequence[str], url: str, home: Path | None = None, qu
             raise UserError(f"--events {item}: name a stream, e.g. redis:events")
         folder = (home or scowl_home()) / "exports"
         folder.mkdir(parents=True, exist_ok=True)
-        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", key).strip("_")[:80] or "stream"
-        path = folder / f"{slug}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.jsonl"
+        path = folder / f"{file_slug(key)}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.jsonl"
         try:
             done = export_stream(url, key, path)
         except LookupError:

@@ -251,6 +251,8 @@ class Store:
         self.timeout_s = timeout_s
         self.on_mode = on_mode
         self.stream_maxlen = stream_maxlen
+        #: the cap's arguments of every XADD of :meth:`_append_events` (none without a cap)
+        self._xadd_cap: tuple = () if stream_maxlen is None else ("MAXLEN", "~", stream_maxlen)
         self.cluster: bool | None = None
         self.client: Any = None
         #: script source -> its SHA1 (one per event type and round)
@@ -910,8 +912,7 @@ class Store:
         """
         node = self._hot_node(key_slot(key.encode()))
         if node is not None:
-            cap = () if self.stream_maxlen is None else ("MAXLEN", "~", self.stream_maxlen)
-            cmds: list[tuple] = [("XADD", key, *cap, "*", "event", text) for text in texts]
+            cmds: list[tuple] = [("XADD", key, *self._xadd_cap, "*", "event", text) for text in texts]
             if len(cmds) > 1:
                 cmds = [("MULTI",), *cmds, ("EXEC",)]
             replies = await self._on_node(node, cmds)

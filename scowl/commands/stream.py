@@ -15,8 +15,8 @@ from typing import Optional
 import typer
 
 from scowl.common import (
-    UserError, check_store, compile_topology, console, open_store, plural, redact_url, scowl_home, start_spark,
-    writable_dir,
+    UserError, check_store, compile_topology, console, file_slug, open_store, plural, redact_url, scowl_home,
+    start_spark, writable_dir,
 )
 from scowl.signals import signals_request_stop
 
@@ -66,8 +66,7 @@ def _fault() -> tuple[int, int, str] | None:
 
 
 def _default_checkpoint(source: str) -> Path:
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", source).strip("_")[:80] or "stream"
-    return scowl_home() / "checkpoints" / slug
+    return scowl_home() / "checkpoints" / file_slug(source)
 
 
 def stream(

@@ -34,6 +34,19 @@ from writer.redis_source import RedisStreamReader, TrimmedPastCheckpoint, entry_
 from writer.stream import StreamError, run_stream
 
 
+def _source(redis_url: str, db: int) -> tuple[str, redis.Redis]:
+    """A flushed database ``db`` of the test store for a source stream: its URL and a client."""
+    src = db_url(redis_url, db)
+    client = redis.Redis.from_url(src)
+    client.flushdb()
+    return src, client
+
+
+def _logins(n: int, seed: int) -> list[dict]:
+    """The ``login`` events among ``make_events(n, seed)`` (the source streams' events)."""
+    return [e for e in make_events(n, seed=seed, start_ms=START_MS) if e["_type"] == "login"]
+
+
 def _append(client: redis.Redis, key: str, events: list[dict]) -> list[str]:
     """XADD each event's JSON as the entry's ``event`` field; return the entry ids in order."""
     pipe = client.pipeline(transaction=False)
@@ -47,9 +60,7 @@ def _ids(client: redis.Redis, key: str) -> list[str]:
 
 
 def test_trim_source_deletes_committed_entries_and_keeps_the_state(spark, plan, redis_url, reference, tmp_path):
-    src = db_url(redis_url, 3)
-    client = redis.Redis.from_url(src)
-    client.flushdb()
+    src, client = _source(redis_url, 3)
     history = reference.history
     cut = 2 * LINES
     first = _append(client, "events", history[:cut])
@@ -71,10 +82,8 @@ def test_trim_source_deletes_committed_entries_and_keeps_the_state(spark, plan, 
 
 
 def test_stream_trimmed_past_the_checkpoint_stops_unless_skip_trimmed(spark, plan, redis_url, tmp_path):
-    src = db_url(redis_url, 4)
-    client = redis.Redis.from_url(src)
-    client.flushdb()
-    events = [e for e in make_events(60, seed=5, start_ms=START_MS) if e["_type"] == "login"]
+    src, client = _source(redis_url, 4)
+    events = _logins(60, 5)
     first = _append(client, "events", events[:20])
     run_stream(spark, plan, redis_url, "redis:events", tmp_path / "ck", source_url=src, available_now=True)
     # the job has read up to first[-1]; a producer's trim (MAXLEN) drops it and 5 entries written after it
@@ -129,10 +138,8 @@ def test_cli_refuses_skip_trimmed_on_a_directory(tmp_path):
 
 
 def test_cli_on_a_stream_trimmed_past_its_checkpoint_says_so_in_one_line(spark, plan, redis_url, tmp_path):
-    src = db_url(redis_url, 6)
-    client = redis.Redis.from_url(src)
-    client.flushdb()
-    events = [e for e in make_events(40, seed=9, start_ms=START_MS) if e["_type"] == "login"]
+    src, client = _source(redis_url, 6)
+    events = _logins(40, 9)
     first = _append(client, "events", events[:10])
     run_stream(spark, plan, db_url(redis_url, 7), "redis:events", tmp_path / "ck", source_url=src, available_now=True)
     _append(client, "events", events[10:])
@@ -155,9 +162,7 @@ def test_cli_on_a_stream_trimmed_past_its_checkpoint_says_so_in_one_line(spark, 
 
 
 def test_reader_options_trim_and_lost_entries(redis_url, tmp_path):
-    src = db_url(redis_url, 8)
-    client = redis.Redis.from_url(src)
-    client.flushdb()
+    src, client = _source(redis_url, 8)
     ids = _append(client, "s", [{"_type": "login", "i": i} for i in range(6)])
     base = {"url": src, "stream": "s"}
     with pytest.raises(ValueError, match="trim must be true or false"):
@@ -192,11 +197,9 @@ def test_each_redis_batch_says_how_far_behind_the_stream_it_is(spark, plan, redi
     ``dir:`` batch has none; an empty or missing stream gives ``None``."""
     from writer.redis_source import behind_ms
 
-    src = db_url(redis_url, 9)
-    client = redis.Redis.from_url(src)
-    client.flushdb()
+    src, client = _source(redis_url, 9)
     assert behind_ms(src, "events", entry_seq("5-0")) is None
-    events = [e for e in make_events(80, seed=12, start_ms=START_MS) if e["_type"] == "login"][:30]
+    events = _logins(80, 12)[:30]
     base = 1_800_000_000_000
     for i, e in enumerate(events):
         client.xadd("events", {"event": orjson.dumps(e)}, id=f"{base + i * 1000}-0")
