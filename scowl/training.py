@@ -358,13 +358,14 @@ def _exported(paths: list) -> list:
         ValueError: a ``redis:`` input without ``SCOWL_REDIS_URL``, a key
             the store does not hold, or one that is not a stream.
     """
-    if not any(isinstance(p, str) and p.startswith("redis:") for p in paths):
+    from scowl.common import UserError
+    from scowl.inputs import resolve_inputs, stream_inputs
+
+    if not stream_inputs([p for p in paths if isinstance(p, str)]):
         return paths
     url = os.environ.get("SCOWL_REDIS_URL")
     if not url:
         raise ValueError("events: a redis:KEY input needs the store in SCOWL_REDIS_URL")
-    from scowl.common import UserError
-    from scowl.inputs import resolve_inputs
 
     try:
         return resolve_inputs([str(p) for p in paths], url, quiet=True)

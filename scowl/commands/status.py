@@ -33,14 +33,17 @@ def status(directory: Path = typer.Argument(..., metavar="DIR", help="Topology d
     stream's entries, bytes and append times. The store is SCOWL_REDIS_URL,
     else the embedded one under SCOWL_HOME (default ./.scowl).
     """
-    import os
-
     import redis
 
+    from serving.settings import Settings, SettingsError
     from writer.status import store_status, stream_status
 
     plan = compile_topology(directory)
-    stream_key = os.environ.get("SCOWL_EVENT_STREAM") or None
+    try:
+        settings = Settings.load()  # SCOWL_EVENT_STREAM and its cap, read as the API reads them
+    except SettingsError as e:
+        raise UserError(str(e)) from None
+    stream_key = settings.event_stream or None
     with open_store() as url:
         try:
             states = store_status(plan, url)
@@ -55,16 +58,16 @@ def status(directory: Path = typer.Argument(..., metavar="DIR", help="Topology d
             console.print(line, highlight=False)
     if stream is not None:
         console.print("")
-        for line in stream_lines(stream, os.environ.get("SCOWL_EVENT_STREAM_MAXLEN") or None):
+        for line in stream_lines(stream, settings.event_stream_maxlen):
             console.print(line, highlight=False)
 
 
-def stream_lines(s, maxlen: str | None) -> list[str]:
+def stream_lines(s, maxlen: int | None) -> list[str]:
     """Return the lines of the event stream's block (``SCOWL_EVENT_STREAM`` set).
 
     Args:
         s: a ``writer.status.StreamStatus``.
-        maxlen: ``SCOWL_EVENT_STREAM_MAXLEN`` as set, or ``None``.
+        maxlen: ``SCOWL_EVENT_STREAM_MAXLEN`` (``serving.settings.Settings``), or ``None``.
 
     Returns:
         A header naming the stream, then (indented) its entries and bytes,
@@ -87,8 +90,7 @@ def stream_lines(s, maxlen: str | None) -> list[str]:
         if s.first_ms is not None and s.last_ms is not None:
             lines.append(f"  appended {format_time(s.first_ms)} .. {format_time(s.last_ms)}")
     if maxlen:
-        shown = f"{int(maxlen):,}" if maxlen.strip().isdigit() else maxlen
-        lines.append(f"  capped at about {shown} entries (SCOWL_EVENT_STREAM_MAXLEN)")
+        lines.append(f"  capped at about {maxlen:,} entries (SCOWL_EVENT_STREAM_MAXLEN)")
     else:
         lines.append("  no cap: trimmed only by its reader (scowl stream --trim-source) or by hand")
     return lines
