@@ -18,6 +18,7 @@ from serving.deps import ApiKeys
 from serving.errors import install_error_handlers
 from serving.evaluate import Evaluator, OnlineStarts
 from serving.fastpath import ScowlAPI
+from serving.metrics import set_build_info
 from serving.openapi import install_event_schemas
 from serving.routes import events, meta
 from serving.settings import Settings
@@ -73,7 +74,9 @@ def create_app(plan: Plan, settings: Settings | None = None, redis_url: str | No
         finally:
             await store.close()
 
-    app = ScowlAPI(title="scowl", version="0.1.0", lifespan=lifespan)
+    version = _version()
+    set_build_info(version, plan.dumps() + b"\n")  # what `scowl plan DIR --json` prints
+    app = ScowlAPI(title="scowl", version=version, lifespan=lifespan)
     app.state.plan = plan
     app.state.settings = settings
     #: the store's URL (the embedded server's when the CLI passed one): for pages that read the store directly
@@ -84,6 +87,16 @@ def create_app(plan: Plan, settings: Settings | None = None, redis_url: str | No
     app.include_router(meta.router)
     install_event_schemas(app, plan)
     return app
+
+
+def _version() -> str:
+    """scowl's installed version (``importlib.metadata``), or ``"0+unknown"`` when it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("scowl")
+    except PackageNotFoundError:
+        return "0+unknown"
 
 
 def freeze_heap() -> None:

@@ -28,6 +28,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from serving.metrics import count_error
 from serving.responses import json_response
 
 #: Stable codes for the statuses the framework raises by itself; any other
@@ -83,8 +84,10 @@ def error_response(status: int, code: str, message: str, headers: dict[str, str]
         headers: extra response headers (e.g. ``Allow`` on a 405).
 
     Returns:
-        An ``application/json`` response with body :func:`error_body`.
+        An ``application/json`` response with body :func:`error_body`,
+        counted in ``scowl_error_responses_total`` (``serving.metrics``).
     """
+    count_error(status, code)
     resp = json_response(error_body(code, message), status_code=status)
     if headers:
         resp.headers.update(headers)

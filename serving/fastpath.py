@@ -25,6 +25,7 @@ from fastapi import FastAPI
 from serving.deps import OPEN_PATHS, parse_flag
 from serving.errors import ApiError, error_body
 from serving.evaluate import BadEvent
+from serving.metrics import count_error
 from serving.routes.events import _process, _select
 
 logger = logging.getLogger("scowl.serving")
@@ -82,6 +83,7 @@ class ScowlAPI(FastAPI):
             if settings is not None and settings.auth_all and scope["path"] not in OPEN_PATHS \
                     and not self._self_checked(scope["path"]) \
                     and not self.state.api_keys.accepts(_header(scope, b"x-api-key")):
+                count_error(401, "unauthorized")
                 await _answer(send, 401, error_body("unauthorized", "missing or wrong x-api-key header"))
                 return
         await super().__call__(scope, receive, send)
@@ -109,6 +111,8 @@ class ScowlAPI(FastAPI):
         except Exception:  # noqa: BLE001 - the API answers every failure in its error shape
             logger.exception("POST /event failed")
             status, payload = 500, error_body("internal-error", "internal server error")
+        if status != 200:
+            count_error(status, payload["error"]["code"])
         await _answer(send, status, payload)
 
     async def _event(self, scope, receive) -> dict:

@@ -12,9 +12,10 @@ workers scraped as 37, 23, 37, 23, ...: counters that seemed to go back).
 
 from __future__ import annotations
 
+import hashlib
 import os
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -37,6 +38,58 @@ EVENT_LATENCY = Histogram(
     buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5),
     registry=REGISTRY,
 )
+
+ERROR_RESPONSES = Counter(
+    "scowl_error_responses", "Requests answered with the error body (SPEC §4), by HTTP status and error code "
+    "(bad input 4xx, store-unavailable 503, ...).", ["status", "code"], registry=REGISTRY)
+FEATURE_ERRORS = Counter(
+    "scowl_feature_errors", "Features answered with an error (the response's errors: a missing required input, a "
+    "value of the wrong type, ...), by event type and feature; recorded events only, as scowl_events_total.",
+    ["event_type", "feature"], registry=REGISTRY)
+BUILD_INFO = Gauge(
+    "scowl_build_info", "1, labelled with the scowl version and the served plan's digest (the first 16 hex digits "
+    "of the SHA-256 of what `scowl plan DIR --json` prints): workers of one deploy show one digest.", ["version", "plan"], registry=REGISTRY,
+    multiprocess_mode="max")
+
+
+def count_error(status: int, code: str) -> None:
+    """Count one error response in ``scowl_error_responses_total`` (every path that answers the error body calls it).
+
+    Args:
+        status: the HTTP status answered (e.g. 400, 503).
+        code: the body's error code (``malformed-json``, ``store-unavailable``, ...).
+    """
+    ERROR_RESPONSES.labels(str(status), code).inc()
+
+
+def count_feature_errors(event_type: str, resp: dict) -> None:
+    """Count the features of one recorded event's response that carry an error (``scowl_feature_errors_total``).
+
+    Args:
+        event_type: the event's type.
+        resp: the evaluator's response; its ``errors`` (feature -> message,
+            present only when non-empty, SPEC §3.5) are counted.
+    """
+    errors = resp.get("errors")
+    if errors:
+        for name in errors:
+            FEATURE_ERRORS.labels(event_type, name).inc()
+
+
+def set_build_info(version: str, plan_json: bytes) -> None:
+    """Set ``scowl_build_info{version, plan}`` to 1 for this process's served plan.
+
+    Args:
+        version: scowl's version (``importlib.metadata``).
+        plan_json: the bytes ``scowl plan DIR --json`` prints for the served
+            plan (``compiler.plan.Plan.dumps`` and a newline); the first 16
+            hex digits of their SHA-256 label the gauge, so
+            ``scowl plan DIR --json | sha256sum`` tells which topology a
+            process serves.
+    """
+    BUILD_INFO.clear()  # one served plan per process: an app built again (tests, the explorer) replaces it
+    BUILD_INFO.labels(version, hashlib.sha256(plan_json).hexdigest()[:16]).set(1)
+
 
 #: The ``Content-Type`` of :func:`exposition`'s text.
 CONTENT_TYPE = CONTENT_TYPE_LATEST

@@ -20,7 +20,7 @@ from serving.responses import json_response
 from serving.deps import ApiKey, DryRunFlag, EvaluatorDep, ExplainFlag, ExportsFlag, FeaturesFlag
 from serving.errors import ApiError
 from serving.evaluate import BadEvent, BatchInterrupted
-from serving.metrics import DRY_RUNS, EVENT_LATENCY, EVENTS, STORE_ERRORS
+from serving.metrics import DRY_RUNS, EVENT_LATENCY, EVENTS, STORE_ERRORS, count_feature_errors
 from serving.schemas import ErrorBody, EventResponse
 from serving.store import StoreUnavailable
 
@@ -101,6 +101,7 @@ async def _process(evaluator, body, parsed, dry_run: bool = False, explain: bool
     else:
         EVENTS.labels(parsed[0].name).inc()
         EVENT_LATENCY.labels(parsed[0].name).observe(time.perf_counter() - start)
+        count_feature_errors(parsed[0].name, resp)
     return resp
 
 
@@ -179,6 +180,7 @@ async def post_batch(request: Request, evaluator: EvaluatorDep, features: Featur
                 EVENTS.labels(name).inc()
                 EVENT_LATENCY.labels(name).observe(now - last)  # the event's share of the batch's time
                 last = now
+                count_feature_errors(name, resp)
             out.append(_select(resp, features, exports))
     except BatchInterrupted as e:
         STORE_ERRORS.inc()

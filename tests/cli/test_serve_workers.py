@@ -13,11 +13,13 @@ connection for the stopped one: then it is closed and another is tried.
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -26,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from scowl.embedded import free_port
-from tests.cli.test_signals import Command, group, live_processes, proc_stat, running, wait_for
+from tests.cli.test_signals import ROOT, Command, group, live_processes, proc_stat, running, wait_for
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -199,13 +201,20 @@ def test_workers_share_one_store_and_stop_gracefully(tmp_path, monkeypatch):
             assert (feats["departures_1h"], feats["miles_tail_30d"]) == (k, k * DISTANCE), (k, w, feats)
         assert set(served) == set(pids)
         assert workers(cmd.proc.pid) == pids  # none was replaced
-        # GET /metrics gives the service's totals on either worker (a shared multiprocess directory)
+        # GET /metrics gives the service's totals on either worker (a shared multiprocess directory); its
+        # build info names the plan as `scowl plan DIR --json | sha256sum` does
+        shown = subprocess.run([sys.executable, "-m", "scowl", "plan", "examples/flights", "--json"],
+                               capture_output=True, cwd=ROOT, timeout=120, check=True).stdout
+        digest = hashlib.sha256(shown).hexdigest()[:16]
         for w in pids:
             conn = connect_to(w, [p for p in pids if p != w], port)
             conn.request("GET", "/metrics")
             text = conn.getresponse().read().decode()
             conn.close()
             assert 'scowl_events_total{event_type="departure"} 6.0' in text.splitlines(), (w, text)
+            # both workers serve one plan: one build-info sample (the workers' maximum), not one per worker
+            info = [line for line in text.splitlines() if line.startswith("scowl_build_info{")]
+            assert len(info) == 1 and info[0].endswith(" 1.0") and f'plan="{digest}"' in info[0], (w, info, digest)
         metrics = {environ(w).get("PROMETHEUS_MULTIPROC_DIR") for w in pids}
         assert len(metrics) == 1 and None not in metrics, metrics
         metrics_dir = Path(metrics.pop())
