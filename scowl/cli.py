@@ -23,6 +23,7 @@ import typer
 from typer.core import TyperCommand
 
 from scowl.commands import backfill, check, demo, plan, replay, serve, status, stream, warm
+from scowl.commands import init as init_command
 from scowl.commands import explain as explain_command
 from scowl.commands import ui as ui_command
 from scowl.common import EXIT_USER_ERROR, UserError, console, print_error
@@ -112,6 +113,7 @@ app = typer.Typer(
 
 #: The commands in the order ``scowl --help`` lists them (the order of a first session).
 COMMANDS = (
+    ("init", init_command.init),
     ("check", check.check),
     ("plan", plan.plan),
     ("explain", explain_command.explain),
