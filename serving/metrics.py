@@ -48,12 +48,12 @@ FEATURE_ERRORS = Counter(
     ["event_type", "feature"], registry=REGISTRY)
 BUILD_INFO = Gauge(
     "scowl_build_info", "1, labelled with the scowl version and the served plan's digest (the first 16 hex digits "
-    "of the SHA-256 of what `scowl plan DIR --json` prints): workers of one deploy show one digest.", ["version", "plan"], registry=REGISTRY,
-    multiprocess_mode="max")
+    "of the SHA-256 of what `scowl plan DIR --json` prints): workers of one deploy show one digest.",
+    ["version", "plan"], registry=REGISTRY, multiprocess_mode="max")
 
 
 def count_error(status: int, code: str) -> None:
-    """Count one error response in ``scowl_error_responses_total`` (every path that answers the error body calls it).
+    """Count one error response in ``scowl_error_responses_total`` (each path that answers the error body calls it).
 
     Args:
         status: the HTTP status answered (e.g. 400, 503).

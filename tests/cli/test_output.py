@@ -98,8 +98,8 @@ def test_plan_of_the_demo_topology_is_not_cut():
     assert "2592000s" not in r.stdout and "…" not in r.stdout
 
 
-@pytest.mark.parametrize("command", ["", "check", "plan", "backfill", "serve", "stream", "replay", "status", "demo",
-                                     "warm"])
+@pytest.mark.parametrize("command", ["", "init", "check", "plan", "backfill", "serve", "stream", "replay", "status",
+                                     "demo", "warm"])
 def test_help_reads_cleanly_at_80_columns(command: str):
     """No type placeholders (<bool>, <path>, {DIR}), no boxes; every line fits 80 columns; metavars name the values."""
     r = scowl(*([command] if command else []), "--help", env=NARROW)
