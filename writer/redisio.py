@@ -20,6 +20,7 @@ No pyspark import here: executors import this module.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable
 
 import hiredis
@@ -34,6 +35,15 @@ from redis.exceptions import (
     NoScriptError,
     TryAgainError,
 )
+
+#: The store errors a job waits out rather than failing at once (``scowl stream --store-retry``): redis-py's
+#: connection and timeout errors (``BusyLoadingError``: a server still loading its data after a restart), a
+#: replica that takes no writes during a failover (``READONLY``), a cluster that is down, has no primary for a
+#: slot or is moving one (``CLUSTERDOWN``, ``MASTERDOWN``, ``TRYAGAIN``).
+OUTAGE_ERRORS: tuple[str, ...] = ("ConnectionError", "TimeoutError", "BusyLoadingError", "ReadOnlyError",
+                                  "ClusterDownError", "MasterDownError", "TryAgainError")
+#: One of :data:`OUTAGE_ERRORS` as a Python traceback names it (in the text of a Spark job's failure).
+_OUTAGE_LINE = re.compile(r"redis\.exceptions\.(%s): ?([^\n]*)" % "|".join(OUTAGE_ERRORS))
 
 #: URL -> whether it names a cluster node (one ``INFO`` per URL and process).
 _MODE: dict[str, bool] = {}
@@ -85,6 +95,37 @@ class HiredisPacker:
             except TypeError:
                 pass
         return self._fallback.pack(*args)
+
+
+def store_outage(error: BaseException) -> str | None:
+    """Whether ``error`` is the store being unavailable for a while, and which error says so.
+
+    Raised on the driver, ``error`` (or an exception it was raised from) is
+    one of redis-py's :data:`OUTAGE_ERRORS`; raised in a Spark task, the
+    job's error (a ``Py4JJavaError`` or PySpark's ``PythonException``) quotes
+    the task's Python traceback, whose last line of such an error counts.
+
+    Args:
+        error: what a job or a store call raised.
+
+    Returns:
+        ``"<ErrorName>: <its message's first line>"``, or ``None`` for any
+        other error (a script error, a bug, a full store: ``OOM`` is not
+        waited out, it needs someone to act).
+    """
+    seen: set[int] = set()
+    e: BaseException | None = error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, redis.RedisError) and type(e).__name__ in OUTAGE_ERRORS:
+            lines = str(e).strip().splitlines()
+            return f"{type(e).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+        e = e.__cause__ or e.__context__
+    found = _OUTAGE_LINE.findall(str(error))
+    if found:
+        name, message = found[-1]
+        return f"{name}: {message.strip()}".rstrip(": ")
+    return None
 
 
 def connect(url: str, socket_timeout: float = 60.0) -> redis.Redis | redis.RedisCluster:

@@ -59,6 +59,7 @@ an API that appends its own events to the source stream (serving's
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -74,6 +75,7 @@ from pyspark.sql import functions as F
 from compiler.algebra.storekeys import DEFAULT_ID_TTL_S
 from compiler.plan import Plan, StateSpec
 from writer.session import memo_column, restart_lambda_names, without_adaptive, without_codegen
+from writer.redisio import store_outage
 from writer.sink import claim_ids, merge_keys, merge_params
 from writer.sources import envelope_columns, event_id, mark_repeated_ids, valid
 from writer.features import batch_features
@@ -105,6 +107,8 @@ class BatchResult:
             append time of the stream's last entry less that of the batch's
             last entry (ms; ``writer.redis_source.behind_ms``). ``None`` for a
             ``dir:`` source or an empty batch.
+        retries: times the batch was run again after the store was
+            unavailable (:class:`StoreRetry`); 0 for most.
     """
 
     batch_id: int
@@ -118,6 +122,37 @@ class BatchResult:
     rerun: bool = False
     seconds: float = 0.0
     behind_ms: int | None = None
+    retries: int = 0
+
+
+#: Seconds a micro-batch waits out an unavailable store before the job stops (``scowl stream --store-retry``).
+DEFAULT_STORE_RETRY_S = 300.0
+#: The first wait before a batch is run again after a store outage, in seconds; each next one doubles, up to
+#: :data:`RETRY_MAX_WAIT_S`.
+RETRY_FIRST_WAIT_S = 1.0
+RETRY_MAX_WAIT_S = 30.0
+
+
+@dataclass(frozen=True)
+class StoreRetry:
+    """A micro-batch about to run again because the store was unavailable (``on_retry`` of :func:`run_stream`).
+
+    Attributes:
+        batch_id: the batch.
+        attempt: 1 for the first retry, 2 for the next, ...
+        wait_s: seconds until it runs again.
+        error: the store's error (``writer.redisio.store_outage``), e.g.
+            ``"ConnectionError: Error 111 connecting to 127.0.0.1:6379. Connection refused."``.
+        waited_s: seconds since the batch first failed so.
+        budget_s: seconds after the first failure at which the job stops instead.
+    """
+
+    batch_id: int
+    attempt: int
+    wait_s: float
+    error: str
+    waited_s: float
+    budget_s: float
 
 
 @dataclass
@@ -314,18 +349,30 @@ class BatchProcessor:
         on_batch: called with each :class:`BatchResult` (progress).
         lag: for a ``redis:`` source, called with a batch's largest ``_seq``
             once the batch is applied; returns :attr:`BatchResult.behind_ms`.
+        store_retry_s: how long a batch waits out an unavailable store
+            (``writer.redisio.store_outage``) by running again, in seconds
+            from its first such failure; 0: it fails at once.
+        on_retry: called with a :class:`StoreRetry` before each such wait.
 
     Attributes:
         id_ttl_ms: how long a claimed ``_id`` is remembered: ``SCOWL_ID_TTL_S``
             (the API's setting, default ``storekeys.DEFAULT_ID_TTL_S``), in ms.
+        stopping: set when the job is being stopped: a batch waiting out a
+            store outage stops waiting and fails (it is redone on restart).
     """
 
     def __init__(self, plan: Plan, redis_url: str, checkpoint: Path, stream_id: str, lateness_ms: int,
                  dead_letter: Path, to_raw: Callable[[DataFrame], tuple[DataFrame, list[DataFrame]]] = redis_raw,
                  fault: tuple[int, int, str] | None = None, on_batch: Callable[[BatchResult], None] | None = None,
-                 lag: Callable[[int], int | None] | None = None):
+                 lag: Callable[[int], int | None] | None = None, store_retry_s: float = DEFAULT_STORE_RETRY_S,
+                 on_retry: Callable[[StoreRetry], None] | None = None):
         self.plan = plan
         self.lag = lag
+        self.store_retry_s = store_retry_s
+        self.on_retry = on_retry
+        self.stopping = threading.Event()
+        self._retries = 0  # of the batch being processed
+        self._rerun: bool | None = None  # whether it had been started before its first attempt here
         self.url = redis_url
         self.records = checkpoint / "scowl" / "batches"
         self.records.mkdir(parents=True, exist_ok=True)
@@ -379,13 +426,52 @@ class BatchProcessor:
             restart_lambda_names(batch.sparkSession)
             raw, persisted = self.to_raw(batch)
             try:
-                self.process(raw, batch_id)
+                self._process_waiting_out_outages(raw, batch_id)
             finally:
                 for df in persisted:
                     df.unpersist()
         except BaseException as e:
             self.error = e
             raise
+
+    def _process_waiting_out_outages(self, raw: DataFrame, batch_id: int) -> BatchResult:
+        """:meth:`process`, run again while the store is unavailable, for up to :attr:`store_retry_s`.
+
+        A store that restarts, fails over or is briefly unreachable makes a
+        batch fail wherever it touches the store (the driver's calls, or a
+        Spark task's merges). :meth:`process` is safe to run again with the
+        same batch (keys already merged are skipped by their batch-id guard,
+        SPEC §5.7), so the batch waits 1, 2, 4, ... seconds (at most
+        :data:`RETRY_MAX_WAIT_S`) and runs again, calling :attr:`on_retry`
+        before each wait; any other error, a stop request (:attr:`stopping`)
+        or a store still unavailable :attr:`store_retry_s` seconds after the
+        batch's first failure raises.
+
+        Source: the retry-with-backoff of Kafka Connect sinks
+        (``errors.retry.timeout``) and Flink's restart strategies, inside the
+        batch so that the query keeps its offsets.
+        """
+        first: float | None = None
+        wait = RETRY_FIRST_WAIT_S
+        self._retries = 0
+        self._rerun = self.record(batch_id) is not None  # a retry finds the record its first attempt wrote
+        while True:
+            try:
+                return self.process(raw, batch_id)
+            except Exception as e:
+                outage = store_outage(e)
+                now = time.monotonic()
+                first = now if first is None else first
+                left = first + self.store_retry_s - now
+                if outage is None or left <= 0 or self.stopping.is_set():
+                    raise
+                pause = min(wait, left)
+                self._retries += 1
+                if self.on_retry is not None:
+                    self.on_retry(StoreRetry(batch_id, self._retries, pause, outage, now - first, self.store_retry_s))
+                if self.stopping.wait(pause):
+                    raise
+                wait = min(wait * 2, RETRY_MAX_WAIT_S)
 
     def process(self, raw: DataFrame, batch_id: int) -> BatchResult:
         """Process one batch of raw events (``_type``, ``_time_ms``, ``_seq``, ``_raw``).
@@ -465,7 +551,8 @@ class BatchProcessor:
         raw = numbered_by(row["splits"] if not numbered else [])
         earliest = {ev: row[f"min_{i}"] for i, ev in enumerate(writers) if row[f"min_{i}"] is not None}
         res = BatchResult(batch_id, events=row["valid"] - row["late"], late=row["late"],
-                          invalid=row["n"] - row["valid"], watermark_ms=wm, rerun=rec is not None)
+                          invalid=row["n"] - row["valid"], watermark_ms=wm,
+                          rerun=rec is not None if self._rerun is None else self._rerun, retries=self._retries)
         if rec is None:
             prev = self.previous(batch_id)
             seen = [x for x in (row["max_t"], prev and prev["max_time_ms"]) if x is not None]
@@ -613,6 +700,8 @@ def run_stream(
     fault: tuple[int, int, str] | None = None,
     on_batch: Callable[[BatchResult], None] | None = None,
     stop_requested: Callable[[], bool] | None = None,
+    store_retry_s: float = DEFAULT_STORE_RETRY_S,
+    on_retry: Callable[[StoreRetry], None] | None = None,
 ) -> StreamReport:
     """Run the stream job until its source is drained (``available_now``) or it is interrupted.
 
@@ -647,6 +736,13 @@ def run_stream(
         stop_requested: polled about once a second while the query runs; when
             it returns true the query is stopped and the report returned, as
             on ``KeyboardInterrupt`` (``scowl stream`` sets it on SIGINT, SIGTERM and SIGHUP).
+        store_retry_s: how long a micro-batch waits out an unavailable store
+            (connection refused or lost, timeouts, a server loading its data,
+            a failover: ``writer.redisio.store_outage``), running again with
+            growing pauses, before the job stops (seconds from the batch's
+            first such failure; 0: stop at once). Re-running a batch merges
+            nothing twice (SPEC §5.7).
+        on_retry: called with a :class:`StoreRetry` before each such pause.
 
     Returns:
         A :class:`StreamReport`.
@@ -654,8 +750,9 @@ def run_stream(
     Raises:
         StreamError: bad source or options, a checkpoint of another source,
             a plan with staged aggregates, a ``redis:`` stream trimmed past
-            the checkpoint (unless ``skip_trimmed``), or a failed batch (the
-            message names the cause; the query stops and can be restarted).
+            the checkpoint (unless ``skip_trimmed``), a store still unavailable
+            after ``store_retry_s``, or a failed batch (the message names the
+            cause; the query stops and can be restarted).
 
     Source: SPEC §5.7.
     """
@@ -665,6 +762,8 @@ def run_stream(
         raise StreamError("--allowed-lateness must be >= 0")
     if skip_trimmed and kind != "redis":
         raise StreamError("--skip-trimmed applies to a redis: source only")
+    if store_retry_s < 0:
+        raise StreamError("--store-retry must be >= 0")
     if kind == "dir":
         path = Path(target).absolute()
         if not path.is_dir():
@@ -687,7 +786,8 @@ def run_stream(
 
         lag = partial(behind_ms, source_url or redis_url, target)  # called with a batch's largest _seq
     processor = BatchProcessor(plan, redis_url, checkpoint, stream_id, lateness, dl,
-                               dir_raw if kind == "dir" else redis_raw, fault=fault, on_batch=on_batch, lag=lag)
+                               dir_raw if kind == "dir" else redis_raw, fault=fault, on_batch=on_batch, lag=lag,
+                               store_retry_s=store_retry_s, on_retry=on_retry)
     if kind == "dir":
         reader = spark.readStream.format("text")
         if trim_source:
@@ -718,13 +818,21 @@ def run_stream(
         # raised inside one can leave the gateway connection unusable for query.stop())
         while not query.awaitTermination(1):
             if (stop_requested is not None and stop_requested()) or loss_file.exists():
+                processor.stopping.set()  # a batch waiting out a store outage stops waiting
                 query.stop()
                 break
     except KeyboardInterrupt:
+        processor.stopping.set()
         query.stop()
     except Exception as e:
+        processor.stopping.set()
         query.stop()
         cause = processor.error if processor.error is not None else e
+        outage = store_outage(cause)
+        if outage is not None:
+            waited = f"for {store_retry_s:g}s (--store-retry)" if store_retry_s else "(--store-retry 0)"
+            raise StreamError(f"the stream stopped: the store was unavailable {waited}: {outage}; restart with "
+                              "the same --checkpoint once it answers (nothing is merged twice)") from cause
         raise StreamError(f"the stream stopped in a failed batch ({type(cause).__name__}: "
                           f"{str(cause).strip().splitlines()[0] if str(cause).strip() else ''}); "
                           "fix the cause and restart with the same --checkpoint") from cause

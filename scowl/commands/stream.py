@@ -96,6 +96,10 @@ def stream(
                                       "be lost), go on with what is left instead of stopping."),
     source_url: Optional[str] = typer.Option(None, "--source-url", metavar="URL",
                                              help="Redis URL of a redis: source (default: the store)."),
+    store_retry: float = typer.Option(300.0, "--store-retry", min=0, metavar="SECONDS",
+                                      help="How long a micro-batch waits out an unavailable store (restart, "
+                                      "failover, lost connection), running again with growing pauses, before "
+                                      "the job stops; 0 stops at once."),
     master: Optional[str] = typer.Option(None, metavar="URL",
                                          help="Spark master (default SCOWL_SPARK_MASTER or local[*])."),
 ) -> None:
@@ -112,7 +116,9 @@ def stream(
     the summary is printed and a batch cut short is redone on restart)
     unless --available-now. With --trim-source the job deletes what its
     committed micro-batches read; a redis: stream trimmed past the
-    checkpoint (by anyone) stops the job unless --skip-trimmed.
+    checkpoint (by anyone) stops the job unless --skip-trimmed. A store that
+    restarts or fails over is waited out (--store-retry): the batch runs
+    again once it answers, merging nothing twice.
     """
     from compiler.typesystem import format_time
     from writer.stream import StreamError, check_streamable, parse_source, run_stream
@@ -137,9 +143,14 @@ def stream(
         wm = "none" if b.watermark_ms is None else format_time(b.watermark_ms)
         note = " (re-run after a restart)" if b.rerun else ""
         behind = "" if b.behind_ms is None else f"; {b.behind_ms / 1000:,.1f}s behind the stream's last entry"
+        retried = "" if not b.retries else f"; {plural(b.retries, 'store retry', 'store retries')}"
         console.print(f"batch {b.batch_id}{note}: {plural(b.events, 'event', spec=',')}, {b.late:,} late, "
                       f"{b.invalid:,} invalid, {plural(b.applied, 'key', spec=',')} merged, {b.skipped:,} already "
-                      f"merged; watermark {wm}; {b.seconds:.1f}s{behind}")
+                      f"merged; watermark {wm}; {b.seconds:.1f}s{behind}{retried}")
+
+    def on_retry(r) -> None:
+        console.print(f"batch {r.batch_id}: store unavailable ({r.error}); retry {r.attempt} in {r.wait_s:.0f}s "
+                      f"({r.waited_s:.0f}s of --store-retry {r.budget_s:g}s spent)")
 
 
     with open_store() as url:
@@ -156,7 +167,8 @@ def stream(
                                     dead_letter=dead_letter, available_now=available_now, trigger_s=trigger,
                                     max_files_per_trigger=max_files_per_trigger,
                                     max_events_per_batch=max_events_per_batch, trim_source=trim_source,
-                                    skip_trimmed=skip_trimmed, fault=_fault(), on_batch=on_batch)
+                                    skip_trimmed=skip_trimmed, fault=_fault(), on_batch=on_batch,
+                                    store_retry_s=store_retry, on_retry=on_retry)
         except StreamError as e:
             raise UserError(str(e)) from None
     t = report.totals

@@ -1,0 +1,160 @@
+"""A store that goes away under ``scowl stream`` (``run_stream(store_retry_s=...)``, ``writer.redisio.store_outage``).
+
+The store is a server of the test's own, on a fixed port, saved and shut
+down between two micro-batches, then started again on the same port from
+its saved data (what a restart or a failover looks like to the job):
+
+* with the default ``store_retry_s`` the batch that meets the outage runs
+  again once the store answers, and the state is exactly that of the
+  uninterrupted reference run of ``test_stream.py`` (nothing merged twice,
+  nothing lost); each wait was announced with the store's error;
+* with ``store_retry_s=0`` the job stops at once with one message naming
+  the store's error, and a restart with the same checkpoint, once the store
+  is back, leaves the reference state;
+* a stop request while a batch waits ends the wait (one retry, not more);
+* a Spark task that cannot reach the store fails its job with a text that
+  :func:`store_outage` reads as that outage, and another task failure is
+  not one.
+
+Source: SPEC §5.7 (exactly-once effect per micro-batch across restarts).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from scowl.embedded import free_port, server_binary
+from tests.e2e.store_dump import assert_same_store
+from tests.stream.test_stream import dump, plan, reference  # noqa: F401  (module fixtures)
+from writer.redisio import store_outage
+from writer.stream import StreamError, run_stream
+
+pytestmark = pytest.mark.slow
+
+
+class Server:
+    """A Valkey server of the test on a fixed port, its data saved in ``directory`` across restarts."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
+             "--save", "", "--appendonly", "no", "--busy-reply-threshold", "0"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis.from_url(self.url)
+        for _ in range(200):
+            try:
+                if client.ping():
+                    return
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        raise AssertionError("the test's store did not start")
+
+    def stop(self) -> None:
+        """Save and shut down (the next :meth:`start` loads what was saved)."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                redis.Redis.from_url(self.url).shutdown(save=True)
+            except redis.ConnectionError:
+                pass
+            self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = Server(tmp_path)
+    s.start()
+    yield s
+    s.stop()
+
+
+def _source(reference, tmp_path: Path) -> str:  # noqa: F811 - the fixture's value
+    in_dir = tmp_path / "in"
+    shutil.copytree(reference.in_dir, in_dir)  # keeps the files' times: Spark takes them oldest first
+    return f"dir:{in_dir}"
+
+
+def test_a_batch_waits_out_a_store_restart_and_merges_once(spark, plan, reference, server, tmp_path):  # noqa: F811
+    retries = []
+
+    def on_batch(b) -> None:
+        if b.batch_id == 0:
+            server.stop()  # between batch 0 and batch 1
+
+    def on_retry(r) -> None:
+        retries.append(r)
+        if r.attempt == 2:
+            server.start()
+
+    report = run_stream(spark, plan, server.url, _source(reference, tmp_path), tmp_path / "ck", available_now=True,
+                        max_files_per_trigger=1, on_batch=on_batch, on_retry=on_retry)
+    assert [b.batch_id for b in report.batches] == [0, 1, 2]
+    assert [b.retries for b in report.batches] == [0, 2, 0]
+    assert not any(b.rerun for b in report.batches)  # a retry in the same run is no restart
+    assert [(r.batch_id, r.attempt, r.wait_s) for r in retries] == [(1, 1, 1.0), (1, 2, 2.0)]
+    assert all(r.error.startswith("ConnectionError: ") and str(server.port) in r.error for r in retries), retries
+    assert all(r.budget_s == 300 for r in retries) and retries[0].waited_s <= retries[1].waited_s
+    assert [b.events for b in report.batches] == [b.events for b in reference.report.batches]
+    assert_same_store(dump(server.url), reference.state, plan)  # float sums to 1e-9 (Spark's summation order)
+
+
+def test_without_retries_the_job_stops_and_a_restart_finishes_it(spark, plan, reference, server, tmp_path):  # noqa: F811
+    source = _source(reference, tmp_path)
+    with pytest.raises(StreamError) as err:
+        run_stream(spark, plan, server.url, source, tmp_path / "ck", available_now=True, max_files_per_trigger=1,
+                   on_batch=lambda b: server.stop() if b.batch_id == 0 else None, store_retry_s=0)
+    message = str(err.value)
+    assert message.startswith("the stream stopped: the store was unavailable (--store-retry 0): ConnectionError: ")
+    assert message.endswith("; restart with the same --checkpoint once it answers (nothing is merged twice)")
+    assert "\n" not in message and "Traceback" not in message
+    server.start()
+    again = run_stream(spark, plan, server.url, source, tmp_path / "ck", available_now=True, max_files_per_trigger=1)
+    assert [b.batch_id for b in again.batches] == [1, 2]
+    assert again.totals == reference.report.totals
+    assert_same_store(dump(server.url), reference.state, plan)
+
+
+def test_a_stop_request_ends_the_wait(spark, plan, reference, server, tmp_path):  # noqa: F811
+    retries = []
+    report = run_stream(spark, plan, server.url, _source(reference, tmp_path), tmp_path / "ck",
+                        max_files_per_trigger=1, trigger_s=0.2,
+                        on_batch=lambda b: server.stop() if b.batch_id == 0 else None,
+                        on_retry=retries.append, stop_requested=lambda: bool(retries))
+    assert [b.batch_id for b in report.batches] == [0]
+    assert [r.attempt for r in retries] == [1]  # the stop came during the first wait: no second retry
+
+
+def test_a_task_that_cannot_reach_the_store_reads_as_an_outage(spark):
+    port = free_port()
+
+    def reach(batches, port=port):
+        import redis as r
+
+        r.Redis(port=port, socket_connect_timeout=2).ping()
+        yield from batches
+
+    def broken(batches):
+        raise ValueError("not the store")
+        yield from batches
+
+    with pytest.raises(Exception) as unreachable:
+        spark.range(1).mapInArrow(reach, "id long").collect()
+    assert store_outage(unreachable.value) == f"ConnectionError: Error 111 connecting to localhost:{port}. " \
+                                              "Connection refused."
+    with pytest.raises(Exception) as other:
+        spark.range(1).mapInArrow(broken, "id long").collect()
+    assert store_outage(other.value) is None
+    assert store_outage(redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'.")) is None
+    assert store_outage(redis.ReadOnlyError("You can't write against a read only replica.")) == \
+        "ReadOnlyError: You can't write against a read only replica."
