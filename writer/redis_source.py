@@ -46,26 +46,40 @@ retention and of Spark's Kafka option ``failOnDataLoss``):
 A stream trimmed by ``MAXLEN``/``MINID`` loses its oldest entries first, so
 the last read entry still being there means no later one was trimmed.
 
+A source store that restarts or fails over (``writer.redisio.store_outage``)
+is waited out for ``retryS`` seconds (``scowl stream --store-retry``): each
+store call of the source (the batch's end, the entries' read, a trim) is
+made again after 1, 2, 4 s (at most 5: a stop request waits for at most one
+pause), each wait announced on standard error; reads and trims give the
+same result when made again, so nothing is read twice or lost. After
+``retryS`` the error stops the query.
+
 Options: ``url`` (required), ``stream`` (required), ``maxRecordsPerBatch``
 (default: all available), ``startingId`` (default ``0-0``: the whole stream;
 an entry id to start after it), ``trim`` (``true``/``false``, default false),
 ``failOnDataLoss`` (``true``/``false``, default true), ``lossFile`` (a local
-path, default none).
+path, default none), ``retryS`` (seconds, default 0: fail at the first
+store error).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
 #: Entries fetched per ``XRANGE`` call when reading a batch.
 CHUNK = 1000
+
+#: The longest pause between two attempts of a store call while the source's store is unavailable, in seconds
+#: (short: the query waits for the call when it is stopped).
+RETRY_MAX_WAIT_S = 5.0
 
 #: Multiplier of the entry id's milliseconds in ``_seq``.
 SEQ_SHIFT = 1 << 20
@@ -264,6 +278,12 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.trim = _flag(options, "trim", False)
         self.fail_on_data_loss = _flag(options, "failOnDataLoss", True)
         self.loss_file = options.get("lossFile") or None
+        try:
+            self.retry_s = float(options.get("retryS", 0) or 0)
+        except ValueError:
+            raise ValueError(f"retryS must be a number of seconds, not {options.get('retryS')!r}") from None
+        if self.retry_s < 0:
+            raise ValueError("retryS must be >= 0")
         self.target: str | None = None
 
     def _client(self):
@@ -271,12 +291,46 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         return connect(self.url)
 
+    def _with_store(self, call: Callable[[Any], Any]) -> Any:
+        """``call(client)`` with a new client of the source's store, closed after; an outage is waited out.
+
+        While the store is unavailable (``writer.redisio.store_outage``),
+        the call is made again after 1, 2, 4 s (at most
+        :data:`RETRY_MAX_WAIT_S`), for up to ``retryS`` seconds from its
+        first failure; each wait is announced on standard error (the
+        query's owner shows it, as the batches' own retries).
+
+        Raises:
+            Whatever ``call`` raised: another error, or an outage past ``retryS``.
+        """
+        from writer.redisio import store_outage
+
+        first: float | None = None
+        wait, attempt = 1.0, 0
+        while True:
+            client = None
+            try:
+                client = self._client()
+                return call(client)
+            except Exception as e:
+                outage = store_outage(e)
+                now = time.monotonic()
+                first = now if first is None else first
+                left = first + self.retry_s - now
+                if outage is None or left <= 0:
+                    raise
+                pause = min(wait, left)
+                attempt += 1
+                log.warning("source redis:%s: store unavailable (%s); retry %d in %.0fs (%.0fs of --store-retry "
+                            "%gs spent)", self.stream, outage, attempt, pause, now - first, self.retry_s)
+                time.sleep(pause)
+                wait = min(wait * 2, RETRY_MAX_WAIT_S)
+            finally:
+                if client is not None:
+                    client.close()
+
     def _last_id(self) -> str | None:
-        client = self._client()
-        try:
-            top = client.xrevrange(self.stream, "+", "-", count=1)
-        finally:
-            client.close()
+        top = self._with_store(lambda client: client.xrevrange(self.stream, "+", "-", count=1))
         return _id_text(top[0][0]) if top else None
 
     def initialOffset(self) -> dict:
@@ -306,22 +360,20 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 (:meth:`_check_kept`; with a ``lossFile``, ``start`` is returned).
         """
         begin = start["id"] if start else self.start_id
-        client = self._client()
-        try:
+
+        def latest(client) -> str:
             if not self._check_kept(client, begin):
-                return {"id": begin}
+                return begin
             end = self.target
             if end is None:
                 top = client.xrevrange(self.stream, "+", "-", count=1)
                 end = _id_text(top[0][0]) if top else begin
             if isinstance(limit, ReadMaxRows) and limit.max_rows > 0:
                 got = client.xrange(self.stream, "(" + begin, end, count=int(limit.max_rows))
-                if got:
-                    end = _id_text(got[-1][0])
-                else:
-                    end = begin
-        finally:
-            client.close()
+                end = _id_text(got[-1][0]) if got else begin
+            return end
+
+        end = self._with_store(latest)
         if entry_seq(end) <= entry_seq(begin):
             end = begin
         return {"id": end}
@@ -333,20 +385,17 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [RedisRange(start["id"], end["id"])]
 
     def read(self, partition: RedisRange) -> Iterator[tuple]:
-        """Yield ``(_entry, _seq, _raw)`` for the partition's entries, in stream order."""
-        client = self._client()
-        try:
-            lo = "(" + partition.start
-            while True:
-                got = client.xrange(self.stream, lo, partition.end, count=CHUNK)
-                for eid, fields in got:
-                    eid = _id_text(eid)
-                    yield (eid, entry_seq(eid), entry_text(fields))
-                if len(got) < CHUNK:
-                    break
-                lo = "(" + _id_text(got[-1][0])
-        finally:
-            client.close()
+        """Yield ``(_entry, _seq, _raw)`` for the partition's entries, in stream order (chunks of :data:`CHUNK`,
+        each read again while the store is unavailable, up to ``retryS``)."""
+        lo = "(" + partition.start
+        while True:
+            got = self._with_store(lambda client, lo=lo: client.xrange(self.stream, lo, partition.end, count=CHUNK))
+            for eid, fields in got:
+                eid = _id_text(eid)
+                yield (eid, entry_seq(eid), entry_text(fields))
+            if len(got) < CHUNK:
+                break
+            lo = "(" + _id_text(got[-1][0])
 
     def _check_kept(self, client, begin: str) -> bool:
         """Check that the stream still holds ``begin``, the last entry read (nothing to check at ``startingId``).
@@ -392,11 +441,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         if not self.trim or entry_seq(end["id"]) == 0:
             return
-        client = self._client()
-        try:
-            client.xtrim(self.stream, minid=end["id"], approximate=False)
-        finally:
-            client.close()
+        self._with_store(lambda client: client.xtrim(self.stream, minid=end["id"], approximate=False))
 
 
 class RedisStreamDataSource(DataSource):

@@ -805,7 +805,7 @@ def run_stream(
         if max_events_per_batch:
             reader = reader.option("maxRecordsPerBatch", int(max_events_per_batch))
         reader = (reader.option("trim", str(trim_source).lower()).option("failOnDataLoss", str(not skip_trimmed).lower())
-                  .option("lossFile", str(loss_file)))
+                  .option("lossFile", str(loss_file)).option("retryS", str(float(store_retry_s))))
         sdf = reader.load()
     writer = sdf.writeStream.foreachBatch(processor).option("checkpointLocation", str(checkpoint / "spark"))
     if available_now:

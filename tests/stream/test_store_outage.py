@@ -158,3 +158,34 @@ def test_a_task_that_cannot_reach_the_store_reads_as_an_outage(spark):
     assert store_outage(redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'.")) is None
     assert store_outage(redis.ReadOnlyError("You can't write against a read only replica.")) == \
         "ReadOnlyError: You can't write against a read only replica."
+
+
+def test_the_redis_source_waits_out_its_store(server, caplog):
+    import threading
+
+    from writer.redis_source import RedisRange, RedisStreamReader
+
+    client = redis.Redis.from_url(server.url)
+    ids = [client.xadd("ev", {"event": f'{{"_type": "login", "n": {i}}}'}).decode() for i in range(3)]
+    client.save()
+    reader = RedisStreamReader({"url": server.url, "stream": "ev", "retryS": "60"})
+    server.stop()
+    threading.Timer(1.5, server.start).start()  # back while the reader waits
+    with caplog.at_level("WARNING", logger="writer.redis_source"):
+        assert reader.latestOffset({"id": "0-0"}) == {"id": ids[-1]}
+    waits = [r.getMessage() for r in caplog.records]
+    assert waits and all(m.startswith("source redis:ev: store unavailable (ConnectionError: ") for m in waits), waits
+    assert waits[0].endswith("retry 1 in 1s (0s of --store-retry 60s spent)"), waits
+    server.stop()
+    threading.Timer(1.5, server.start).start()
+    rows = list(reader.read(RedisRange("0-0", ids[-1])))
+    assert [r[0] for r in rows] == ids and rows[0][2] == '{"_type": "login", "n": 0}'
+    # without retryS the first store error is raised
+    server.stop()
+    with pytest.raises(redis.ConnectionError):
+        RedisStreamReader({"url": server.url, "stream": "ev"}).latestOffset({"id": "0-0"})
+    server.start()
+    with pytest.raises(ValueError, match="retryS must be >= 0"):
+        RedisStreamReader({"url": server.url, "stream": "ev", "retryS": "-1"})
+    with pytest.raises(ValueError, match="retryS must be a number of seconds"):
+        RedisStreamReader({"url": server.url, "stream": "ev", "retryS": "soon"})
