@@ -27,7 +27,7 @@ from scowl.commands import init as init_command
 from scowl.commands import explain as explain_command
 from scowl.commands import ui as ui_command
 from scowl.common import EXIT_USER_ERROR, UserError, console, print_error
-from scowl.failures import failure_summary, input_read_failure  # noqa: F401 -- used here and re-exported
+from scowl.failures import failure_summary, input_read_failure, store_failure  # noqa: F401 -- used here and re-exported
 from scowl.signals import Stopped, signals_stop
 
 __all__ = ["app", "console", "main"]
@@ -153,9 +153,9 @@ def main() -> None:
     except Exception as e:  # a failure no command turned into a UserError: summarized, its traceback in a file
         if os.environ.get("SCOWL_TRACEBACK"):
             raise
-        unreadable = input_read_failure(e)
-        if unreadable is not None:  # an input file Spark could not read: the user's to fix, no traceback
-            print_error(unreadable)
+        known = input_read_failure(e) or store_failure(e)
+        if known is not None:  # an input file Spark could not read, a store gone: the user's to fix, no traceback
+            print_error(known)
             sys.exit(EXIT_USER_ERROR)
         print_error(f"{failure_summary(e)}\n(an unexpected failure; its traceback is in {save_traceback(e)}, "
                     "and SCOWL_TRACEBACK=1 prints it here)")

@@ -6,7 +6,7 @@ server (``scowl.warm``), which answers its client with the same line.
 
 from __future__ import annotations
 
-__all__ = ["failure_summary", "input_read_failure"]
+__all__ = ["failure_summary", "input_read_failure", "store_failure"]
 
 
 def failure_summary(error: BaseException) -> str:
@@ -44,8 +44,59 @@ def _java_causes(error: BaseException) -> list:
 
 
 def _java_line(java) -> str:
-    """``<Java class>: <message>`` of a Java exception, cut to its first line."""
-    return f"{java.getClass().getName()}: {java.getMessage()}".splitlines()[0]
+    """``<Java class>: <message>`` of a Java exception, cut to its first line; for a Python task's exception
+    (PySpark's ``PythonException``, whose message is the task's Python traceback), the Python exception's line
+    (:func:`python_error_line`)."""
+    message = str(java.getMessage() or "")
+    raised = python_error_line(message)
+    if raised is not None:
+        return f"a Python task raised {raised}"
+    return f"{java.getClass().getName()}: {message}".splitlines()[0]
+
+
+def python_error_line(text: str) -> str | None:
+    """The exception line (``<type>: <message>``, its first line) at the end of the last Python traceback in ``text``.
+
+    Args:
+        text: e.g. the message of a failed Python task: ``[PYTHON_EXCEPTION] An exception was thrown from
+            the Python worker: Traceback (most recent call last): ... ValueError: bad``.
+
+    Returns:
+        The line, or ``None`` when ``text`` quotes no Python traceback.
+    """
+    at = text.rfind("Traceback (most recent call last):")
+    if at < 0:
+        return None
+    for line in text[at:].splitlines()[1:]:
+        if line and not line[0].isspace() and not line.startswith(("Traceback", "During handling", "The above")):
+            return line.strip()  # the first unindented line after the frames: the exception's
+    return None
+
+
+def store_failure(error: BaseException) -> str | None:
+    """The message for a command whose store became unavailable under it, or None for any other failure.
+
+    A store that goes away while a job writes to it (a restart, a failover,
+    a lost connection: ``writer.redisio.store_outage``, on the driver or in a
+    Spark task) is the environment's failure, not scowl's: one line naming
+    the store's error, exit 1, no traceback file.
+
+    Args:
+        error: the exception.
+
+    Returns:
+        ``"the store became unavailable (<error>): run the command again once it answers (...)"`` or None.
+    """
+    from writer.redisio import store_outage
+
+    try:
+        outage = store_outage(error)
+    except Exception:  # noqa: BLE001 -- the JVM is gone: the general summary
+        return None
+    if outage is None:
+        return None
+    return (f"the store became unavailable ({outage}): run the command again once it answers (a backfill "
+            "records no coverage for a run cut short, and its re-run overwrites what it wrote, never adds)")
 
 
 def input_read_failure(error: BaseException) -> str | None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Callable
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, Task, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 #: Progress bar labels of the backfill phases (``writer.backfill`` module docstring).
 BACKFILL_PHASES = {
@@ -16,8 +17,18 @@ BACKFILL_PHASES = {
 }
 
 
+class _Spinner(SpinnerColumn):
+    """The spinner, left blank for a bar marked stopped (a spinner frame there read as a phase still running)."""
+
+    def render(self, task: Task) -> Text:
+        """A blank of the spinner's width for a stopped task, else the spinner's frame."""
+        if task.fields.get("stopped"):
+            return Text(" ")
+        return super().render(task)
+
+
 class _JobProgress(Progress):
-    """A ``Progress`` whose unfinished bars say "(stopped)" when its block ends in an exception.
+    """A ``Progress`` whose unfinished bars say "(stopped)", without a spinner, when its block ends in an exception.
 
     Without it a failed or interrupted job left its last phase's spinner
     frozen above the ``error:`` line, as if the phase were still running.
@@ -27,7 +38,7 @@ class _JobProgress(Progress):
         if exc_type is not None:
             for task in self.tasks:
                 if not task.finished:
-                    self.update(task.id, description=f"{task.description} (stopped)")
+                    self.update(task.id, description=f"{task.description} (stopped)", stopped=True)
         super().__exit__(exc_type, exc_val, exc_tb)
 
 
@@ -43,7 +54,7 @@ def job_progress(console: Console) -> Progress:
         When its block raises (a failed job, Ctrl-C), each bar not
         finished has "(stopped)" added to its label before the last draw.
     """
-    return _JobProgress(SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(),
+    return _JobProgress(_Spinner(), TextColumn("{task.description}", markup=False), BarColumn(),
                         MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=False)
 
 

@@ -11,8 +11,8 @@ from typing import List, Optional
 
 import typer
 
-from scowl.common import (UserError, compile_topology, console, open_store, parse_iso_ms, plural, scowl_home,
-                          start_spark)
+from scowl.common import (UserError, check_store, compile_topology, console, open_store, parse_iso_ms, plural,
+                          scowl_home, start_spark)
 from scowl.inputs import resolve_inputs
 from scowl.progress import backfill_progress, job_progress
 
@@ -90,6 +90,7 @@ def run_backfill_with_progress(plan, events, url, start_ms, end_ms, master, auto
             raise UserError(str(e)) from None
         except redis.RedisError as e:
             raise UserError(f"store unavailable: {e}") from None
+    check_store(url)  # before Spark: the job would find out only after reading every input
     with job_progress(console) as prog:
         cb = backfill_progress(prog)
         spark_task = prog.add_task("starting Spark", total=1)

@@ -1,0 +1,96 @@
+"""What a command says when its store goes away under a Spark job, or a Python task fails (scowl.failures).
+
+* a backfill whose store is shut down as its tiles phase starts fails with an error that
+  :func:`store_failure` turns into one line naming the store's error (``scowl.cli.main`` prints it, exit 1,
+  no traceback file), and no coverage is recorded for the run;
+* any other failure of a Python task is summarised by the Python exception's own line, not by the first
+  line of PySpark's message (``An exception was thrown from the Python worker: Traceback ...``);
+* a job's progress bar that was cut short reads "(stopped)" with no spinner frame left beside it.
+"""
+
+from __future__ import annotations
+
+import io
+
+import orjson
+import pytest
+import redis
+from rich.console import Console
+
+from compiler.algebra.storekeys import COVERAGE_PREFIX
+from scowl.failures import failure_summary, python_error_line, store_failure
+from scowl.progress import job_progress
+from tests.serving.helpers import compile_text
+from tests.stream.test_store_outage import Server
+from writer.backfill import run_backfill
+
+TOPOLOGY = """
+event login
+user := $.user as string
+n_user := Count(by user last 1 hour)
+"""
+
+
+@pytest.mark.slow
+def test_a_backfill_whose_store_goes_away_is_one_line_and_records_nothing(spark, tmp_path):
+    server = Server(tmp_path)
+    server.start()
+    events = tmp_path / "events.jsonl"
+    events.write_bytes(b"".join(orjson.dumps({"_type": "login", "_time": 1_700_000_000_000 + 1000 * i,
+                                              "user": f"u{i % 7}"}) + b"\n" for i in range(500)))
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if phase == "tiles" and done == 0:
+            server.stop()  # saved: the restart below shows what the store held
+
+    try:
+        with pytest.raises(Exception) as failed:
+            run_backfill(spark, compile_text(TOPOLOGY), [events], server.url, progress=progress)
+        message = store_failure(failed.value)
+        assert message == (f"the store became unavailable (ConnectionError: Error 111 connecting to 127.0.0.1:"
+                           f"{server.port}. Connection refused.): run the command again once it answers (a backfill "
+                           "records no coverage for a run cut short, and its re-run overwrites what it wrote, "
+                           "never adds)")
+        server.start()
+        client = redis.Redis.from_url(server.url)
+        assert not list(client.scan_iter(COVERAGE_PREFIX + "*"))  # no coverage claim for the run cut short
+        # the same run against a store that stays up records it (the check above can fail)
+        run_backfill(spark, compile_text(TOPOLOGY), [events], server.url)
+        assert len(list(client.scan_iter(COVERAGE_PREFIX + "*"))) == 1
+    finally:
+        server.stop()
+
+
+def test_a_failed_python_task_is_summarised_by_its_exception(spark):
+    def broken(batches):
+        raise ValueError("bad value 42\nsecond line")
+        yield from batches
+
+    with pytest.raises(Exception) as failed:
+        spark.range(1).mapInArrow(broken, "id long").collect()
+    assert failure_summary(failed.value) == "Spark failed: a Python task raised ValueError: bad value 42"
+    assert store_failure(failed.value) is None
+
+
+def test_python_error_line():
+    text = ("[PYTHON_EXCEPTION] An exception was thrown from the Python worker: Traceback (most recent call last):\n"
+            '  File "a.py", line 1, in f\n    g()\nKeyError: \'x\'\n\nDuring handling of the above exception, another '
+            'exception occurred:\n\nTraceback (most recent call last):\n  File "b.py", line 2, in h\n'
+            "    raise redis.exceptions.ConnectionError('gone')\nredis.exceptions.ConnectionError: gone\n  SQLSTATE: 38000")
+    assert python_error_line(text) == "redis.exceptions.ConnectionError: gone"
+    assert python_error_line("java.io.IOException: Mkdirs failed") is None
+
+
+def test_a_stopped_phase_keeps_no_spinner():
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=100, color_system=None)
+    with pytest.raises(RuntimeError):
+        with job_progress(console) as prog:
+            done = prog.add_task("reading events", total=1)
+            prog.update(done, completed=1)
+            running = prog.add_task("tiles per aggregate state", total=5)
+            prog.update(running, completed=2)
+            raise RuntimeError("the job failed")
+    stopped = [x for x in out.getvalue().splitlines() if "tiles per aggregate state (stopped)" in x]
+    assert stopped, out.getvalue()
+    assert stopped[-1].startswith("  tiles per aggregate state (stopped)"), stopped[-1]  # a blank, no frame
