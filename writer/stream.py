@@ -74,8 +74,8 @@ from pyspark.sql import functions as F
 
 from compiler.algebra.storekeys import DEFAULT_ID_TTL_S
 from compiler.plan import Plan, StateSpec
-from writer.session import memo_column, restart_lambda_names, without_adaptive, without_codegen
 from writer.redisio import store_outage
+from writer.session import memo_column, restart_lambda_names, without_adaptive, without_codegen
 from writer.sink import claim_ids, merge_keys, merge_params
 from writer.sources import envelope_columns, event_id, mark_repeated_ids, valid
 from writer.features import batch_features
@@ -455,23 +455,27 @@ class BatchProcessor:
         wait = RETRY_FIRST_WAIT_S
         self._retries = 0
         self._rerun = self.record(batch_id) is not None  # a retry finds the record its first attempt wrote
-        while True:
-            try:
-                return self.process(raw, batch_id)
-            except Exception as e:
-                outage = store_outage(e)
-                now = time.monotonic()
-                first = now if first is None else first
-                left = first + self.store_retry_s - now
-                if outage is None or left <= 0 or self.stopping.is_set():
-                    raise
-                pause = min(wait, left)
-                self._retries += 1
-                if self.on_retry is not None:
-                    self.on_retry(StoreRetry(batch_id, self._retries, pause, outage, now - first, self.store_retry_s))
-                if self.stopping.wait(pause):
-                    raise
-                wait = min(wait * 2, RETRY_MAX_WAIT_S)
+        try:
+            while True:
+                try:
+                    return self.process(raw, batch_id)
+                except Exception as e:
+                    outage = store_outage(e)
+                    now = time.monotonic()
+                    first = now if first is None else first
+                    left = first + self.store_retry_s - now
+                    if outage is None or left <= 0 or self.stopping.is_set():
+                        raise
+                    pause = min(wait, left)
+                    self._retries += 1
+                    if self.on_retry is not None:
+                        self.on_retry(StoreRetry(batch_id, self._retries, pause, outage, now - first,
+                                                 self.store_retry_s))
+                    if self.stopping.wait(pause):
+                        raise
+                    wait = min(wait * 2, RETRY_MAX_WAIT_S)
+        finally:
+            self._retries, self._rerun = 0, None  # a later direct call of process() is a batch of its own
 
     def process(self, raw: DataFrame, batch_id: int) -> BatchResult:
         """Process one batch of raw events (``_type``, ``_time_ms``, ``_seq``, ``_raw``).
