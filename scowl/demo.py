@@ -285,6 +285,8 @@ def next_steps(home: Path, topo: Path, history: Path, live: Path, external_store
         f"      --out {rel(home / 'demo' / 'training')}",
         "      # the point-in-time training set as Parquet (needs no store;",
         "      # with --warm, Spark stays up for the next replay: scowl warm)",
+        "  scowl init my-features",
+        "      # a project of your own: login and payment features to edit, events to run them on",
     ]
 
 

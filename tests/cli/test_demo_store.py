@@ -43,6 +43,7 @@ def test_next_steps_name_the_store_the_data_and_the_commands(tmp_path, monkeypat
     assert lines[0] == "The demo's store is kept under .scowl/store; its events are in .scowl/demo/h.jsonl and .scowl/demo/l.jsonl."
     assert "  scowl status examples/flights" in lines and "  scowl serve examples/flights" in lines
     assert "      --events .scowl/demo/h.jsonl --events .scowl/demo/l.jsonl \\" in lines
+    assert lines[-2] == "  scowl init my-features"  # then a project of one's own
     other = next_steps(tmp_path / "h2", Path("/elsewhere/flights"), tmp_path / "h2" / "demo" / "h.jsonl",
                        tmp_path / "h2" / "demo" / "l.jsonl")
     assert "  SCOWL_HOME=h2 scowl status /elsewhere/flights" in other
