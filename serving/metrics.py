@@ -87,7 +87,9 @@ def set_build_info(version: str, plan_json: bytes) -> None:
             ``scowl plan DIR --json | sha256sum`` tells which topology a
             process serves.
     """
-    BUILD_INFO.clear()  # one served plan per process: an app built again (tests, the explorer) replaces it
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # a worker of several builds one app, and clear() only
+        # warns in multiprocess mode
+        BUILD_INFO.clear()  # one served plan per process: an app built again (tests, the explorer) replaces it
     BUILD_INFO.labels(version, hashlib.sha256(plan_json).hexdigest()[:16]).set(1)
 
 

@@ -241,6 +241,7 @@ def test_workers_share_one_store_and_stop_gracefully(tmp_path, monkeypatch):
         assert cmd.proc.wait(timeout=60) == 128 + signal.SIGTERM
         err = cmd.err.read_text()
         assert err.endswith("scowl: stopped by SIGTERM\n") and "Traceback" not in err, err
+        assert "Warning" not in err, err  # e.g. prometheus_client's about multiprocess mode
         assert not running(w) and not running(valkey), (proc_stat(w), proc_stat(valkey))
         wait_for(lambda: not group(cmd.proc.pid), 30, "every process of serve's group to exit")
         assert not (cmd.home / "store" / "port").exists()
