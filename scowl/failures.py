@@ -46,31 +46,14 @@ def _java_causes(error: BaseException) -> list:
 def _java_line(java) -> str:
     """``<Java class>: <message>`` of a Java exception, cut to its first line; for a Python task's exception
     (PySpark's ``PythonException``, whose message is the task's Python traceback), the Python exception's line
-    (:func:`python_error_line`)."""
+    (``writer.session.python_error_line``)."""
+    from writer.session import python_error_line
+
     message = str(java.getMessage() or "")
     raised = python_error_line(message)
     if raised is not None:
         return f"a Python task raised {raised}"
     return f"{java.getClass().getName()}: {message}".splitlines()[0]
-
-
-def python_error_line(text: str) -> str | None:
-    """The exception line (``<type>: <message>``, its first line) at the end of the last Python traceback in ``text``.
-
-    Args:
-        text: e.g. the message of a failed Python task: ``[PYTHON_EXCEPTION] An exception was thrown from
-            the Python worker: Traceback (most recent call last): ... ValueError: bad``.
-
-    Returns:
-        The line, or ``None`` when ``text`` quotes no Python traceback.
-    """
-    at = text.rfind("Traceback (most recent call last):")
-    if at < 0:
-        return None
-    for line in text[at:].splitlines()[1:]:
-        if line and not line[0].isspace() and not line.startswith(("Traceback", "During handling", "The above")):
-            return line.strip()  # the first unindented line after the frames: the exception's
-    return None
 
 
 def store_failure(error: BaseException) -> str | None:

@@ -592,3 +592,22 @@ def drop_checkpoint(df) -> None:
         df._jdf.queryExecution().logical().rdd().unpersist(False)
     except Exception:  # pragma: no cover - another Spark version's plan layout: left to the GC
         pass
+
+
+def python_error_line(text: str) -> str | None:
+    """The exception line (``<type>: <message>``, its first line) at the end of the last Python traceback in ``text``.
+
+    Args:
+        text: e.g. the message of a failed Python task: ``[PYTHON_EXCEPTION] An exception was thrown from
+            the Python worker: Traceback (most recent call last): ... ValueError: bad``.
+
+    Returns:
+        The line, or ``None`` when ``text`` quotes no Python traceback.
+    """
+    at = text.rfind("Traceback (most recent call last):")
+    if at < 0:
+        return None
+    for line in text[at:].splitlines()[1:]:
+        if line and not line[0].isspace() and not line.startswith(("Traceback", "During handling", "The above")):
+            return line.strip()  # the first unindented line after the frames: the exception's
+    return None

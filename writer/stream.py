@@ -334,6 +334,19 @@ def redis_raw(batch: DataFrame) -> tuple[DataFrame, list[DataFrame]]:
     return raw_events(batch, F.col("_seq")), []
 
 
+def _error_line(error: BaseException) -> str:
+    """One line naming a failed batch's cause: a Python task's exception line (``writer.session.python_error_line``:
+    PySpark's own first line, "An exception was thrown from the Python worker:", names nothing), else
+    ``<type>: <first line>``."""
+    from writer.session import python_error_line
+
+    raised = python_error_line(str(error))
+    if raised is not None:
+        return f"a Python task raised {raised}"
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
 class BatchProcessor:
     """The ``foreachBatch`` function of the stream (module docstring).
 
@@ -837,8 +850,7 @@ def run_stream(
             waited = f"for {store_retry_s:g}s (--store-retry)" if store_retry_s else "(--store-retry 0)"
             raise StreamError(f"the stream stopped: the store was unavailable {waited}: {outage}; restart with "
                               "the same --checkpoint once it answers (nothing is merged twice)") from cause
-        raise StreamError(f"the stream stopped in a failed batch ({type(cause).__name__}: "
-                          f"{str(cause).strip().splitlines()[0] if str(cause).strip() else ''}); "
+        raise StreamError(f"the stream stopped in a failed batch ({_error_line(cause)}); "
                           "fix the cause and restart with the same --checkpoint") from cause
     if loss_file.exists():
         raise StreamError(loss_file.read_text(encoding="utf-8").strip())

@@ -18,11 +18,12 @@ import redis
 from rich.console import Console
 
 from compiler.algebra.storekeys import COVERAGE_PREFIX
-from scowl.failures import failure_summary, python_error_line, store_failure
+from scowl.failures import failure_summary, store_failure
 from scowl.progress import job_progress
 from tests.serving.helpers import compile_text
 from tests.stream.test_store_outage import Server
 from writer.backfill import run_backfill
+from writer.session import python_error_line
 
 TOPOLOGY = """
 event login
@@ -70,6 +71,11 @@ def test_a_failed_python_task_is_summarised_by_its_exception(spark):
         spark.range(1).mapInArrow(broken, "id long").collect()
     assert failure_summary(failed.value) == "Spark failed: a Python task raised ValueError: bad value 42"
     assert store_failure(failed.value) is None
+    # scowl stream names a failed batch's cause the same way (writer.stream.run_stream's error)
+    from writer.stream import _error_line
+
+    assert _error_line(failed.value) == "a Python task raised ValueError: bad value 42"
+    assert _error_line(RuntimeError("plain\nsecond")) == "RuntimeError: plain"
 
 
 def test_python_error_line():
