@@ -67,19 +67,43 @@ def store_failure(error: BaseException) -> str | None:
     Args:
         error: the exception.
 
+    A store past its ``maxmemory`` (``OOM``, with the ``noeviction`` policy
+    scowl asks for: evicting tiles would change values silently) is one line
+    too: it needs more memory, not a retry.
+
     Returns:
-        ``"the store became unavailable (<error>): run the command again once it answers (...)"`` or None.
+        ``"the store became unavailable (<error>): run the command again once it answers (...)"``,
+        ``"the store is out of memory (...)"``, or None.
     """
     from writer.redisio import store_outage
 
     try:
         outage = store_outage(error)
+        full = outage is None and _out_of_memory(error)
     except Exception:  # noqa: BLE001 -- the JVM is gone: the general summary
         return None
+    again = ("a backfill records no coverage for a run cut short, and its re-run overwrites what it wrote, "
+             "never adds")
+    if full:
+        return ("the store is out of memory (its maxmemory, with noeviction: it refuses writes rather than "
+                f"evict state): give it more memory, then run the command again ({again})")
     if outage is None:
         return None
-    return (f"the store became unavailable ({outage}): run the command again once it answers (a backfill "
-            "records no coverage for a run cut short, and its re-run overwrites what it wrote, never adds)")
+    return f"the store became unavailable ({outage}): run the command again once it answers ({again})"
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is the store refusing a write past its ``maxmemory`` (``OOM``; on the driver or in a task)."""
+    import redis
+
+    e: BaseException | None = error
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, redis.exceptions.OutOfMemoryError):
+            return True
+        e = e.__cause__ or e.__context__
+    return "redis.exceptions.OutOfMemoryError:" in str(error)
 
 
 def input_read_failure(error: BaseException) -> str | None:

@@ -62,6 +62,29 @@ def test_a_backfill_whose_store_goes_away_is_one_line_and_records_nothing(spark,
         server.stop()
 
 
+@pytest.mark.slow
+def test_a_backfill_into_a_full_store_is_one_line(spark, tmp_path):
+    server = Server(tmp_path)
+    server.start()
+    client = redis.Redis.from_url(server.url)
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", str(client.info("memory")["used_memory"] + 10_000))
+    events = tmp_path / "events.jsonl"
+    events.write_bytes(b"".join(orjson.dumps({"_type": "login", "_time": 1_700_000_000_000 + 1000 * i,
+                                              "user": f"u{i}"}) + b"\n" for i in range(3000)))
+    try:
+        with pytest.raises(Exception) as failed:
+            run_backfill(spark, compile_text(TOPOLOGY), [events], server.url)
+        assert store_failure(failed.value) == (
+            "the store is out of memory (its maxmemory, with noeviction: it refuses writes rather than evict "
+            "state): give it more memory, then run the command again (a backfill records no coverage for a run "
+            "cut short, and its re-run overwrites what it wrote, never adds)")
+        assert store_failure(redis.exceptions.OutOfMemoryError("command not allowed")) is not None
+        assert store_failure(redis.ResponseError("ERR unknown command")) is None
+    finally:
+        server.stop()
+
+
 def test_a_failed_python_task_is_summarised_by_its_exception(spark):
     def broken(batches):
         raise ValueError("bad value 42\nsecond line")
