@@ -14,6 +14,7 @@ first and last entries.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import redis
 
@@ -270,4 +271,79 @@ def stream_status(redis_url: str, key: str) -> StreamStatus:
                 setattr(out, attr, int(eid.partition("-")[0]))
     finally:
         client.close()
+    return out
+
+
+#: Where ``scowl stream`` keeps its own records inside a checkpoint (``writer.stream``): the stream id and source
+#: (``stream.json``) and one record per micro-batch (``batches/<batch id, 12 digits>.json``, with the checkpoint's
+#: running totals); Spark's own files are under ``spark/``.
+CHECKPOINT_META = ("scowl", "stream.json")
+BATCH_RECORDS = ("scowl", "batches")
+
+
+@dataclass
+class CheckpointStatus:
+    """A ``scowl stream`` checkpoint, read from its files (:func:`checkpoint_status`).
+
+    Attributes:
+        path: the checkpoint directory.
+        source: its source (``dir:<absolute path>`` or ``redis:<stream>``).
+        stream_id: the id of its batches' guard fields (``_b:<id>``).
+        created_ms: when its first run began (epoch ms).
+        batches, events, late, invalid: its running totals (events merged;
+            late and invalid ones set aside).
+        last_batch: the id of its latest batch (``None`` before any).
+        last_batch_ms: when that batch's record was written (its file's
+            time, epoch ms): the stream's last sign of life.
+        watermark_ms: that batch's watermark (``None`` for none yet).
+        max_time_ms: the largest event time merged.
+    """
+
+    path: str
+    source: str
+    stream_id: str
+    created_ms: int | None = None
+    batches: int = 0
+    events: int = 0
+    late: int = 0
+    invalid: int = 0
+    last_batch: int | None = None
+    last_batch_ms: int | None = None
+    watermark_ms: int | None = None
+    max_time_ms: int | None = None
+
+
+def checkpoint_status(root: Path) -> list[CheckpointStatus]:
+    """The ``scowl stream`` checkpoints directly under ``root`` (default ``SCOWL_HOME/checkpoints``), by path.
+
+    Args:
+        root: a directory whose subdirectories may be checkpoints (those
+            without :data:`CHECKPOINT_META`, or whose files do not parse,
+            are left out).
+
+    Returns:
+        One :class:`CheckpointStatus` per checkpoint, sorted by path; ``[]``
+        when ``root`` does not exist.
+    """
+    import orjson
+
+    out: list[CheckpointStatus] = []
+    if not root.is_dir():
+        return out
+    for ck in sorted(p for p in root.iterdir() if p.is_dir()):
+        try:
+            meta = orjson.loads(ck.joinpath(*CHECKPOINT_META).read_bytes())
+            st = CheckpointStatus(str(ck), str(meta["source"]), str(meta["id"]), meta.get("created_ms"))
+            records = sorted((int(p.stem), p) for p in ck.joinpath(*BATCH_RECORDS).glob("*.json") if p.stem.isdigit())
+            if records:
+                batch_id, path = records[-1]
+                rec = orjson.loads(path.read_bytes())
+                totals = rec.get("totals", {})
+                st.batches, st.events = int(totals.get("batches", 0)), int(totals.get("events", 0))
+                st.late, st.invalid = int(totals.get("late", 0)), int(totals.get("invalid", 0))
+                st.last_batch, st.last_batch_ms = batch_id, int(path.stat().st_mtime * 1000)
+                st.watermark_ms, st.max_time_ms = rec.get("watermark_ms"), rec.get("max_time_ms")
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        out.append(st)
     return out

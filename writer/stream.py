@@ -76,6 +76,7 @@ from compiler.algebra.storekeys import DEFAULT_ID_TTL_S
 from compiler.plan import Plan, StateSpec
 from writer.redisio import store_outage
 from writer.session import memo_column, restart_lambda_names, without_adaptive, without_codegen
+from writer.status import BATCH_RECORDS, CHECKPOINT_META
 from writer.sink import claim_ids, merge_keys, merge_params
 from writer.sources import envelope_columns, event_id, mark_repeated_ids, valid
 from writer.features import batch_features
@@ -242,7 +243,7 @@ def open_checkpoint(checkpoint: Path, source: str) -> str:
     Raises:
         StreamError: the checkpoint belongs to another source.
     """
-    meta = checkpoint / "scowl" / "stream.json"
+    meta = checkpoint.joinpath(*CHECKPOINT_META)
     if meta.exists():
         doc = orjson.loads(meta.read_bytes())
         if doc.get("source") != source:
@@ -387,7 +388,7 @@ class BatchProcessor:
         self._retries = 0  # of the batch being processed
         self._rerun: bool | None = None  # whether it had been started before its first attempt here
         self.url = redis_url
-        self.records = checkpoint / "scowl" / "batches"
+        self.records = checkpoint.joinpath(*BATCH_RECORDS)
         self.records.mkdir(parents=True, exist_ok=True)
         self.stream_id = stream_id
         self.marker = f"_b:{stream_id}"

@@ -9,8 +9,10 @@ listing that does not depend on the terminal's width, one block per state:
       online since 2013-12-01T05:00:00.000Z
       3 keys, 12,345 bytes
 
-With ``SCOWL_EVENT_STREAM`` set, a last block describes that stream
-(:func:`stream_lines`). A state read by several features has one header line per feature; an
+With ``SCOWL_EVENT_STREAM`` set, a block describes that stream
+(:func:`stream_lines`); the ``scowl stream`` checkpoints under
+``SCOWL_HOME/checkpoints`` (its default place) end the listing
+(:func:`checkpoint_lines`). A state read by several features has one header line per feature; an
 aggregate written inside a scalar feature (SPEC §2.4) is named by that
 feature and its source text, e.g. ``e.past_money: Sum(amount by a last 30 days)``.
 """
@@ -30,13 +32,16 @@ def status(directory: Path = typer.Argument(..., metavar="DIR", help="Topology d
     Per aggregate state: the backfilled intervals and the gaps between them,
     the earliest event time the online path (serve, stream) wrote, and the
     number of keys and bytes. With SCOWL_EVENT_STREAM set, also that event
-    stream's entries, bytes and append times. The store is SCOWL_REDIS_URL,
-    else the embedded one under SCOWL_HOME (default ./.scowl).
+    stream's entries, bytes and append times. Then each scowl stream
+    checkpoint under SCOWL_HOME/checkpoints: its source, totals and last
+    batch. The store is SCOWL_REDIS_URL, else the embedded one under
+    SCOWL_HOME (default ./.scowl).
     """
     import redis
 
     from serving.settings import Settings, SettingsError
-    from writer.status import store_status, stream_status
+    from scowl.common import scowl_home
+    from writer.status import checkpoint_status, store_status, stream_status
 
     plan = compile_topology(directory)
     try:
@@ -60,6 +65,50 @@ def status(directory: Path = typer.Argument(..., metavar="DIR", help="Topology d
         console.print("")
         for line in stream_lines(stream, settings.event_stream_maxlen):
             console.print(line, highlight=False)
+    root = scowl_home() / "checkpoints"
+    checkpoints = checkpoint_status(root)
+    if checkpoints:
+        console.print("")
+        for line in checkpoint_lines(root, checkpoints):
+            console.print(line, highlight=False)
+
+
+def checkpoint_lines(root: Path, checkpoints: list, now_ms: int | None = None) -> list[str]:
+    """Return the lines of the stream checkpoints' block.
+
+    Args:
+        root: the directory they were found in (``SCOWL_HOME/checkpoints``).
+        checkpoints: ``writer.status.CheckpointStatus`` objects.
+        now_ms: the current time (epoch ms; default the clock), for the
+            age of each last batch.
+
+    Returns:
+        A header, then per checkpoint its directory name and source, its
+        totals, and its last batch with its age and watermark, e.g.::
+
+            stream checkpoints under .scowl/checkpoints
+              dir-events (dir:/data/events)
+                12 batches: 120,000 events merged, 3 late, 1 invalid set aside
+                last batch 11 written 2026-12-05T10:00:00.000Z (4m10s ago); watermark 2026-11-05T09:59:00.000Z
+    """
+    import time
+
+    from compiler.typesystem import format_time
+
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    lines = [f"stream checkpoints under {root}"]
+    for c in checkpoints:
+        lines.append(f"  {Path(c.path).name} ({c.source})")
+        if c.last_batch is None:
+            lines.append("    no batch yet")
+            continue
+        lines.append(f"    {plural(c.batches, 'batch', 'batches', spec=',')}: {plural(c.events, 'event', spec=',')} "
+                     f"merged, {c.late:,} late, {c.invalid:,} invalid set aside")
+        age = format_duration_s(max(0, (now - c.last_batch_ms) // 1000))
+        wm = "none" if c.watermark_ms is None else format_time(c.watermark_ms)
+        lines.append(f"    last batch {c.last_batch} written {format_time(c.last_batch_ms)} ({age} ago); "
+                     f"watermark {wm}")
+    return lines
 
 
 def stream_lines(s, maxlen: int | None) -> list[str]:

@@ -136,3 +136,50 @@ def test_status_shows_the_event_stream(store_url, tmp_path):
     assert r.stdout.endswith("\nevent stream ev (SCOWL_EVENT_STREAM)\n  empty\n"
                              "  no cap: trimmed only by its reader (scowl stream --trim-source) or by hand\n"), r.stdout
     client.close()
+
+
+def test_status_lists_the_stream_checkpoints_of_scowl_home(redis_url, tmp_path):
+    """``scowl stream`` (its default checkpoint, under ``SCOWL_HOME/checkpoints``) then ``scowl status``: a block
+    per checkpoint with its source, its totals and its last batch (its id, time and watermark); a directory there
+    that is no checkpoint is left out; none at all, no block."""
+    import time
+
+    from scowl.commands.status import checkpoint_lines
+    from writer.status import checkpoint_status
+
+    topo = tmp_path / "topo"
+    topo.mkdir()
+    (topo / "t.scowl").write_text(TOPOLOGY)
+    env = {**os.environ, "SCOWL_REDIS_URL": redis_url, "SCOWL_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
+    r = scowl("status", str(topo), env=env, cwd=tmp_path)
+    assert r.returncode == 0 and "stream checkpoints" not in r.stdout, r.stdout
+    src = tmp_path / "in"
+    src.mkdir()
+    events = [{"_type": "login", "_time": START + i * 60_000, "user": f"u{i % 3}"} for i in range(30)]
+    (src / "a.jsonl").write_bytes(b"\n".join(orjson.dumps(e) for e in events) + b"\nnot json\n")
+    before = int(time.time() * 1000)
+    r = scowl("stream", str(topo), "--source", f"dir:{src}", "--available-now", env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "home" / "checkpoints" / "not-a-checkpoint").mkdir()
+    r = scowl("status", str(topo), env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    at = lines.index(f"stream checkpoints under {tmp_path / 'home' / 'checkpoints'}")
+    (ck,) = checkpoint_status(tmp_path / "home" / "checkpoints")
+    assert (ck.source, ck.batches, ck.events, ck.late, ck.invalid, ck.last_batch) == (f"dir:{src}", 1, 30, 0, 1, 0)
+    assert ck.max_time_ms == START + 29 * 60_000 and ck.watermark_ms is None
+    assert before <= ck.last_batch_ms <= int(time.time() * 1000)
+    name = os.path.basename(ck.path)
+    assert lines[at + 1:at + 3] == [f"  {name} (dir:{src})", "    1 batch: 30 events merged, 0 late, 1 invalid set aside"]
+    assert lines[at + 3].startswith("    last batch 0 written ") and lines[at + 3].endswith(" ago); watermark none")
+    assert len(lines) == at + 4  # the not-a-checkpoint directory is not listed
+    # the age and a watermark, with a clock of the test's
+    ck.watermark_ms = START
+    assert checkpoint_lines(tmp_path, [ck], now_ms=ck.last_batch_ms + 250_000)[3] == (
+        f"    last batch 0 written {_iso(ck.last_batch_ms)} (4m10s ago); watermark 2024-01-01T00:00:00.000Z")
+
+
+def _iso(ms: int) -> str:
+    from compiler.typesystem import format_time
+
+    return format_time(ms)
