@@ -110,6 +110,11 @@ class BatchResult:
             ``dir:`` source or an empty batch.
         retries: times the batch was run again after the store was
             unavailable (:class:`StoreRetry`); 0 for most.
+        store_restarted: the store answering after those retries is not
+            the server process the job began with (its ``run_id`` changed:
+            a restart, a failover): what earlier batches merged is only
+            there if the store persisted it. ``False`` when unknown (a
+            cluster, no retry).
     """
 
     batch_id: int
@@ -124,6 +129,7 @@ class BatchResult:
     seconds: float = 0.0
     behind_ms: int | None = None
     retries: int = 0
+    store_restarted: bool = False
 
 
 #: Seconds a micro-batch waits out an unavailable store before the job stops (``scowl stream --store-retry``).
@@ -335,6 +341,31 @@ def redis_raw(batch: DataFrame) -> tuple[DataFrame, list[DataFrame]]:
     return raw_events(batch, F.col("_seq")), []
 
 
+def store_run_id(url: str) -> str | None:
+    """The ``run_id`` of the store's server process (``INFO server``: new at every start), or ``None``.
+
+    Args:
+        url: a standalone store (a cluster has one per node: ``None``).
+
+    Returns:
+        The id, or ``None`` for a cluster or a store that does not answer.
+    """
+    import redis
+
+    from writer.redisio import connect
+
+    try:
+        client = connect(url, socket_timeout=5.0)
+        try:
+            if isinstance(client, redis.RedisCluster):
+                return None
+            return str(client.info("server").get("run_id") or "") or None
+        finally:
+            client.close()
+    except redis.RedisError:
+        return None
+
+
 def _error_line(error: BaseException) -> str:
     """One line naming a failed batch's cause: a Python task's exception line (``writer.session.python_error_line``:
     PySpark's own first line, "An exception was thrown from the Python worker:", names nothing), else
@@ -387,6 +418,7 @@ class BatchProcessor:
         self.stopping = threading.Event()
         self._retries = 0  # of the batch being processed
         self._rerun: bool | None = None  # whether it had been started before its first attempt here
+        self._run_id: str | None = None  # the store's server process when the job began (store_run_id)
         self.url = redis_url
         self.records = checkpoint.joinpath(*BATCH_RECORDS)
         self.records.mkdir(parents=True, exist_ok=True)
@@ -469,6 +501,8 @@ class BatchProcessor:
         wait = RETRY_FIRST_WAIT_S
         self._retries = 0
         self._rerun = self.record(batch_id) is not None  # a retry finds the record its first attempt wrote
+        if self._run_id is None and self.store_retry_s > 0:
+            self._run_id = store_run_id(self.url) or ""
         try:
             while True:
                 try:
@@ -571,6 +605,10 @@ class BatchProcessor:
         res = BatchResult(batch_id, events=row["valid"] - row["late"], late=row["late"],
                           invalid=row["n"] - row["valid"], watermark_ms=wm,
                           rerun=rec is not None if self._rerun is None else self._rerun, retries=self._retries)
+        if self._retries and self._run_id:
+            now_id = store_run_id(self.url)
+            res.store_restarted = now_id is not None and now_id != self._run_id
+            self._run_id = now_id or self._run_id  # the next restart is measured from this one
         if rec is None:
             prev = self.previous(batch_id)
             seen = [x for x in (row["max_t"], prev and prev["max_time_ms"]) if x is not None]

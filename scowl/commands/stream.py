@@ -144,6 +144,9 @@ def stream(
         note = " (re-run after a restart)" if b.rerun else ""
         behind = "" if b.behind_ms is None else f"; {b.behind_ms / 1000:,.1f}s behind the stream's last entry"
         retried = "" if not b.retries else f"; {plural(b.retries, 'store retry', 'store retries')}"
+        if b.store_restarted:
+            retried += (" (the store restarted meanwhile: what it did not persist of earlier batches' merges is "
+                        "lost)")
         console.print(f"batch {b.batch_id}{note}: {plural(b.events, 'event', spec=',')}, {b.late:,} late, "
                       f"{b.invalid:,} invalid, {plural(b.applied, 'key', spec=',')} merged, {b.skipped:,} already "
                       f"merged; watermark {wm}; {b.seconds:.1f}s{behind}{retried}")

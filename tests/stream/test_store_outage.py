@@ -7,7 +7,8 @@ its saved data (what a restart or a failover looks like to the job):
 * with the default ``store_retry_s`` the batch that meets the outage runs
   again once the store answers, and the state is exactly that of the
   uninterrupted reference run of ``test_stream.py`` (nothing merged twice,
-  nothing lost); each wait was announced with the store's error;
+  nothing lost: the store saved its data); each wait was announced with the
+  store's error, and the batch says the store restarted (its ``run_id``);
 * with ``store_retry_s=0`` the job stops at once with one message naming
   the store's error, and a restart with the same checkpoint, once the store
   is back, leaves the reference state;
@@ -101,6 +102,7 @@ def test_a_batch_waits_out_a_store_restart_and_merges_once(spark, plan, referenc
                         max_files_per_trigger=1, on_batch=on_batch, on_retry=on_retry)
     assert [b.batch_id for b in report.batches] == [0, 1, 2]
     assert [b.retries for b in report.batches] == [0, 2, 0]
+    assert [b.store_restarted for b in report.batches] == [False, True, False]  # a new server process (run_id)
     assert not any(b.rerun for b in report.batches)  # a retry in the same run is no restart
     assert [(r.batch_id, r.attempt, r.wait_s) for r in retries] == [(1, 1, 1.0), (1, 2, 2.0)]
     assert all(r.error.startswith("ConnectionError: ") and str(server.port) in r.error for r in retries), retries
