@@ -290,11 +290,14 @@ class CheckpointStatus:
         source: its source (``dir:<absolute path>`` or ``redis:<stream>``).
         stream_id: the id of its batches' guard fields (``_b:<id>``).
         created_ms: when its first run began (epoch ms).
-        batches, events, late, invalid: its running totals (events merged;
-            late and invalid ones set aside).
+        batches, events, late, invalid: its running totals, as of its
+            latest batch's record (events to merge; late and invalid ones
+            set aside). A record is written as its batch starts, before the
+            merges, so they count that batch however it ended (a batch cut
+            short is redone from its record on restart).
         last_batch: the id of its latest batch (``None`` before any).
-        last_batch_ms: when that batch's record was written (its file's
-            time, epoch ms): the stream's last sign of life.
+        last_batch_ms: when that batch started (its record's file time,
+            epoch ms): the stream's last sign of life.
         watermark_ms: that batch's watermark (``None`` for none yet).
         max_time_ms: the largest event time merged.
     """

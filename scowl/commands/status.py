@@ -88,8 +88,11 @@ def checkpoint_lines(root: Path, checkpoints: list, now_ms: int | None = None) -
 
             stream checkpoints under .scowl/checkpoints
               dir-events (dir:/data/events)
-                12 batches: 120,000 events merged, 3 late, 1 invalid set aside
-                last batch 11 written 2026-12-05T10:00:00.000Z (4m10s ago); watermark 2026-11-05T09:59:00.000Z
+                12 batches: 120,000 events, 3 late, 1 invalid set aside
+                last batch 11 started 2026-12-05T10:00:00.000Z (4m10s ago); watermark 2026-11-05T09:59:00.000Z
+
+        A batch's record is written when it starts (its counts known, its merges not yet made: a batch cut
+        short is redone from it on restart), so the totals include the last batch however it ended.
     """
     import time
 
@@ -102,11 +105,11 @@ def checkpoint_lines(root: Path, checkpoints: list, now_ms: int | None = None) -
         if c.last_batch is None:
             lines.append("    no batch yet")
             continue
-        lines.append(f"    {plural(c.batches, 'batch', 'batches', spec=',')}: {plural(c.events, 'event', spec=',')} "
-                     f"merged, {c.late:,} late, {c.invalid:,} invalid set aside")
+        lines.append(f"    {plural(c.batches, 'batch', 'batches', spec=',')}: {plural(c.events, 'event', spec=',')}, "
+                     f"{c.late:,} late, {c.invalid:,} invalid set aside")
         age = format_duration_s(max(0, (now - c.last_batch_ms) // 1000))
         wm = "none" if c.watermark_ms is None else format_time(c.watermark_ms)
-        lines.append(f"    last batch {c.last_batch} written {format_time(c.last_batch_ms)} ({age} ago); "
+        lines.append(f"    last batch {c.last_batch} started {format_time(c.last_batch_ms)} ({age} ago); "
                      f"watermark {wm}")
     return lines
 

@@ -170,13 +170,13 @@ def test_status_lists_the_stream_checkpoints_of_scowl_home(redis_url, tmp_path):
     assert ck.max_time_ms == START + 29 * 60_000 and ck.watermark_ms is None
     assert before <= ck.last_batch_ms <= int(time.time() * 1000)
     name = os.path.basename(ck.path)
-    assert lines[at + 1:at + 3] == [f"  {name} (dir:{src})", "    1 batch: 30 events merged, 0 late, 1 invalid set aside"]
-    assert lines[at + 3].startswith("    last batch 0 written ") and lines[at + 3].endswith(" ago); watermark none")
+    assert lines[at + 1:at + 3] == [f"  {name} (dir:{src})", "    1 batch: 30 events, 0 late, 1 invalid set aside"]
+    assert lines[at + 3].startswith("    last batch 0 started ") and lines[at + 3].endswith(" ago); watermark none")
     assert len(lines) == at + 4  # the not-a-checkpoint directory is not listed
     # the age and a watermark, with a clock of the test's
     ck.watermark_ms = START
     assert checkpoint_lines(tmp_path, [ck], now_ms=ck.last_batch_ms + 250_000)[3] == (
-        f"    last batch 0 written {_iso(ck.last_batch_ms)} (4m10s ago); watermark 2024-01-01T00:00:00.000Z")
+        f"    last batch 0 started {_iso(ck.last_batch_ms)} (4m10s ago); watermark 2024-01-01T00:00:00.000Z")
 
 
 def _iso(ms: int) -> str:
