@@ -26,10 +26,11 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 import orjson
+
+from compiler.typesystem import format_time, parse_time
 
 __all__ = ["EVENTS_FILE", "SPAN_MS", "TOPOLOGY", "TOPOLOGY_FILE", "Starter", "starter_events", "write_starter"]
 
@@ -140,7 +141,7 @@ def starter_events(end_ms: int, seed: int = 7) -> list[dict]:
         timed.append((burst_ms + 4_000 * i, {"_type": "login", "user": f"guest{i:02d}", "ip": _BURST_IP,
                                              "email": f"guest{i:02d}@burst{i:02d}.example"}))
     timed.sort(key=lambda p: p[0])
-    return [{"_type": ev["_type"], "_time": _iso(t), **{k: v for k, v in ev.items() if k != "_type"}}
+    return [{"_type": ev["_type"], "_time": format_time(t), **{k: v for k, v in ev.items() if k != "_type"}}
             for t, ev in timed]
 
 
@@ -172,14 +173,5 @@ def write_starter(directory: Path, now_ms: int, force: bool = False) -> Starter:
     directory.mkdir(parents=True, exist_ok=True)
     topology.write_text(TOPOLOGY)
     events_path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
-    return Starter(topology, events_path, len(events), _ms(events[0]["_time"]), _ms(events[-1]["_time"]))
-
-
-def _iso(ms: int) -> str:
-    """Epoch ms as ``YYYY-MM-DDTHH:MM:SS.mmmZ`` (the API's ``event_time`` form)."""
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
-
-
-def _ms(iso: str) -> int:
-    """Inverse of :func:`_iso`."""
-    return round(datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S.%f%z").timestamp() * 1000)
+    return Starter(topology, events_path, len(events), parse_time(events[0]["_time"]),
+                   parse_time(events[-1]["_time"]))

@@ -31,9 +31,9 @@ END_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
 
 def _ms(iso: str) -> int:
-    from scowl.starter import _ms as parse
+    from compiler.typesystem import parse_time
 
-    return parse(iso)
+    return parse_time(iso)
 
 
 @pytest.mark.slow
