@@ -21,7 +21,7 @@ from compiler.algebra.storekeys import COVERAGE_PREFIX
 from scowl.failures import failure_summary, store_failure
 from scowl.progress import job_progress
 from tests.serving.helpers import compile_text
-from tests.stream.test_store_outage import Server
+from tests.store_server import StoreServer
 from writer.backfill import run_backfill
 from writer.session import python_error_line
 
@@ -34,7 +34,7 @@ n_user := Count(by user last 1 hour)
 
 @pytest.mark.slow
 def test_a_backfill_whose_store_goes_away_is_one_line_and_records_nothing(spark, tmp_path):
-    server = Server(tmp_path)
+    server = StoreServer(tmp_path)
     server.start()
     events = tmp_path / "events.jsonl"
     events.write_bytes(b"".join(orjson.dumps({"_type": "login", "_time": 1_700_000_000_000 + 1000 * i,
@@ -42,7 +42,7 @@ def test_a_backfill_whose_store_goes_away_is_one_line_and_records_nothing(spark,
 
     def progress(phase: str, done: int, total: int) -> None:
         if phase == "tiles" and done == 0:
-            server.stop()  # saved: the restart below shows what the store held
+            server.kill()  # its append-only file: the restart below shows what the store held
 
     try:
         with pytest.raises(Exception) as failed:
@@ -64,7 +64,7 @@ def test_a_backfill_whose_store_goes_away_is_one_line_and_records_nothing(spark,
 
 @pytest.mark.slow
 def test_a_backfill_into_a_full_store_is_one_line(spark, tmp_path):
-    server = Server(tmp_path)
+    server = StoreServer(tmp_path)
     server.start()
     client = redis.Redis.from_url(server.url)
     client.config_set("maxmemory-policy", "noeviction")

@@ -24,19 +24,16 @@ on the same port from its files. Checked:
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
-import redis
 
 from tests.e2e.helpers import login_purchase_events, login_purchase_topology, post_all
 from tests.e2e.store_dump import assert_same_store, db_url, dump_store, live_part
 from tests.serving.helpers import compile_text, served
+from tests.store_server import StoreServer
 
 TOPOLOGY = login_purchase_topology("""
 n_user := Count(by user last 1 hour)
@@ -49,45 +46,9 @@ spent := Sum(total by user last 1 day)
 BATCH = 50
 
 
-class _Valkey:
-    """A valkey-server on a fixed port whose data survive SIGKILL (appendfsync always)."""
-
-    def __init__(self, home: Path, port: int):
-        self.home, self.port = home, port
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        from scowl.embedded import server_binary
-
-        self.proc = subprocess.Popen(
-            [server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.home),
-             "--save", "", "--appendonly", "yes", "--appendfsync", "always", "--protected-mode", "yes"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        client = redis.Redis(port=self.port, socket_timeout=1)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                if client.ping():
-                    return
-            except redis.RedisError:
-                time.sleep(0.05)
-        raise AssertionError("valkey did not start")
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-
 @pytest.fixture()
 def store(tmp_path):
-    from scowl.embedded import free_port
-
-    v = _Valkey(tmp_path, free_port())
+    v = StoreServer(tmp_path)
     v.start()
     yield v
     v.stop()
@@ -100,12 +61,12 @@ def server(store):
 
     # pipelined chunks of 8 (SCOWL_BATCH_PIPELINE): a kill lands between a batch's chunks as well as inside one
     app = create_app(compile_text(TOPOLOGY), Settings(store_timeout_s=0.5, batch_pipeline=8),
-                     redis_url=f"redis://127.0.0.1:{store.port}/0")
+                     redis_url=store.url)
     with served(app, log_level="critical") as url:
         yield url, app
 
 
-def _cut_after_first_answer(app, store: _Valkey, armed: threading.Event, killed: threading.Event) -> None:
+def _cut_after_first_answer(app, store: StoreServer, armed: threading.Event, killed: threading.Event) -> None:
     """Wrap the served evaluator's ``process_batch``: while ``armed``, kill the store once a batch's first event is answered.
 
     The kill then lands inside a batch whatever the host's speed: the
@@ -198,5 +159,5 @@ def test_store_killed_and_restarted_under_load(server, store, redis_url):
     assert len(first) > len(events) // 2
     assert [answers[i] for i in first] == [clean[i] for i in first]
     now = max(e["_time"] for e in events)
-    ours = live_part(dump_store(f"redis://127.0.0.1:{store.port}/0"), plan, now)
+    ours = live_part(dump_store(store.url), plan, now)
     assert_same_store(ours, live_part(dump_store(clean_url), plan, now), plan)

@@ -1,8 +1,9 @@
 """A store that goes away under ``scowl stream`` (``run_stream(store_retry_s=...)``, ``writer.redisio.store_outage``).
 
-The store is a server of the test's own, on a fixed port, saved and shut
-down between two micro-batches, then started again on the same port from
-its saved data (what a restart or a failover looks like to the job):
+The store is a server of the test's own (``tests.store_server``), on a
+fixed port, killed between two micro-batches, then started again on the
+same port from its append-only file (what a restart or a failover looks
+like to the job):
 
 * with the default ``store_retry_s`` the batch that meets the outage runs
   again once the store answers, and the state is exactly that of the
@@ -23,15 +24,14 @@ Source: SPEC §5.7 (exactly-once effect per micro-batch across restarts).
 from __future__ import annotations
 
 import shutil
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import redis
 
-from scowl.embedded import free_port, server_binary
+from scowl.embedded import free_port
 from tests.e2e.store_dump import assert_same_store
+from tests.store_server import StoreServer
 from tests.stream.test_stream import dump, plan, reference  # noqa: F401  (module fixtures)
 from writer.redisio import store_outage
 from writer.stream import StreamError, run_stream
@@ -39,42 +39,9 @@ from writer.stream import StreamError, run_stream
 pytestmark = pytest.mark.slow
 
 
-class Server:
-    """A Valkey server of the test on a fixed port, its data saved in ``directory`` across restarts."""
-
-    def __init__(self, directory: Path):
-        self.directory = directory
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
-             "--save", "", "--appendonly", "no", "--busy-reply-threshold", "0"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = redis.Redis.from_url(self.url)
-        for _ in range(200):
-            try:
-                if client.ping():
-                    return
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        raise AssertionError("the test's store did not start")
-
-    def stop(self) -> None:
-        """Save and shut down (the next :meth:`start` loads what was saved)."""
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                redis.Redis.from_url(self.url).shutdown(save=True)
-            except redis.ConnectionError:
-                pass
-            self.proc.wait(timeout=30)
-
-
 @pytest.fixture
 def server(tmp_path):
-    s = Server(tmp_path)
+    s = StoreServer(tmp_path)
     s.start()
     yield s
     s.stop()
@@ -91,7 +58,7 @@ def test_a_batch_waits_out_a_store_restart_and_merges_once(spark, plan, referenc
 
     def on_batch(b) -> None:
         if b.batch_id == 0:
-            server.stop()  # between batch 0 and batch 1
+            server.kill()  # between batch 0 and batch 1 (its append-only file keeps every write)
 
     def on_retry(r) -> None:
         retries.append(r)
@@ -115,7 +82,7 @@ def test_without_retries_the_job_stops_and_a_restart_finishes_it(spark, plan, re
     source = _source(reference, tmp_path)
     with pytest.raises(StreamError) as err:
         run_stream(spark, plan, server.url, source, tmp_path / "ck", available_now=True, max_files_per_trigger=1,
-                   on_batch=lambda b: server.stop() if b.batch_id == 0 else None, store_retry_s=0)
+                   on_batch=lambda b: server.kill() if b.batch_id == 0 else None, store_retry_s=0)
     message = str(err.value)
     assert message.startswith("the stream stopped: the store was unavailable (--store-retry 0): ConnectionError: ")
     assert message.endswith("; restart with the same --checkpoint once it answers (nothing is merged twice)")
@@ -131,7 +98,7 @@ def test_a_stop_request_ends_the_wait(spark, plan, reference, server, tmp_path):
     retries = []
     report = run_stream(spark, plan, server.url, _source(reference, tmp_path), tmp_path / "ck",
                         max_files_per_trigger=1, trigger_s=0.2,
-                        on_batch=lambda b: server.stop() if b.batch_id == 0 else None,
+                        on_batch=lambda b: server.kill() if b.batch_id == 0 else None,
                         on_retry=retries.append, stop_requested=lambda: bool(retries))
     assert [b.batch_id for b in report.batches] == [0]
     assert [r.attempt for r in retries] == [1]  # the stop came during the first wait: no second retry
@@ -169,21 +136,20 @@ def test_the_redis_source_waits_out_its_store(server, caplog):
 
     client = redis.Redis.from_url(server.url)
     ids = [client.xadd("ev", {"event": f'{{"_type": "login", "n": {i}}}'}).decode() for i in range(3)]
-    client.save()
     reader = RedisStreamReader({"url": server.url, "stream": "ev", "retryS": "60"})
-    server.stop()
+    server.kill()
     threading.Timer(1.5, server.start).start()  # back while the reader waits
     with caplog.at_level("WARNING", logger="writer.redis_source"):
         assert reader.latestOffset({"id": "0-0"}) == {"id": ids[-1]}
     waits = [r.getMessage() for r in caplog.records]
     assert waits and all(m.startswith("source redis:ev: store unavailable (ConnectionError: ") for m in waits), waits
     assert waits[0].endswith("retry 1 in 1s (0s of --store-retry 60s spent)"), waits
-    server.stop()
+    server.kill()
     threading.Timer(1.5, server.start).start()
     rows = list(reader.read(RedisRange("0-0", ids[-1])))
     assert [r[0] for r in rows] == ids and rows[0][2] == '{"_type": "login", "n": 0}'
     # without retryS the first store error is raised
-    server.stop()
+    server.kill()
     with pytest.raises(redis.ConnectionError):
         RedisStreamReader({"url": server.url, "stream": "ev"}).latestOffset({"id": "0-0"})
     server.start()
