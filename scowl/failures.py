@@ -75,11 +75,11 @@ def store_failure(error: BaseException) -> str | None:
         ``"the store became unavailable (<error>): run the command again once it answers (...)"``,
         ``"the store is out of memory (...)"``, or None.
     """
-    from writer.redisio import store_outage
+    from writer.redisio import store_full, store_outage
 
     try:
         outage = store_outage(error)
-        full = outage is None and _out_of_memory(error)
+        full = outage is None and store_full(error)
     except Exception:  # noqa: BLE001 -- the JVM is gone: the general summary
         return None
     again = ("a backfill records no coverage for a run cut short, and its re-run overwrites what it wrote, "
@@ -90,20 +90,6 @@ def store_failure(error: BaseException) -> str | None:
     if outage is None:
         return None
     return f"the store became unavailable ({outage}): run the command again once it answers ({again})"
-
-
-def _out_of_memory(error: BaseException) -> bool:
-    """Whether ``error`` is the store refusing a write past its ``maxmemory`` (``OOM``; on the driver or in a task)."""
-    import redis
-
-    e: BaseException | None = error
-    seen: set[int] = set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, redis.exceptions.OutOfMemoryError):
-            return True
-        e = e.__cause__ or e.__context__
-    return "redis.exceptions.OutOfMemoryError:" in str(error)
 
 
 def input_read_failure(error: BaseException) -> str | None:

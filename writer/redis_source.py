@@ -66,7 +66,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -294,40 +293,28 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _with_store(self, call: Callable[[Any], Any]) -> Any:
         """``call(client)`` with a new client of the source's store, closed after; an outage is waited out.
 
-        While the store is unavailable (``writer.redisio.store_outage``),
-        the call is made again after 1, 2, 4 s (at most
-        :data:`RETRY_MAX_WAIT_S`), for up to ``retryS`` seconds from its
-        first failure; each wait is announced on standard error (the
-        query's owner shows it, as the batches' own retries).
+        While the store is unavailable, the call is made again for up to
+        ``retryS`` seconds (``writer.redisio.retry_outages``, pauses up to
+        :data:`RETRY_MAX_WAIT_S`); each wait is announced on standard error
+        (the query's owner shows it, as the batches' own retries).
 
         Raises:
             Whatever ``call`` raised: another error, or an outage past ``retryS``.
         """
-        from writer.redisio import store_outage
+        from writer.redisio import retry_outages
 
-        first: float | None = None
-        wait, attempt = 1.0, 0
-        while True:
-            client = None
+        def once() -> Any:
+            client = self._client()
             try:
-                client = self._client()
                 return call(client)
-            except Exception as e:
-                outage = store_outage(e)
-                now = time.monotonic()
-                first = now if first is None else first
-                left = first + self.retry_s - now
-                if outage is None or left <= 0:
-                    raise
-                pause = min(wait, left)
-                attempt += 1
-                log.warning("source redis:%s: store unavailable (%s); retry %d in %.0fs (%.0fs of --store-retry "
-                            "%gs spent)", self.stream, outage, attempt, pause, now - first, self.retry_s)
-                time.sleep(pause)
-                wait = min(wait * 2, RETRY_MAX_WAIT_S)
             finally:
-                if client is not None:
-                    client.close()
+                client.close()
+
+        def announce(attempt: int, pause: float, outage: str, waited: float) -> None:
+            log.warning("source redis:%s: store unavailable (%s); retry %d in %.0fs (%.0fs of --store-retry %gs "
+                        "spent)", self.stream, outage, attempt, pause, waited, self.retry_s)
+
+        return retry_outages(once, self.retry_s, announce, max_wait_s=RETRY_MAX_WAIT_S)
 
     def _last_id(self) -> str | None:
         top = self._with_store(lambda client: client.xrevrange(self.stream, "+", "-", count=1))

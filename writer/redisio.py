@@ -21,7 +21,9 @@ No pyspark import here: executors import this module.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+import threading
+import time
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import hiredis
 import redis
@@ -97,6 +99,19 @@ class HiredisPacker:
         return self._fallback.pack(*args)
 
 
+T = TypeVar("T")
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and the exceptions it was raised from or while handling, outermost first (each once)."""
+    seen: set[int] = set()
+    e: BaseException | None = error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        yield e
+        e = e.__cause__ or e.__context__
+
+
 def store_outage(error: BaseException) -> str | None:
     """Whether ``error`` is the store being unavailable for a while, and which error says so.
 
@@ -110,22 +125,81 @@ def store_outage(error: BaseException) -> str | None:
 
     Returns:
         ``"<ErrorName>: <its message's first line>"``, or ``None`` for any
-        other error (a script error, a bug, a full store: ``OOM`` is not
-        waited out, it needs someone to act).
+        other error (a script error, a bug, a full store: :func:`store_full`,
+        which needs someone to act, not a wait).
     """
-    seen: set[int] = set()
-    e: BaseException | None = error
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
+    for e in _chain(error):
         if isinstance(e, redis.RedisError) and type(e).__name__ in OUTAGE_ERRORS:
             lines = str(e).strip().splitlines()
             return f"{type(e).__name__}: {lines[0] if lines else ''}".rstrip(": ")
-        e = e.__cause__ or e.__context__
     found = _OUTAGE_LINE.findall(str(error))
     if found:
         name, message = found[-1]
         return f"{name}: {message.strip()}".rstrip(": ")
     return None
+
+
+def store_full(error: BaseException) -> bool:
+    """Whether ``error`` is the store refusing a write past its ``maxmemory`` (``OOM``, with ``noeviction``).
+
+    On the driver: redis-py's ``OutOfMemoryError`` in ``error``'s chain; in
+    a Spark task: Valkey's message (``... used memory > 'maxmemory'``) in the
+    job's error text, as ``serving.store._out_of_memory`` reads a script call's.
+    """
+    return any(isinstance(e, redis.exceptions.OutOfMemoryError) for e in _chain(error)) \
+        or "used memory > 'maxmemory'" in str(error)
+
+
+def retry_outages(call: Callable[[], T], budget_s: float, on_wait: Callable[[int, float, str, float], None] | None = None,
+                  max_wait_s: float = 30.0, stop: threading.Event | None = None) -> T:
+    """``call()``, made again while the store is unavailable (:func:`store_outage`), for up to ``budget_s``.
+
+    The pauses are 1, 2, 4, ... seconds, at most ``max_wait_s``, counted
+    from the first failure; ``call`` must be safe to make again (a read, an
+    overwrite, a guarded merge).
+
+    Args:
+        call: the work, with its own connection(s).
+        budget_s: seconds after the first failure past which its error is
+            raised (0: at once).
+        on_wait: called before each pause with ``(attempt, pause_s, outage,
+            waited_s)``: 1 for the first retry, the seconds to the next
+            attempt, :func:`store_outage`'s text, the seconds since the
+            first failure.
+        max_wait_s: the longest pause.
+        stop: when set (before or during a pause), the last error is raised.
+
+    Returns:
+        What ``call`` returned.
+
+    Raises:
+        Whatever ``call`` raised: another error, or an outage past ``budget_s`` or a stop.
+
+    Source: the retry-with-backoff of Kafka Connect sinks (``errors.retry.timeout``) and Flink's
+    restart strategies.
+    """
+    first: float | None = None
+    wait, attempt = 1.0, 0
+    while True:
+        try:
+            return call()
+        except Exception as e:
+            outage = store_outage(e)
+            now = time.monotonic()
+            first = now if first is None else first
+            left = first + budget_s - now
+            if outage is None or left <= 0 or (stop is not None and stop.is_set()):
+                raise
+            pause = min(wait, left)
+            attempt += 1
+            if on_wait is not None:
+                on_wait(attempt, pause, outage, now - first)
+            if stop is not None:
+                if stop.wait(pause):
+                    raise
+            else:
+                time.sleep(pause)
+            wait = min(wait * 2, max_wait_s)
 
 
 def connect(url: str, socket_timeout: float = 60.0) -> redis.Redis | redis.RedisCluster:

@@ -316,6 +316,26 @@ class CheckpointStatus:
     max_time_ms: int | None = None
 
 
+def latest_batch_record(records: Path) -> tuple[int, Path, dict] | None:
+    """The latest micro-batch record in a checkpoint's :data:`BATCH_RECORDS` directory ``records``.
+
+    Returns:
+        ``(batch id, its file, the record)`` (``writer.stream``: watermark,
+        largest event time, counts and the checkpoint's running ``totals``),
+        or ``None`` before any batch.
+
+    Raises:
+        OSError, ValueError: a record that cannot be read or parsed.
+    """
+    import orjson
+
+    ids = [(int(f.stem), f) for f in records.glob("*.json") if f.stem.isdigit()]
+    if not ids:
+        return None
+    batch_id, path = max(ids)
+    return batch_id, path, orjson.loads(path.read_bytes())
+
+
 def checkpoint_status(root: Path) -> list[CheckpointStatus]:
     """The ``scowl stream`` checkpoints directly under ``root`` (default ``SCOWL_HOME/checkpoints``), by path.
 
@@ -337,10 +357,9 @@ def checkpoint_status(root: Path) -> list[CheckpointStatus]:
         try:
             meta = orjson.loads(ck.joinpath(*CHECKPOINT_META).read_bytes())
             st = CheckpointStatus(str(ck), str(meta["source"]), str(meta["id"]), meta.get("created_ms"))
-            records = sorted((int(p.stem), p) for p in ck.joinpath(*BATCH_RECORDS).glob("*.json") if p.stem.isdigit())
-            if records:
-                batch_id, path = records[-1]
-                rec = orjson.loads(path.read_bytes())
+            latest = latest_batch_record(ck.joinpath(*BATCH_RECORDS))
+            if latest is not None:
+                batch_id, path, rec = latest
                 totals = rec.get("totals", {})
                 st.batches, st.events = int(totals.get("batches", 0)), int(totals.get("events", 0))
                 st.late, st.invalid = int(totals.get("late", 0)), int(totals.get("invalid", 0))

@@ -74,9 +74,9 @@ from pyspark.sql import functions as F
 
 from compiler.algebra.storekeys import DEFAULT_ID_TTL_S
 from compiler.plan import Plan, StateSpec
-from writer.redisio import store_outage
+from writer.redisio import retry_outages, store_outage
 from writer.session import memo_column, restart_lambda_names, without_adaptive, without_codegen
-from writer.status import BATCH_RECORDS, CHECKPOINT_META
+from writer.status import BATCH_RECORDS, CHECKPOINT_META, latest_batch_record
 from writer.sink import claim_ids, merge_keys, merge_params
 from writer.sources import envelope_columns, event_id, mark_repeated_ids, valid
 from writer.features import batch_features
@@ -134,9 +134,7 @@ class BatchResult:
 
 #: Seconds a micro-batch waits out an unavailable store before the job stops (``scowl stream --store-retry``).
 DEFAULT_STORE_RETRY_S = 300.0
-#: The first wait before a batch is run again after a store outage, in seconds; each next one doubles, up to
-#: :data:`RETRY_MAX_WAIT_S`.
-RETRY_FIRST_WAIT_S = 1.0
+#: The longest wait before a batch is run again after a store outage, in seconds (the waits double from 1 s).
 RETRY_MAX_WAIT_S = 30.0
 
 
@@ -417,7 +415,7 @@ class BatchProcessor:
         self.on_retry = on_retry
         self.stopping = threading.Event()
         self._retries = 0  # of the batch being processed
-        self._rerun: bool | None = None  # whether it had been started before its first attempt here
+        self._first_rerun = False  # whether the batch had a record at its first attempt here
         self._run_id: str | None = None  # the store's server process when the job began (store_run_id)
         self.url = redis_url
         self.records = checkpoint.joinpath(*BATCH_RECORDS)
@@ -461,8 +459,8 @@ class BatchProcessor:
 
     def totals(self) -> dict[str, int]:
         """Totals of the latest record of the checkpoint (``{}`` before any batch)."""
-        ids = [int(p.stem) for p in self.records.glob("*.json") if p.stem.isdigit()]
-        return dict(self.record(max(ids))["totals"]) if ids else {}
+        latest = latest_batch_record(self.records)
+        return dict(latest[2]["totals"]) if latest is not None else {}
 
     # ------------------------------------------------------------ batches
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -488,42 +486,25 @@ class BatchProcessor:
         Spark task's merges). :meth:`process` is safe to run again with the
         same batch (keys already merged are skipped by their batch-id guard,
         SPEC §5.7), so the batch waits 1, 2, 4, ... seconds (at most
-        :data:`RETRY_MAX_WAIT_S`) and runs again, calling :attr:`on_retry`
-        before each wait; any other error, a stop request (:attr:`stopping`)
-        or a store still unavailable :attr:`store_retry_s` seconds after the
-        batch's first failure raises.
-
-        Source: the retry-with-backoff of Kafka Connect sinks
-        (``errors.retry.timeout``) and Flink's restart strategies, inside the
-        batch so that the query keeps its offsets.
+        :data:`RETRY_MAX_WAIT_S`) and runs again (``writer.redisio.retry_outages``,
+        inside the batch so that the query keeps its offsets), calling
+        :attr:`on_retry` before each wait; any other error, a stop request
+        (:attr:`stopping`) or a store still unavailable :attr:`store_retry_s`
+        seconds after the batch's first failure raises.
         """
-        first: float | None = None
-        wait = RETRY_FIRST_WAIT_S
-        self._retries = 0
-        self._rerun = self.record(batch_id) is not None  # a retry finds the record its first attempt wrote
+        def announce(attempt: int, pause: float, outage: str, waited: float) -> None:
+            self._retries = attempt
+            if self.on_retry is not None:
+                self.on_retry(StoreRetry(batch_id, attempt, pause, outage, waited, self.store_retry_s))
+
         if self._run_id is None and self.store_retry_s > 0:
             self._run_id = store_run_id(self.url) or ""
+        self._retries = 0
         try:
-            while True:
-                try:
-                    return self.process(raw, batch_id)
-                except Exception as e:
-                    outage = store_outage(e)
-                    now = time.monotonic()
-                    first = now if first is None else first
-                    left = first + self.store_retry_s - now
-                    if outage is None or left <= 0 or self.stopping.is_set():
-                        raise
-                    pause = min(wait, left)
-                    self._retries += 1
-                    if self.on_retry is not None:
-                        self.on_retry(StoreRetry(batch_id, self._retries, pause, outage, now - first,
-                                                 self.store_retry_s))
-                    if self.stopping.wait(pause):
-                        raise
-                    wait = min(wait * 2, RETRY_MAX_WAIT_S)
+            return retry_outages(lambda: self.process(raw, batch_id), self.store_retry_s, announce,
+                                 max_wait_s=RETRY_MAX_WAIT_S, stop=self.stopping)
         finally:
-            self._retries, self._rerun = 0, None  # a later direct call of process() is a batch of its own
+            self._retries = 0  # a later direct call of process() is a batch of its own
 
     def process(self, raw: DataFrame, batch_id: int) -> BatchResult:
         """Process one batch of raw events (``_type``, ``_time_ms``, ``_seq``, ``_raw``).
@@ -546,6 +527,8 @@ class BatchProcessor:
         spark = raw.sparkSession
         ok = memo_column(("stream-valid", tuple(sorted(self.plan.events))), lambda: valid(list(self.plan.events)))
         rec = self.record(batch_id)
+        if not self._retries:  # a retry finds the record its first attempt wrote: no restart
+            self._first_rerun = rec is not None
         if rec is not None:
             wm = rec["watermark_ms"]
         else:
@@ -604,7 +587,7 @@ class BatchProcessor:
         earliest = {ev: row[f"min_{i}"] for i, ev in enumerate(writers) if row[f"min_{i}"] is not None}
         res = BatchResult(batch_id, events=row["valid"] - row["late"], late=row["late"],
                           invalid=row["n"] - row["valid"], watermark_ms=wm,
-                          rerun=rec is not None if self._rerun is None else self._rerun, retries=self._retries)
+                          rerun=self._first_rerun, retries=self._retries)
         if self._retries and self._run_id:
             now_id = store_run_id(self.url)
             res.store_restarted = now_id is not None and now_id != self._run_id

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import typer
 
-from scowl.common import UserError, compile_topology, console, format_duration_s, open_store, plural, redact_url
+from scowl.common import (UserError, compile_topology, console, format_duration_s, open_store, plural, redact_url,
+                          scowl_home)
 
 
 def status(directory: Path = typer.Argument(..., metavar="DIR", help="Topology directory (its *.scowl files).")) -> None:
@@ -40,7 +41,6 @@ def status(directory: Path = typer.Argument(..., metavar="DIR", help="Topology d
     import redis
 
     from serving.settings import Settings, SettingsError
-    from scowl.common import scowl_home
     from writer.status import checkpoint_status, store_status, stream_status
 
     plan = compile_topology(directory)
