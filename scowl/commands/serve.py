@@ -118,20 +118,27 @@ def serve(
 
             ui = install_ui(api, directory)  # the explorer under /ui (SCOWL_UI, default on)
             freeze_heap()
-            console.print(f"serving {directory} on http://{host}:{port} (store {redact_url(url)})")
+            config = uvicorn.Config(api, host=host, port=port, log_level="warning")
+            sock = bind_address(config)  # before "serving ...": a busy port is one error line
+            sock.listen(config.backlog)  # connections made once "serving ..." is printed wait for the server
+            bound = f"http://{host}:{sock.getsockname()[1]}"
+            console.print(f"serving {directory} on {bound} (store {redact_url(url)})")
             if ui:
-                console.print(f"feature explorer: http://{host}:{port}/ui")
-            server = graceful_server_class()(uvicorn.Config(api, host=host, port=port, log_level="warning"))
-            _starting(server.run, host, port)
+                console.print(f"feature explorer: {bound}/ui")
+            with sock:
+                _starting(lambda: graceful_server_class()(config).run(sockets=[sock]), host, port)
             return
         del api
         policy = sched.worker_policy(worker_policy, workers, url)
-        console.print(f"serving {directory} on http://{host}:{port} with {workers} workers "
-                      f"({sched.SCHED_NAMES[policy]}; store {redact_url(url)})")
         config = uvicorn.Config(WORKER_APP, factory=True, workers=workers, host=host, port=port,
                                 log_level="warning")
+
+        def serving(bound_port: int) -> None:
+            console.print(f"serving {directory} on http://{host}:{bound_port} with {workers} workers "
+                          f"({sched.SCHED_NAMES[policy]}; store {redact_url(url)})")
+
         with _environment(SCOWL_TOPOLOGY=str(directory.resolve()), SCOWL_REDIS_URL=url):
-            stop_signal = run_workers(config, policy)
+            stop_signal = run_workers(config, policy, on_bound=serving)
         if stop_signal is None:  # the supervisor gave up: a worker failed before serving (uvicorn logged why)
             raise UserError(f"the API workers could not start on {host}:{port} (see the message above)")
         signal.raise_signal(stop_signal)  # now the handlers of scowl.signals.signals_stop: Stopped, clean-up
@@ -210,7 +217,8 @@ def _environment(**values: str) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def run_workers(config: "uvicorn.Config", policy: str = "normal") -> int | None:
+def run_workers(config: "uvicorn.Config", policy: str = "normal",
+                on_bound: Callable[[int], None] | None = None) -> int | None:
     """Bind ``config``'s address and serve it with ``config.workers`` worker processes until a stop signal.
 
     The listening sockets come from :func:`listen_slots` (one per worker on
@@ -228,16 +236,20 @@ def run_workers(config: "uvicorn.Config", policy: str = "normal") -> int | None:
         policy: the workers' scheduling policy, ``"normal"``, ``"batch"`` or
             ``"idle"`` (``scowl.sched.worker_policy``; each worker sets it on
             itself before it starts serving: ``scowl.uvworker.PolicyWorker``).
+        on_bound: called with the bound port (the one chosen if
+            ``config.port`` is 0) once the sockets listen, before any worker
+            starts (``scowl serve`` prints its "serving ..." line there).
 
     Returns:
         The stop signal's number, or ``None`` if the workers failed to start
         (uvicorn logged why).
 
     Raises:
-        UserError: the address cannot be bound (uvicorn logged the reason,
-            e.g. the address is in use).
+        UserError: the address cannot be bound (:func:`bind_address`).
     """
-    slots = _starting(lambda: listen_slots(config), config.host, config.port)
+    slots = listen_slots(config)
+    if on_bound is not None:
+        on_bound(slots[0].getsockname()[1])
     try:
         with metrics_dir():
             return _supervise(config, slots, policy)
@@ -299,8 +311,8 @@ def listen_slots(config: "uvicorn.Config") -> "list[socket.socket]":
     a worker that dies is replaced on the same socket, and the connections
     sent to it meanwhile wait for the new worker instead of being reset.
 
-    First the address is bound once without ``SO_REUSEPORT`` (uvicorn's
-    ``Config.bind_socket``) and released: that bind fails if anything
+    First the address is bound once without ``SO_REUSEPORT``
+    (:func:`bind_address`) and released: that bind fails if anything
     listens there, so a port already in use is an error as before, even if
     its listener allows ``SO_REUSEPORT`` (the kernel would let the group
     join it otherwise). Elsewhere than Linux, with a Unix socket (``uds``)
@@ -316,12 +328,12 @@ def listen_slots(config: "uvicorn.Config") -> "list[socket.socket]":
         inheritable.
 
     Raises:
-        SystemExit: from ``Config.bind_socket`` (it logged why), or
-            ``STARTUP_FAILURE`` if a socket of the group cannot be bound.
+        UserError: the address cannot be bound, or a socket of the group
+            cannot (:func:`bind_address`'s message).
     """
     import socket
 
-    first = config.bind_socket()
+    first = bind_address(config)
     if not sys.platform.startswith("linux") or not hasattr(socket, "SO_REUSEPORT") or config.uds \
             or config.fd is not None or config.workers < 2:
         return [first]
@@ -338,15 +350,58 @@ def listen_slots(config: "uvicorn.Config") -> "list[socket.socket]":
             sock.listen(config.backlog)
             sock.set_inheritable(True)
     except OSError as e:
-        import logging
-
-        from uvicorn.config import STARTUP_FAILURE
-
         for sock in slots:
             sock.close()
-        logging.getLogger("uvicorn.error").error(e)
-        sys.exit(STARTUP_FAILURE)
+        raise UserError(_bind_failure(config, e)) from None
     return slots
+
+
+def bind_address(config: "uvicorn.Config") -> "socket.socket":
+    """A socket bound to ``config``'s address, inheritable, not yet listening (uvicorn's ``Config.bind_socket``).
+
+    As uvicorn binds it: IPv6 if the host holds a ``:``, ``SO_REUSEADDR``
+    set; a Unix socket (``config.uds``) or an inherited ``fd`` is left to
+    uvicorn itself. Unlike uvicorn, a failure is a :class:`UserError` of
+    one line (uvicorn logs the error and exits), so that ``scowl serve``
+    says "serving ..." only once the port is its own.
+
+    Args:
+        config: the ``uvicorn.Config`` (``host``, ``port``: 0 picks a free
+            port).
+
+    Returns:
+        The bound socket (``getsockname()[1]`` is the port).
+
+    Raises:
+        UserError: the address cannot be bound, e.g. ``cannot listen on
+            127.0.0.1:8000: address already in use (another process listens
+            there; give another --port)``.
+    """
+    import socket
+
+    if config.uds is not None or config.fd is not None:
+        return config.bind_socket()
+    family = socket.AF_INET6 if config.host and ":" in config.host else socket.AF_INET
+    sock = socket.socket(family=family, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((config.host, config.port))
+    except OSError as e:
+        sock.close()
+        raise UserError(_bind_failure(config, e)) from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _bind_failure(config: "uvicorn.Config", error: OSError) -> str:
+    """The one-line message of a failed bind of ``config``'s address."""
+    import errno
+
+    reason = (error.strerror or str(error)).lower()
+    hint = {errno.EADDRINUSE: " (another process listens there; give another --port)",
+            errno.EACCES: " (ports below 1024 need privileges; give another --port)",
+            errno.EADDRNOTAVAIL: " (no interface of this host has that address; see --host)"}.get(error.errno, "")
+    return f"cannot listen on {config.host}:{config.port}: {reason}{hint}"
 
 
 def _supervise(config: "uvicorn.Config", slots: "list[socket.socket]", policy: str = "normal") -> int | None:

@@ -40,7 +40,7 @@ def ui(
     """
     import uvicorn
 
-    from scowl.embedded import free_port
+    from scowl.commands.serve import bind_address
     from scowl.signals import graceful_server_class
     from scowl.ui import install_ui
     from serving.app import create_app
@@ -60,20 +60,23 @@ def ui(
         except (NotImplementedError, SettingsError) as e:
             raise UserError(str(e)) from None
         install_ui(app, directory)
-        port = port or free_port(host)
-        address = f"http://{host}:{port}/ui"
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning")  # 0: a free port
+        sock = bind_address(config)  # before the address is printed: a busy port is one error line
+        sock.listen(config.backlog)  # connections made once it is printed wait for the server
+        address = f"http://{host}:{sock.getsockname()[1]}/ui"
         console.print(f"feature explorer for {directory} on {address} (store {redact_url(url)}); Ctrl-C to stop")
         if not _has_data(plan, url):
             console.print("the store holds nothing for this topology yet: `scowl demo` fills it with the demo's data")
-        server = graceful_server_class()(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+        server = graceful_server_class()(config)
         if open_browser:
             threading.Thread(target=_open_when_started, args=(server, address), daemon=True).start()
-        try:
-            server.run()
-        except SystemExit as e:  # uvicorn could not start (it logged why, e.g. the address is in use)
-            if e.code not in (0, None):
-                raise UserError(f"the explorer could not start on {host}:{port} (see the message above)") from None
-            raise
+        with sock:
+            try:
+                server.run(sockets=[sock])
+            except SystemExit as e:  # uvicorn could not start (it logged why)
+                if e.code not in (0, None):
+                    raise UserError(f"the explorer could not start on {host}:{port} (see the message above)") from None
+                raise
 
 
 def _open_when_started(server, address: str, timeout_s: float = 30.0) -> None:

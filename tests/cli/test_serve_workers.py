@@ -317,7 +317,7 @@ def test_workers_stop_on_sigint_and_sighup(tmp_path, sig):
 
 @pytest.mark.parametrize("reuseport", [False, True], ids=["plain", "SO_REUSEPORT"])
 def test_workers_on_a_busy_port_is_a_user_error_and_stops_the_store(tmp_path, reuseport):
-    """The port is taken: uvicorn says why, serve adds one error line and exits 1, starting no worker. Also when
+    """The port is taken: one error line, no "serving ..." line, exit 1, starting no worker. Also when
     the listener there allows ``SO_REUSEPORT`` (another server's workers, say), which the workers' own sockets
     set: serve does not join its group."""
     with socket.socket() as busy:
@@ -330,10 +330,41 @@ def test_workers_on_a_busy_port_is_a_user_error_and_stops_the_store(tmp_path, re
         with cmd:
             assert cmd.proc.wait(timeout=60) == 1
             err = cmd.err.read_text()
-            assert "address already in use" in err.lower()
-            assert err.endswith(f"error: the API could not start on 127.0.0.1:{port} (see the message above)\n")
+            assert "serving" not in cmd.out.read_text()
+            assert err == (f"error: cannot listen on 127.0.0.1:{port}: address already in use (another process "
+                           "listens there; give another --port)\n"), err
             assert group(cmd.proc.pid) == []
             assert not (cmd.home / "store" / "port").exists()
+
+
+@pytest.mark.parametrize("n", ["1", "2"])
+def test_port_zero_serves_on_the_port_it_prints(tmp_path, n):
+    """``--port 0``: the "serving ..." line, printed once the port is bound, names the port the kernel chose,
+    and ``/health`` answers there (one worker and two)."""
+    import re
+
+    cmd = Command(tmp_path, "serve", "examples/flights", "--workers", n, "--port", "0")
+    with cmd:
+        line = wait_for(lambda: re.search(r"serving examples/flights on http://127\.0\.0\.1:(\d+)", cmd.out.read_text())
+                        or cmd.proc.poll() is not None and "exited", 60, "the serving line")
+        assert line != "exited", cmd.err.read_text()
+        port = int(line.group(1))
+        assert port != 0
+        status = wait_for(lambda: _health(port), 60, "/health to answer")
+        assert status == 200
+        assert cmd.stop(signal.SIGTERM) == 128 + signal.SIGTERM
+
+
+def _health(port: int) -> int | None:
+    """``GET /health``'s status on 127.0.0.1:``port``, or ``None`` while nothing answers."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", "/health")
+        return conn.getresponse().status
+    except OSError:
+        return None
+    finally:
+        conn.close()
 
 
 @pytest.mark.parametrize("n", ["0", "-1"])

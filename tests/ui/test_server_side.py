@@ -443,7 +443,7 @@ def test_scowl_ui_command_serves_and_prints_its_url(tmp_path, redis_url):
                 m = re.search(r"(http://127\.0\.0\.1:\d+/ui)", log.read_text())
                 url = m.group(1) if m else None
                 time.sleep(0.1)
-            while True:  # printed before uvicorn listens
+            while True:  # the socket listens once printed, the app answers once started
                 try:
                     r = httpx.get(f"{url}/topology", timeout=2)
                     break
