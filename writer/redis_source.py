@@ -284,31 +284,44 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.retry_s < 0:
             raise ValueError("retryS must be >= 0")
         self.target: str | None = None
+        self._redis = None
+
+    def __getstate__(self) -> dict:
+        """The reader as pickled for a task (``read`` runs in a Python worker): without the driver's client."""
+        return {**self.__dict__, "_redis": None}
 
     def _client(self):
-        from writer.redisio import connect
+        """This reader's client of the source's store, made on first use and kept (one connection per process,
+        where there was one per call: each ``XRANGE`` chunk of a batch opened its own)."""
+        if self._redis is None:
+            from writer.redisio import connect
 
-        return connect(self.url)
+            self._redis = connect(self.url)
+        return self._redis
 
     def _with_store(self, call: Callable[[Any], Any]) -> Any:
-        """``call(client)`` with a new client of the source's store, closed after; an outage is waited out.
+        """``call(client)`` with this reader's client of the source's store; an outage is waited out.
 
         While the store is unavailable, the call is made again for up to
         ``retryS`` seconds (``writer.redisio.retry_outages``, pauses up to
-        :data:`RETRY_MAX_WAIT_S`); each wait is announced on standard error
-        (the query's owner shows it, as the batches' own retries).
+        :data:`RETRY_MAX_WAIT_S`), on a new client each time; each wait is
+        announced on standard error (the query's owner shows it, as the
+        batches' own retries).
 
         Raises:
             Whatever ``call`` raised: another error, or an outage past ``retryS``.
         """
-        from writer.redisio import retry_outages
+        from writer.redisio import retry_outages, store_outage
 
         def once() -> Any:
             client = self._client()
             try:
                 return call(client)
-            finally:
-                client.close()
+            except Exception as e:
+                if store_outage(e) is not None:  # the next attempt connects afresh
+                    self._redis = None
+                    client.close()
+                raise
 
         def announce(attempt: int, pause: float, outage: str, waited: float) -> None:
             log.warning("source redis:%s: store unavailable (%s); retry %d in %.0fs (%.0fs of --store-retry %gs "

@@ -208,3 +208,31 @@ def test_each_redis_batch_says_how_far_behind_the_stream_it_is(spark, plan, redi
     assert [b.behind_ms for b in report.batches] == [20_000, 10_000, 0]
     redis.Redis.from_url(redis_url).flushdb()
     client.flushdb()
+
+
+def test_reader_keeps_one_connection_across_chunks_and_tasks_get_none(redis_url):
+    """A batch of 2,500 entries is read in ``CHUNK`` pieces over one connection (each chunk opened its own); the
+    reader as pickled for a task carries no client; an outage drops the client, so the retry connects afresh."""
+    import pickle
+
+    from writer import redis_source
+
+    src, client = _source(redis_url, 10)
+    ids = _append(client, "s", [{"_type": "login", "i": i} for i in range(2500)])
+    reader = RedisStreamReader({"url": src, "stream": "s"})
+    end = reader.latestOffset({"id": "0-0"})  # connects (and asks once per process whether it is a cluster)
+    before = client.info("stats")["total_connections_received"]
+    rows = list(reader.read(reader.partitions({"id": "0-0"}, end)[0]))
+    assert [r[0] for r in rows] == ids and redis_source.CHUNK < 2500
+    assert client.info("stats")["total_connections_received"] == before  # the same connection again
+    assert pickle.loads(pickle.dumps(reader))._redis is None and reader._redis is not None
+    # an outage: the client is closed and dropped (the next call makes a new one); another error keeps it
+    kept = reader._redis
+    with pytest.raises(ValueError):
+        reader._with_store(lambda c: (_ for _ in ()).throw(ValueError("not an outage")))
+    assert reader._redis is kept
+    with pytest.raises(redis.ConnectionError):
+        reader._with_store(lambda c: (_ for _ in ()).throw(redis.ConnectionError("gone")))
+    assert reader._redis is None
+    assert reader.latestOffset(end) == end
+    client.flushdb()
