@@ -71,19 +71,27 @@ def store_failure(error: BaseException) -> str | None:
     scowl asks for: evicting tiles would change values silently) is one line
     too: it needs more memory, not a retry.
 
+    A store that answers again as another server process than the job
+    began with (``writer.redisio.StoreRestarted``: a backfill's writes wait
+    out an outage, ``--store-retry``) stops the job with one line as well.
+
     Returns:
         ``"the store became unavailable (<error>): run the command again once it answers (...)"``,
-        ``"the store is out of memory (...)"``, or None.
+        ``"the store is out of memory (...)"``, ``"the store restarted under the job (...)"``, or None.
     """
-    from writer.redisio import store_full, store_outage
+    from writer.redisio import RESTARTED_TEXT, store_full, store_outage
 
     try:
-        outage = store_outage(error)
-        full = outage is None and store_full(error)
+        restarted = RESTARTED_TEXT in str(error)
+        outage = None if restarted else store_outage(error)
+        full = outage is None and not restarted and store_full(error)
     except Exception:  # noqa: BLE001 -- the JVM is gone: the general summary
         return None
     again = ("a backfill records no coverage for a run cut short, and its re-run overwrites what it wrote, "
              "never adds")
+    if restarted:
+        return (f"{RESTARTED_TEXT}, so the run stopped: what the store had not persisted of the run's writes may "
+                f"be lost; run the command again ({again})")
     if full:
         return ("the store is out of memory (its maxmemory, with noeviction: it refuses writes rather than "
                 f"evict state): give it more memory, then run the command again ({again})")

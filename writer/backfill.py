@@ -71,7 +71,7 @@ from compiler.algebra.windows import levels_s, raw_bucket_s
 from compiler.plan import Plan, StateSpec
 from compiler.typesystem import format_time
 from writer.pointintime import staged_stage_count
-from writer.redisio import connect
+from writer.redisio import DEFAULT_STORE_RETRY_S, WriteRetry, connect, store_identity
 from writer.session import abandon_jobs, with_job_tags, without_adaptive, without_codegen
 from writer.sink import write_keys, write_partition
 from writer.sources import event_id, mark_repeated_ids, read_events, valid
@@ -374,8 +374,12 @@ def _read_input(spark: SparkSession, plan: Plan, paths: Sequence[str | Path], re
 
 
 def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_url: str,
-             progress: Progress) -> BackfillReport:
-    """Compute and write the tiles of one window, then record its coverage (module docstring)."""
+             progress: Progress, retry: WriteRetry) -> BackfillReport:
+    """Compute and write the tiles of one window, then record its coverage (module docstring).
+
+    Every write, and the coverage record, waits out an unavailable store
+    and stops the run if the store restarted (``retry``: :func:`_write_retry`).
+    """
     ws, we = win.start, win.end
     report = BackfillReport(requested=win.requested, window=(ws, we), widened=(ws, we) != win.requested,
                             rejected=inp.rejected, rejected_path=inp.rejected_path)
@@ -414,7 +418,7 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
     stopping = threading.Event()  # set when the run fails or is stopped: no state's write job starts after it
 
     def write(rows: DataFrame) -> int:
-        batches = rows.rdd.mapPartitions(lambda it: [write_partition(it, url, forced)])
+        batches = rows.rdd.mapPartitions(lambda it: [write_partition(it, url, forced, retry)])
         if stopping.is_set():
             raise RuntimeError("backfill stopped")
         return int(batches.sum())
@@ -440,7 +444,7 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
                 parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
                 rows = state_rows_all(frames, together, ws, we, key_partitions=parts)
                 per_g: dict[int, int] = {}
-                batches = rows.rdd.mapPartitions(lambda it: [write_keys(it, url, forced)])  # planned (seconds, cold)
+                batches = rows.rdd.mapPartitions(lambda it: [write_keys(it, url, forced, retry)])  # planned (seconds, cold)
                 if stopping.is_set():
                     raise RuntimeError("backfill stopped")
                 for counts in batches.collect():
@@ -471,13 +475,34 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
     report.seconds["tiles"] = time.perf_counter() - t1
     # only now, with every tile written, is the window covered
     progress("coverage", 0, 1)
-    client = connect(redis_url)
-    try:
-        record_coverage(client, [st.definition_hash for st in states], ws, we, int(time.time() * 1000))
-    finally:
-        client.close()
+
+    def cover() -> None:
+        client = connect(redis_url)
+        try:
+            retry.check(client)  # a store that restarted may have lost tiles: no coverage claim
+            record_coverage(client, [st.definition_hash for st in states], ws, we, int(time.time() * 1000))
+        finally:
+            client.close()
+
+    retry.call(cover)
     progress("coverage", 1, 1)
     return report
+
+
+def _write_retry(redis_url: str, store_retry_s: float) -> WriteRetry:
+    """The run's :class:`writer.redisio.WriteRetry`: ``store_retry_s`` of waiting per outage, the store as it is now.
+
+    Raises:
+        ValueError: ``store_retry_s`` < 0.
+        redis.RedisError: the store failed.
+    """
+    if store_retry_s < 0:
+        raise ValueError("store_retry_s must be >= 0")
+    client = connect(redis_url)
+    try:
+        return WriteRetry(store_retry_s, store_identity(client), label="backfill")
+    finally:
+        client.close()
 
 
 def _store_state(plan: Plan, redis_url: str) -> tuple[dict[str, list[tuple[int, int]]], dict[str, int]]:
@@ -522,6 +547,7 @@ def run_backfill(
     rejected_dir: str | Path | None = None,
     progress: Progress | None = None,
     force: bool = False,
+    store_retry_s: float = DEFAULT_STORE_RETRY_S,
 ) -> BackfillReport:
     """Backfill every state of ``plan`` from the events in ``paths`` over one run window (SPEC §5.6).
 
@@ -536,6 +562,12 @@ def run_backfill(
             none (counted only).
         progress: optional callback ``(phase, done, total)`` (module docstring).
         force: run even where the online path has written (module docstring).
+        store_retry_s: seconds each write (and the coverage record) waits
+            out an unavailable store, re-sent after 1, 2, 4, ... s (every
+            write is an overwrite: re-sending one changes nothing); a store
+            that answers as another server process than at the start (it
+            restarted, or a cluster failed over) stops the run, since what it
+            had not persisted may be lost (``writer.redisio.WriteRetry``).
 
     Returns:
         A :class:`BackfillReport`.
@@ -548,10 +580,13 @@ def run_backfill(
         writer.features.StagedFeatureError: aggregates that depend on each other across
             event types in a cycle (no dependency stage can compute either first).
         writer.sources.SourceError: an input path matches nothing.
-        redis.RedisError: the store failed.
+        redis.RedisError: the store failed (past ``store_retry_s``).
+        writer.redisio.StoreRestarted: the store restarted during the run (on
+            the driver, or quoted in a Spark job's failure).
     """
     report_progress = progress or (lambda phase, done, total: None)
     states = list(plan.states.values())
+    retry = _write_retry(redis_url, store_retry_s)
     win = None
     if start_ms is not None and end_ms is not None:  # refuse before reading the input
         win = _window(plan, states, start_ms, end_ms, *_store_state(plan, redis_url), force)
@@ -561,7 +596,7 @@ def run_backfill(
             s = inp.span[0] if start_ms is None else start_ms
             e = inp.span[1] if end_ms is None else end_ms
             win = _window(plan, states, s, e, *_store_state(plan, redis_url), force)
-        return _execute(spark, plan, inp, win, redis_url, report_progress)
+        return _execute(spark, plan, inp, win, redis_url, report_progress, retry)
     finally:
         inp.events.unpersist()
         inp.raw.unpersist()
@@ -575,11 +610,12 @@ def run_auto_backfill(
     rejected_dir: str | Path | None = None,
     progress: Progress | None = None,
     force: bool = False,
+    store_retry_s: float = DEFAULT_STORE_RETRY_S,
 ) -> AutoReport:
     """Backfill exactly what each state lacks within the input's span (``--auto``, module docstring).
 
     Args:
-        spark, plan, paths, redis_url, rejected_dir: as :func:`run_backfill`.
+        spark, plan, paths, redis_url, rejected_dir, store_retry_s: as :func:`run_backfill`.
         progress: optional callback ``(phase, done, total)``; run phases are
             prefixed ``run <i>/<n>: ``.
         force: ignore the online path's writes (fill up to the span's end).
@@ -592,6 +628,7 @@ def run_auto_backfill(
         one runs.
     """
     report_progress = progress or (lambda phase, done, total: None)
+    retry = _write_retry(redis_url, store_retry_s)
     inp = _read_input(spark, plan, paths, rejected_dir, report_progress)
     try:
         coverage, online = _store_state(plan, redis_url)
@@ -614,7 +651,8 @@ def run_auto_backfill(
         for i, win in enumerate(wins, start=1):
             prefix = f"run {i}/{len(wins)}: "
             report.runs.append(_execute(spark, plan, inp, win, redis_url,
-                                        lambda phase, done, total: report_progress(prefix + phase, done, total)))
+                                        lambda phase, done, total: report_progress(prefix + phase, done, total),
+                                        retry))
         return report
     finally:
         inp.events.unpersist()

@@ -47,6 +47,10 @@ OUTAGE_ERRORS: tuple[str, ...] = ("ConnectionError", "TimeoutError", "BusyLoadin
 #: One of :data:`OUTAGE_ERRORS` as a Python traceback names it (in the text of a Spark job's failure).
 _OUTAGE_LINE = re.compile(r"redis\.exceptions\.(%s): ?([^\n]*)" % "|".join(OUTAGE_ERRORS))
 
+#: Seconds a job waits out an unavailable store before it stops (``scowl stream`` and ``scowl backfill``'s
+#: ``--store-retry``).
+DEFAULT_STORE_RETRY_S = 300.0
+
 #: URL -> whether it names a cluster node (one ``INFO`` per URL and process).
 _MODE: dict[str, bool] = {}
 
@@ -230,6 +234,85 @@ def pipeline(client: redis.Redis | redis.RedisCluster, scripts: Iterable[str] = 
     if isinstance(client, redis.RedisCluster):
         return SlotPipeline(client, scripts)
     return client.pipeline(transaction=False)
+
+
+def store_identity(client: redis.Redis | redis.RedisCluster) -> tuple[str, ...]:
+    """The server processes behind ``client``: ``(run_id,)``, or ``("host:port=run_id", ...)`` of a cluster's primaries.
+
+    ``INFO server``'s ``run_id`` is new at every start of a server, so a
+    store that restarted (or a cluster whose primary failed over to a
+    replica, a new address) has another identity, even if its address is
+    the same: what it had not persisted of earlier writes may be lost.
+
+    Raises:
+        redis.RedisError: the store failed (an outage: :func:`store_outage`).
+    """
+    if isinstance(client, redis.RedisCluster):
+        info = client.info("server", target_nodes=redis.RedisCluster.PRIMARIES)
+        return tuple(sorted(f"{node}={v.get('run_id', '')}" for node, v in info.items()))
+    return (str(client.info("server").get("run_id", "")),)
+
+
+class StoreRestarted(RuntimeError):
+    """The store answering a job is not the server process the job began with (:func:`store_identity`)."""
+
+
+#: The one-line text a :class:`StoreRestarted` carries (``scowl.failures.store_failure`` finds it in a job's
+#: failure, on the driver or quoted from a Spark task's traceback).
+RESTARTED_TEXT = "the store restarted under the job (a new server process answers)"
+
+
+class WriteRetry:
+    """How a job's writes wait out an unavailable store, and the store they must find again (picklable).
+
+    A write (a pipeline of idempotent commands) that meets an outage is sent
+    again after 1, 2, 4, ... s (:func:`retry_outages`, pauses up to
+    ``max_wait_s``) for up to ``budget_s``, on a new connection; every
+    connection first checks :func:`store_identity` against ``identity``, the
+    store's when the job began, and a store that restarted meanwhile stops
+    the job with :class:`StoreRestarted` (its writes before the restart may be
+    lost, and re-sending only the failed ones would leave holes).
+
+    Args:
+        budget_s: seconds of waiting per outage (0: none).
+        identity: :func:`store_identity` when the job began.
+        max_wait_s: the longest pause.
+        label: names the job in the waits' log lines (``"backfill"``).
+    """
+
+    def __init__(self, budget_s: float, identity: tuple[str, ...], max_wait_s: float = 30.0, label: str = "job"):
+        self.budget_s = budget_s
+        self.identity = identity
+        self.max_wait_s = max_wait_s
+        self.label = label
+
+    def check(self, client: redis.Redis | redis.RedisCluster) -> None:
+        """Raise :class:`StoreRestarted` unless ``client``'s store is the one the job began with.
+
+        Raises:
+            StoreRestarted: another server process answers.
+            redis.RedisError: the store failed.
+        """
+        now = store_identity(client)
+        if now != self.identity:
+            raise StoreRestarted(f"{RESTARTED_TEXT}: what it had not persisted of this run's writes may be lost")
+
+    def call(self, once: Callable[[], T]) -> T:
+        """``once()``, made again while the store is unavailable, for up to :attr:`budget_s`; each wait logged.
+
+        Raises:
+            Whatever ``once`` raised: another error, :class:`StoreRestarted`,
+            or an outage past :attr:`budget_s`.
+        """
+        import logging
+
+        log = logging.getLogger("scowl.writes")
+
+        def announce(attempt: int, pause: float, outage: str, waited: float) -> None:
+            log.warning("%s: store unavailable (%s); retry %d in %.0fs (%.0fs of --store-retry %gs spent)",
+                        self.label, outage, attempt, pause, waited, self.budget_s)
+
+        return retry_outages(once, self.budget_s, announce, max_wait_s=self.max_wait_s)
 
 
 def used_memory(client: redis.Redis | redis.RedisCluster) -> int:

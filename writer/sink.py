@@ -37,70 +37,131 @@ from compiler.algebra.windows import ALLOWED_LATENESS_S
 BATCH = 2000
 
 
-def write_partition(rows: Iterable, url: str, forced: bool = False) -> int:
+class _Pipelines:
+    """One executor partition's pipelines to the store, each sent again while the store is unavailable.
+
+    A connection is made on first use, its store checked against the job's
+    (``WriteRetry.check``: a store that restarted stops the job), and kept;
+    a pipeline that meets an outage is built again on a new connection and
+    re-sent (``WriteRetry.call``): every mode is idempotent (module docstring),
+    so commands of a failed pipeline that did apply change nothing the second
+    time. Without a ``WriteRetry`` the first error is raised.
+
+    Args:
+        url: Redis URL.
+        retry: the job's ``writer.redisio.WriteRetry``, or ``None``.
+    """
+
+    def __init__(self, url: str, retry=None):
+        from compiler.algebra.script import event_script
+
+        self.url = url
+        self.retry = retry
+        self.source = event_script()
+        self.client = None
+        self.script = None
+
+    def send(self, build) -> None:
+        """Build a pipeline with ``build(pipe, script)`` (``script``: the registered ``event.lua``) and send it.
+
+        Raises:
+            redis.RedisError: the store failed (past the retry budget).
+            writer.redisio.StoreRestarted: another server process answers.
+        """
+        from writer.redisio import connect, pipeline, store_outage
+
+        def once() -> None:
+            if self.client is None:
+                client = connect(self.url)
+                try:
+                    if self.retry is not None:
+                        self.retry.check(client)
+                except Exception:
+                    client.close()
+                    raise
+                self.client, self.script = client, client.register_script(self.source)
+            pipe = pipeline(self.client, (self.source,))
+            build(pipe, self.script)
+            try:
+                pipe.execute()
+            except Exception as e:
+                if store_outage(e) is not None:  # the next attempt connects afresh (and checks the store)
+                    self.close()
+                raise
+
+        if self.retry is None:
+            once()
+        else:
+            self.retry.call(once)
+
+    def close(self) -> None:
+        """Close the connection (a new one is made by the next :meth:`send`)."""
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+
+def write_partition(rows: Iterable, url: str, forced: bool = False, retry=None) -> int:
     """Write one partition of rows; return how many were written.
 
     Args:
         rows: ``pyspark.sql.Row`` objects with the columns above.
         url: Redis URL.
         forced: the run may overwrite online writes: tiled hashes drop ``_m`` (module docstring).
+        retry: a ``writer.redisio.WriteRetry``: pipelines wait out an unavailable store, and a store that
+            restarted stops the job (:class:`_Pipelines`); ``None``: the first error is raised.
 
     Raises:
-        redis.RedisError: the store failed (Spark retries the task; writes are idempotent).
+        redis.RedisError: the store failed (writes are idempotent: a re-run converges).
+        writer.redisio.StoreRestarted: with ``retry``, another server process answers.
     """
     import orjson
-    from writer.redisio import connect, pipeline
 
-    from compiler.algebra.script import event_script
-
-    client = connect(url)
-    source = event_script()
-    script = client.register_script(source)
+    out = _Pipelines(url, retry)
     n = 0
-    pipe = pipeline(client, (source,))  # reused: a pipeline empties itself on execute
-    expiring: dict[str, int] = {}
-    tiled: set[str] = set()
-    pending = 0
+    chunk: list = []
 
-    def flush() -> None:
-        nonlocal pending
+    def build(pipe, script) -> None:
+        expiring: dict[str, int] = {}
+        tiled: set[str] = set()
+        for row in chunk:
+            mode = row["mode"]
+            if mode == "set":
+                pipe.hset(row["rk"], row["field"], row["value"])
+                if forced:
+                    tiled.add(row["rk"])
+            elif mode == "seen":
+                pipe.execute_command("ZADD", row["rk"], "GT", row["value"], row["field"])
+            elif mode == "latest":
+                t, _, j = row["value"].partition("\t")
+                script(keys=[row["rk"]], args=["LA", 1, t, j], client=pipe)
+            elif mode == "log":
+                start, end, keep = row["field"].split(":")
+                pipe.zremrangebyscore(row["rk"], start, f"({end}")
+                members = orjson.loads(row["value"])
+                if members:
+                    pipe.zadd(row["rk"], {m["m"]: m["t"] for m in members})
+                # the n latest before the latest write minus the allowed lateness, and every later one (as serving)
+                script(keys=[row["rk"]], args=["ZT", 1, int(keep)], client=pipe)
+            else:  # pragma: no cover - rows come from state_rows
+                raise ValueError(f"unknown row mode {mode}")
+            expiring[row["rk"]] = int(row["ttl_ms"])
         for rk in tiled:
             pipe.hdel(rk, "_m")
         for rk, ttl in expiring.items():
             pipe.pexpire(rk, ttl)
-        pipe.execute()
-        expiring.clear()
-        tiled.clear()
-        pending = 0
 
-    for row in rows:
-        mode = row["mode"]
-        if mode == "set":
-            pipe.hset(row["rk"], row["field"], row["value"])
-            if forced:
-                tiled.add(row["rk"])
-        elif mode == "seen":
-            pipe.execute_command("ZADD", row["rk"], "GT", row["value"], row["field"])
-        elif mode == "latest":
-            t, _, j = row["value"].partition("\t")
-            script(keys=[row["rk"]], args=["LA", 1, t, j], client=pipe)
-        elif mode == "log":
-            start, end, keep = row["field"].split(":")
-            pipe.zremrangebyscore(row["rk"], start, f"({end}")
-            members = orjson.loads(row["value"])
-            if members:
-                pipe.zadd(row["rk"], {m["m"]: m["t"] for m in members})
-            # the n latest before the latest write minus the allowed lateness, and every later one (as serving)
-            script(keys=[row["rk"]], args=["ZT", 1, int(keep)], client=pipe)
-        else:  # pragma: no cover - rows come from state_rows
-            raise ValueError(f"unknown row mode {mode}")
-        expiring[row["rk"]] = int(row["ttl_ms"])
-        n += 1
-        pending += 1
-        if pending >= BATCH:
-            flush()
-    flush()
-    client.close()
+    try:
+        for row in rows:
+            chunk.append(row)
+            n += 1
+            if len(chunk) >= BATCH:
+                out.send(build)
+                chunk = []
+        if chunk:
+            out.send(build)
+    finally:
+        out.close()
     return n
 
 
@@ -108,7 +169,7 @@ def write_partition(rows: Iterable, url: str, forced: bool = False) -> int:
 KEY_BATCH_FIELDS = 5000
 
 
-def write_keys(rows: Iterable, url: str, forced: bool = False) -> dict[int, int]:
+def write_keys(rows: Iterable, url: str, forced: bool = False, retry=None) -> dict[int, int]:
     """Write one partition of per-key rows (``writer.tilepass.state_rows_all``); return fields written per state.
 
     Each row is one key's store image: ``set`` -> one ``HSET rk f1 v1 f2 v2
@@ -123,46 +184,50 @@ def write_keys(rows: Iterable, url: str, forced: bool = False) -> dict[int, int]
             ``kv`` (``[field, value, ..]``).
         url: Redis URL.
         forced: the run may overwrite online writes (module docstring).
+        retry: as :func:`write_partition`.
 
     Returns:
         ``{g: fields written}``.
 
     Raises:
-        redis.RedisError: the store failed (Spark retries the task; every write is idempotent).
+        redis.RedisError: the store failed (every write is idempotent: a re-run converges).
+        writer.redisio.StoreRestarted: with ``retry``, another server process answers.
     """
-    from writer.redisio import connect, pipeline
-
-    from compiler.algebra.script import event_script
-
-    client = connect(url)
-    source = event_script()
-    script = client.register_script(source)
+    out = _Pipelines(url, retry)
     counts: dict[int, int] = {}
-    pipe = pipeline(client, (source,))  # reused: a pipeline empties itself on execute
+    chunk: list = []
+
+    def build(pipe, script) -> None:
+        for row in chunk:
+            rk, mode, kv = row["rk"], row["mode"], row["kv"]
+            if mode == "set":
+                pipe.execute_command("HSET", rk, *kv)
+                if forced:
+                    pipe.hdel(rk, "_m")
+            elif mode == "seen":
+                # CountUnique's sorted set: each member's score := max(score, last-seen ms)
+                pipe.execute_command("ZADD", rk, "GT", *[x for i in range(0, len(kv), 2) for x in (kv[i + 1], kv[i])])
+            elif mode == "latest":
+                t, _, j = kv[1].partition("\t")
+                script(keys=[rk], args=["LA", 1, t, j], client=pipe)
+            else:  # pragma: no cover - rows come from state_rows_all
+                raise ValueError(f"unknown row mode {mode}")
+            pipe.pexpire(rk, int(row["ttl_ms"]))
+
     pending = 0
-    for row in rows:
-        rk, mode, kv = row["rk"], row["mode"], row["kv"]
-        if mode == "set":
-            pipe.execute_command("HSET", rk, *kv)
-            if forced:
-                pipe.hdel(rk, "_m")
-        elif mode == "seen":
-            # CountUnique's sorted set: each member's score := max(score, last-seen ms)
-            pipe.execute_command("ZADD", rk, "GT", *[x for i in range(0, len(kv), 2) for x in (kv[i + 1], kv[i])])
-        elif mode == "latest":
-            t, _, j = kv[1].partition("\t")
-            script(keys=[rk], args=["LA", 1, t, j], client=pipe)
-        else:  # pragma: no cover - rows come from state_rows_all
-            raise ValueError(f"unknown row mode {mode}")
-        pipe.pexpire(rk, int(row["ttl_ms"]))
-        n = len(kv) // 2
-        counts[row["g"]] = counts.get(row["g"], 0) + n
-        pending += n
-        if pending >= KEY_BATCH_FIELDS:
-            pipe.execute()
-            pending = 0
-    pipe.execute()
-    client.close()
+    try:
+        for row in rows:
+            chunk.append(row)
+            n = len(row["kv"]) // 2
+            counts[row["g"]] = counts.get(row["g"], 0) + n
+            pending += n
+            if pending >= KEY_BATCH_FIELDS:
+                out.send(build)
+                chunk, pending = [], 0
+        if chunk:
+            out.send(build)
+    finally:
+        out.close()
     return counts
 
 

@@ -74,7 +74,7 @@ from pyspark.sql import functions as F
 
 from compiler.algebra.storekeys import DEFAULT_ID_TTL_S
 from compiler.plan import Plan, StateSpec
-from writer.redisio import retry_outages, store_outage
+from writer.redisio import DEFAULT_STORE_RETRY_S, retry_outages, store_outage
 from writer.session import memo_column, restart_lambda_names, without_adaptive, without_codegen
 from writer.status import BATCH_RECORDS, CHECKPOINT_META, latest_batch_record
 from writer.sink import claim_ids, merge_keys, merge_params
@@ -132,8 +132,6 @@ class BatchResult:
     store_restarted: bool = False
 
 
-#: Seconds a micro-batch waits out an unavailable store before the job stops (``scowl stream --store-retry``).
-DEFAULT_STORE_RETRY_S = 300.0
 #: The longest wait before a batch is run again after a store outage, in seconds (the waits double from 1 s).
 RETRY_MAX_WAIT_S = 30.0
 

@@ -31,6 +31,11 @@ def backfill(
                               "online path has written. Not with --start/--end."),
     force: bool = typer.Option(False, "--force", help="Run even where the online path has already written "
                                "(overwrites what it wrote there)."),
+    store_retry: float = typer.Option(300.0, "--store-retry", min=0, metavar="SECONDS",
+                                      help="How long a write waits out an unavailable store (a lost connection, a "
+                                      "store still loading), sent again with growing pauses, before the run "
+                                      "stops; a store that comes back as a new server process (restarted, failed "
+                                      "over) stops the run, which must then be run again; 0 stops at once."),
     master: Optional[str] = typer.Option(None, metavar="URL",
                                          help="Spark master (default SCOWL_SPARK_MASTER or local[*])."),
 ) -> None:
@@ -52,14 +57,16 @@ def backfill(
     end_ms = parse_iso_ms(end) if end else None
     with open_store() as url:
         events = resolve_inputs(events, url)  # redis:KEY inputs exported to JSONL first (scowl.inputs)
-        report = run_backfill_with_progress(p, events, url, start_ms, end_ms, master, auto=auto, force=force)
+        report = run_backfill_with_progress(p, events, url, start_ms, end_ms, master, auto=auto, force=force,
+                                            store_retry_s=store_retry)
     if auto:
         print_auto_report(p, report)
     else:
         print_backfill_report(report)
 
 
-def run_backfill_with_progress(plan, events, url, start_ms, end_ms, master, auto: bool = False, force: bool = False):
+def run_backfill_with_progress(plan, events, url, start_ms, end_ms, master, auto: bool = False, force: bool = False,
+                               store_retry_s: float | None = None):
     """Run ``writer.backfill.run_backfill`` (or ``run_auto_backfill`` with ``auto``) under a progress display.
 
     Args:
@@ -69,6 +76,7 @@ def run_backfill_with_progress(plan, events, url, start_ms, end_ms, master, auto
         start_ms, end_ms: run window (epoch ms) or ``None`` (the events' span); ignored with ``auto``.
         master: Spark master or ``None``.
         auto, force: see ``scowl backfill --help``.
+        store_retry_s: ``--store-retry`` (``None``: ``writer.redisio.DEFAULT_STORE_RETRY_S``).
 
     Returns:
         ``writer.backfill.BackfillReport`` (``AutoReport`` with ``auto``).
@@ -97,11 +105,12 @@ def run_backfill_with_progress(plan, events, url, start_ms, end_ms, master, auto
         spark = start_spark(master, events=events)
         prog.update(spark_task, completed=1)
         try:
+            retry = {} if store_retry_s is None else {"store_retry_s": store_retry_s}
             if auto:
                 return run_auto_backfill(spark, plan, events, url, rejected_dir=scowl_home() / "rejected",
-                                         progress=cb, force=force)
+                                         progress=cb, force=force, **retry)
             return run_backfill(spark, plan, events, url, start_ms, end_ms,
-                                rejected_dir=scowl_home() / "rejected", progress=cb, force=force)
+                                rejected_dir=scowl_home() / "rejected", progress=cb, force=force, **retry)
         except (BackfillError, StagedFeatureError, SourceError, NotImplementedError) as e:
             raise UserError(str(e)) from None
         except redis.RedisError as e:

@@ -2,7 +2,11 @@
 
 * a backfill whose store is shut down as its tiles phase starts fails with an error that
   :func:`store_failure` turns into one line naming the store's error (``scowl.cli.main`` prints it, exit 1,
-  no traceback file), and no coverage is recorded for the run;
+  no traceback file), and no coverage is recorded for the run (``--store-retry 0``);
+* with ``--store-retry``, a backfill whose connections to the store are cut as its tiles phase starts, and
+  restored 3 s later (the same server process), waits, sends its writes again and finishes with the store
+  of an uninterrupted run; one whose store restarts meanwhile (a new server process: what it had not
+  persisted may be lost) stops with one line and records no coverage;
 * any other failure of a Python task is summarised by the Python exception's own line, not by the first
   line of PySpark's message (``An exception was thrown from the Python worker: Traceback ...``);
 * a job's progress bar that was cut short reads "(stopped)" with no spinner frame left beside it.
@@ -21,7 +25,8 @@ from compiler.algebra.storekeys import COVERAGE_PREFIX
 from scowl.failures import failure_summary, store_failure
 from scowl.progress import job_progress
 from tests.serving.helpers import compile_text
-from tests.store_server import StoreServer
+from tests.e2e.store_dump import assert_same_store, db_url, dump_store
+from tests.store_server import StoreProxy, StoreServer
 from writer.backfill import run_backfill
 from writer.session import python_error_line
 
@@ -46,7 +51,7 @@ def test_a_backfill_whose_store_goes_away_is_one_line_and_records_nothing(spark,
 
     try:
         with pytest.raises(Exception) as failed:
-            run_backfill(spark, compile_text(TOPOLOGY), [events], server.url, progress=progress)
+            run_backfill(spark, compile_text(TOPOLOGY), [events], server.url, progress=progress, store_retry_s=0)
         message = store_failure(failed.value)
         assert message == (f"the store became unavailable (ConnectionError: Error 111 connecting to 127.0.0.1:"
                            f"{server.port}. Connection refused.): run the command again once it answers (a backfill "
@@ -59,6 +64,72 @@ def test_a_backfill_whose_store_goes_away_is_one_line_and_records_nothing(spark,
         run_backfill(spark, compile_text(TOPOLOGY), [events], server.url)
         assert len(list(client.scan_iter(COVERAGE_PREFIX + "*"))) == 1
     finally:
+        server.stop()
+
+
+def _logins(path, n: int) -> None:
+    path.write_bytes(b"".join(orjson.dumps({"_type": "login", "_time": 1_700_000_000_000 + 1000 * i,
+                                            "user": f"u{i % 7}"}) + b"\n" for i in range(n)))
+
+
+@pytest.mark.slow
+def test_a_backfill_waits_out_a_lost_connection_and_writes_what_an_uninterrupted_run_does(spark, tmp_path):
+    import threading
+
+    server = StoreServer(tmp_path)
+    server.start()
+    proxy = StoreProxy(server.port)
+    events = tmp_path / "events.jsonl"
+    _logins(events, 3000)
+    plan = compile_text(TOPOLOGY)
+    restored = threading.Timer(3.0, proxy.restore)
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if phase == "tiles" and done == 0:
+            proxy.cut()  # the store runs on: its run_id is the same when the connections come back
+            restored.start()
+
+    try:
+        report = run_backfill(spark, plan, [events], proxy.url, progress=progress, store_retry_s=60)
+        assert restored.finished.is_set()
+        assert report.seconds["tiles"] >= 3.0  # the writes waited for the connections to come back
+        assert sum(report.rows.values()) > 0
+        reference = db_url(server.url, 1)
+        run_backfill(spark, plan, [events], reference)
+        assert_same_store(dump_store(server.url), dump_store(reference), plan)  # coverage recorded in both
+        assert len(list(redis.Redis.from_url(server.url).scan_iter(COVERAGE_PREFIX + "*"))) == 1
+    finally:
+        restored.cancel()
+        proxy.close()
+        server.stop()
+
+
+@pytest.mark.slow
+def test_a_backfill_whose_store_restarts_under_it_stops_with_one_line(spark, tmp_path):
+    import threading
+
+    server = StoreServer(tmp_path)
+    server.start()
+    events = tmp_path / "events.jsonl"
+    _logins(events, 500)
+    started = threading.Timer(2.0, server.start)
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if phase == "tiles" and done == 0:
+            server.kill()  # nothing acknowledged is lost (append-only file), but the job cannot know that
+            started.start()
+
+    try:
+        with pytest.raises(Exception) as failed:
+            run_backfill(spark, compile_text(TOPOLOGY), [events], server.url, progress=progress, store_retry_s=60)
+        assert store_failure(failed.value) == (
+            "the store restarted under the job (a new server process answers), so the run stopped: what the store "
+            "had not persisted of the run's writes may be lost; run the command again (a backfill records no "
+            "coverage for a run cut short, and its re-run overwrites what it wrote, never adds)")
+        started.join()
+        assert not list(redis.Redis.from_url(server.url).scan_iter(COVERAGE_PREFIX + "*"))
+    finally:
+        started.cancel()
         server.stop()
 
 
