@@ -249,6 +249,8 @@ def store_identity(client: redis.Redis | redis.RedisCluster) -> tuple[str, ...]:
     """
     if isinstance(client, redis.RedisCluster):
         info = client.info("server", target_nodes=redis.RedisCluster.PRIMARIES)
+        if "run_id" in info:  # one primary: redis-py gives its reply, not a reply per node
+            info = {client.get_primaries()[0].name: info}
         return tuple(sorted(f"{node}={v.get('run_id', '')}" for node, v in info.items()))
     return (str(client.info("server").get("run_id", "")),)
 

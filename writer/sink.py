@@ -18,6 +18,11 @@ converges to the same state):
 
 and ``PEXPIRE rk ttl_ms`` once per key per pipeline.
 
+With a ``writer.redisio.WriteRetry`` (``scowl backfill --store-retry``), a
+pipeline that meets an unavailable store is built again and re-sent on a new
+connection, and every connection first checks that the store is the server
+process the run began with (:class:`_Pipelines`).
+
 Serving's generated scripts keep ``_m`` in a tiled hash, the latest
 resolution tile they wrote (``compiler.algebra.lua``: a read at or after it
 merges a shorter cover). A backfill leaves it alone: unless forced, it

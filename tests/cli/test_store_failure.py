@@ -194,3 +194,18 @@ def test_a_stopped_phase_keeps_no_spinner():
     stopped = [x for x in out.getvalue().splitlines() if "tiles per aggregate state (stopped)" in x]
     assert stopped, out.getvalue()
     assert stopped[-1].startswith("  tiles per aggregate state (stopped)"), stopped[-1]  # a blank, no frame
+
+
+def test_store_identity_names_every_primary_and_a_changed_one_is_a_restart(redis_url, redis_cluster):
+    """``writer.redisio.store_identity``: a standalone store's ``run_id``, a cluster's ``host:port=run_id`` per
+    primary; ``WriteRetry.check`` passes on the same store and raises ``StoreRestarted`` on another identity."""
+    from writer.redisio import StoreRestarted, WriteRetry, connect, store_identity
+
+    one = store_identity(connect(redis_url))
+    assert len(one) == 1 and len(one[0]) == 40
+    nodes = store_identity(connect(redis_cluster.url))
+    assert len(nodes) == redis_cluster.masters and all(len(n.split("=")[1]) == 40 for n in nodes)
+    client = connect(redis_cluster.url)
+    WriteRetry(0, nodes).check(client)
+    with pytest.raises(StoreRestarted, match="the store restarted under the job"):
+        WriteRetry(0, nodes[:-1] + (nodes[-1][:-1] + "x",)).check(client)
