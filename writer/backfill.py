@@ -28,6 +28,14 @@ added per state to ``sc:cov:<definition hash>`` (fields
 ``<start_ms>-<end_ms>``, kept merged; value: wall-clock ms of the latest run;
 ``writer.status.record_coverage``). A run killed before that records nothing.
 
+Store outages (``store_retry_s``, ``scowl backfill --store-retry``): a write
+pipeline that meets an unavailable store is re-sent on a new connection after
+1, 2, 4, ... s (every write is an overwrite), and every connection, the
+coverage record's too, first checks that the store is the server process the
+run began with (``writer.redisio.WriteRetry``). One that restarted, or a
+cluster that failed over, may have lost writes already acknowledged, so the
+run stops (``writer.redisio.StoreRestarted``) and records nothing.
+
 Online overlap: the online path records per state the earliest event time
 it wrote (``sc:online``, ``compiler.algebra.storekeys.ONLINE_KEY``). A run that would
 overwrite state at or after that time is refused (:class:`OnlineOverlapError`)
