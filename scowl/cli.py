@@ -111,6 +111,50 @@ app = typer.Typer(
          "else an embedded server under SCOWL_HOME (default ./.scowl). Semantics: docs/semantics.md.",
 )
 
+def version_text() -> str:
+    """``scowl <version> (Python <v>, PySpark <v>, <embedded store's version line>)`` for ``scowl --version``.
+
+    Versions come from the installed distributions (``importlib.metadata``;
+    ``0+unknown`` for one not installed, as ``/metrics``' ``scowl_build_info``)
+    and the embedded store's ``--version`` (``scowl.embedded.server_binary``;
+    "no embedded store" when none is found), so that a bug report names
+    what ran.
+    """
+    import platform
+    import subprocess
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "0+unknown"
+
+    from scowl.embedded import EmbeddedStoreError, server_binary
+
+    try:
+        line = subprocess.run([server_binary(), "--version"], capture_output=True, text=True, timeout=10).stdout
+        store = " ".join(line.split()[:3]) or "store version unknown"  # "Valkey server v=8.1.8"
+    except (EmbeddedStoreError, OSError, subprocess.SubprocessError):
+        store = "no embedded store"
+    return (f"scowl {installed('scowl')} (Python {platform.python_version()}, PySpark {installed('pyspark')}, "
+            f"{store})")
+
+
+def _print_version(value: bool) -> None:
+    """``--version``'s callback: print :func:`version_text` and exit 0."""
+    if value:
+        console.print(version_text(), highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                       help="Print the versions of scowl, Python, PySpark and the embedded store, "
+                                            "and exit.")) -> None:
+    """The options before a command (``--version``)."""
+
+
 #: The commands in the order ``scowl --help`` lists them (the order of a first session).
 COMMANDS = (
     ("init", init_command.init),

@@ -338,24 +338,23 @@ def redis_raw(batch: DataFrame) -> tuple[DataFrame, list[DataFrame]]:
 
 
 def store_run_id(url: str) -> str | None:
-    """The ``run_id`` of the store's server process (``INFO server``: new at every start), or ``None``.
+    """The store's server process(es) as one text (``writer.redisio.store_identity``: new at every start), or ``None``.
 
     Args:
-        url: a standalone store (a cluster has one per node: ``None``).
+        url: the store; a cluster's text names every primary's ``run_id``,
+            so a failover (a replica promoted) changes it too.
 
     Returns:
-        The id, or ``None`` for a cluster or a store that does not answer.
+        The text, or ``None`` for a store that does not answer.
     """
     import redis
 
-    from writer.redisio import connect
+    from writer.redisio import connect, store_identity
 
     try:
         client = connect(url, socket_timeout=5.0)
         try:
-            if isinstance(client, redis.RedisCluster):
-                return None
-            return str(client.info("server").get("run_id") or "") or None
+            return ",".join(store_identity(client)) or None
         finally:
             client.close()
     except redis.RedisError:

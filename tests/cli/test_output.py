@@ -125,6 +125,18 @@ def test_help_shows_metavars_and_cites_the_semantics():
         assert "docs/semantics.md" in " ".join(text.split()), c
 
 
+def test_version_names_scowl_python_pyspark_and_the_store():
+    """``scowl --version``: one line naming the installed versions (what a bug report needs), exit 0."""
+    import platform
+    from importlib.metadata import version
+
+    r = scowl("--version", env=NARROW)
+    assert r.returncode == 0, r.stderr
+    assert re.fullmatch(rf"scowl {re.escape(version('scowl'))} \(Python {re.escape(platform.python_version())}, "
+                        rf"PySpark {re.escape(version('pyspark'))}, Valkey server v=\d+\.\d+\.\d+\)\n", r.stdout), r.stdout
+    assert "--version" in scowl("--help", env=NARROW).stdout
+
+
 @pytest.mark.parametrize(("args", "text"), [
     ((1, "event"), "1 event"), ((0, "event"), "0 events"), ((2, "event"), "2 events"),
     ((1, "batch", "batches"), "1 batch"), ((3, "batch", "batches"), "3 batches"),
