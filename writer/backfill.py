@@ -31,10 +31,11 @@ added per state to ``sc:cov:<definition hash>`` (fields
 Store outages (``store_retry_s``, ``scowl backfill --store-retry``): a write
 pipeline that meets an unavailable store is re-sent on a new connection after
 1, 2, 4, ... s (every write is an overwrite), and every connection, the
-coverage record's too, first checks that the store is the server process the
-run began with (``writer.redisio.WriteRetry``). One that restarted, or a
-cluster that failed over, may have lost writes already acknowledged, so the
-run stops (``writer.redisio.StoreRestarted``) and records nothing.
+coverage record's too, first checks that the store is the server process it
+was as the run's writes began (``writer.redisio.WriteRetry``). One that
+restarted since, or a cluster that failed over, may have lost writes already
+acknowledged, so the run stops (``writer.redisio.StoreRestarted``) and records
+nothing. The driver's reads of coverage wait out an outage too.
 
 Online overlap: the online path records per state the earliest event time
 it wrote (``sc:online``, ``compiler.algebra.storekeys.ONLINE_KEY``). A run that would
@@ -79,7 +80,7 @@ from compiler.algebra.windows import levels_s, raw_bucket_s
 from compiler.plan import Plan, StateSpec
 from compiler.typesystem import format_time
 from writer.pointintime import staged_stage_count
-from writer.redisio import DEFAULT_STORE_RETRY_S, WriteRetry, connect, store_identity
+from writer.redisio import DEFAULT_STORE_RETRY_S, WriteRetry, connect
 from writer.session import abandon_jobs, with_job_tags, without_adaptive, without_codegen
 from writer.sink import write_keys, write_partition
 from writer.sources import event_id, mark_repeated_ids, read_events, valid
@@ -386,7 +387,8 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
     """Compute and write the tiles of one window, then record its coverage (module docstring).
 
     Every write, and the coverage record, waits out an unavailable store
-    and stops the run if the store restarted (``retry``: :func:`_write_retry`).
+    (``retry``: :func:`_write_retry`) and stops the run if the store is not
+    the server process it was as the writes began.
     """
     ws, we = win.start, win.end
     report = BackfillReport(requested=win.requested, window=(ws, we), widened=(ws, we) != win.requested,
@@ -422,11 +424,14 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
     url = redis_url
 
     forced = win.force
+    # the store as the writes begin: one that restarts from here on may lose some of them (a restart
+    # before, during the read, loses none of this run's)
+    pinned = retry.call(lambda: _pinned(retry, redis_url))
 
     stopping = threading.Event()  # set when the run fails or is stopped: no state's write job starts after it
 
     def write(rows: DataFrame) -> int:
-        batches = rows.rdd.mapPartitions(lambda it: [write_partition(it, url, forced, retry)])
+        batches = rows.rdd.mapPartitions(lambda it: [write_partition(it, url, forced, pinned)])
         if stopping.is_set():
             raise RuntimeError("backfill stopped")
         return int(batches.sum())
@@ -452,7 +457,7 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
                 parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
                 rows = state_rows_all(frames, together, ws, we, key_partitions=parts)
                 per_g: dict[int, int] = {}
-                batches = rows.rdd.mapPartitions(lambda it: [write_keys(it, url, forced, retry)])  # planned (seconds, cold)
+                batches = rows.rdd.mapPartitions(lambda it: [write_keys(it, url, forced, pinned)])  # planned (seconds, cold)
                 if stopping.is_set():
                     raise RuntimeError("backfill stopped")
                 for counts in batches.collect():
@@ -487,28 +492,37 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
     def cover() -> None:
         client = connect(redis_url)
         try:
-            retry.check(client)  # a store that restarted may have lost tiles: no coverage claim
+            pinned.check(client)  # a store that restarted may have lost tiles: no coverage claim
             record_coverage(client, [st.definition_hash for st in states], ws, we, int(time.time() * 1000))
         finally:
             client.close()
 
-    retry.call(cover)
+    pinned.call(cover)
     progress("coverage", 1, 1)
     return report
 
 
-def _write_retry(redis_url: str, store_retry_s: float) -> WriteRetry:
-    """The run's :class:`writer.redisio.WriteRetry`: ``store_retry_s`` of waiting per outage, the store as it is now.
+def _write_retry(store_retry_s: float) -> WriteRetry:
+    """The run's :class:`writer.redisio.WriteRetry`: ``store_retry_s`` of waiting per outage, not yet pinned to a
+    server process (:func:`_pinned`, as a run's writes begin).
 
     Raises:
         ValueError: ``store_retry_s`` < 0.
-        redis.RedisError: the store failed.
     """
     if store_retry_s < 0:
         raise ValueError("store_retry_s must be >= 0")
+    return WriteRetry(store_retry_s, label="backfill")
+
+
+def _pinned(retry: WriteRetry, redis_url: str) -> WriteRetry:
+    """``retry`` checking against the store's server process as it is now (``WriteRetry.pinned``).
+
+    Raises:
+        redis.RedisError: the store failed.
+    """
     client = connect(redis_url)
     try:
-        return WriteRetry(store_retry_s, store_identity(client), label="backfill")
+        return retry.pinned(client)
     finally:
         client.close()
 
@@ -594,16 +608,16 @@ def run_backfill(
     """
     report_progress = progress or (lambda phase, done, total: None)
     states = list(plan.states.values())
-    retry = _write_retry(redis_url, store_retry_s)
+    retry = _write_retry(store_retry_s)
     win = None
     if start_ms is not None and end_ms is not None:  # refuse before reading the input
-        win = _window(plan, states, start_ms, end_ms, *_store_state(plan, redis_url), force)
+        win = _window(plan, states, start_ms, end_ms, *retry.call(lambda: _store_state(plan, redis_url)), force)
     inp = _read_input(spark, plan, paths, rejected_dir, report_progress)
     try:
         if win is None:
             s = inp.span[0] if start_ms is None else start_ms
             e = inp.span[1] if end_ms is None else end_ms
-            win = _window(plan, states, s, e, *_store_state(plan, redis_url), force)
+            win = _window(plan, states, s, e, *retry.call(lambda: _store_state(plan, redis_url)), force)
         return _execute(spark, plan, inp, win, redis_url, report_progress, retry)
     finally:
         inp.events.unpersist()
@@ -636,10 +650,10 @@ def run_auto_backfill(
         one runs.
     """
     report_progress = progress or (lambda phase, done, total: None)
-    retry = _write_retry(redis_url, store_retry_s)
+    retry = _write_retry(store_retry_s)
     inp = _read_input(spark, plan, paths, rejected_dir, report_progress)
     try:
-        coverage, online = _store_state(plan, redis_url)
+        coverage, online = retry.call(lambda: _store_state(plan, redis_url))
         report = AutoReport(span=inp.span, rejected=inp.rejected, rejected_path=inp.rejected_path)
         lo, hi = inp.span
         needs: dict[str, list[tuple[int, int]]] = {}

@@ -271,18 +271,20 @@ class WriteRetry:
     again after 1, 2, 4, ... s (:func:`retry_outages`, pauses up to
     ``max_wait_s``) for up to ``budget_s``, on a new connection; every
     connection first checks :func:`store_identity` against ``identity``, the
-    store's when the job began, and a store that restarted meanwhile stops
+    store's as the job's writes began, and a store that restarted since stops
     the job with :class:`StoreRestarted` (its writes before the restart may be
     lost, and re-sending only the failed ones would leave holes).
 
     Args:
         budget_s: seconds of waiting per outage (0: none).
-        identity: :func:`store_identity` when the job began.
+        identity: :func:`store_identity` before the job's first write, or
+            ``None`` for calls that write nothing (no check).
         max_wait_s: the longest pause.
         label: names the job in the waits' log lines (``"backfill"``).
     """
 
-    def __init__(self, budget_s: float, identity: tuple[str, ...], max_wait_s: float = 30.0, label: str = "job"):
+    def __init__(self, budget_s: float, identity: tuple[str, ...] | None = None, max_wait_s: float = 30.0,
+                 label: str = "job"):
         self.budget_s = budget_s
         self.identity = identity
         self.max_wait_s = max_wait_s
@@ -295,9 +297,19 @@ class WriteRetry:
             StoreRestarted: another server process answers.
             redis.RedisError: the store failed.
         """
+        if self.identity is None:
+            return
         now = store_identity(client)
         if now != self.identity:
             raise StoreRestarted(f"{RESTARTED_TEXT}: what it had not persisted of this run's writes may be lost")
+
+    def pinned(self, client: redis.Redis | redis.RedisCluster) -> "WriteRetry":
+        """This retry, checking against ``client``'s store as it is now (:func:`store_identity`).
+
+        Raises:
+            redis.RedisError: the store failed.
+        """
+        return WriteRetry(self.budget_s, store_identity(client), self.max_wait_s, self.label)
 
     def call(self, once: Callable[[], T]) -> T:
         """``once()``, made again while the store is unavailable, for up to :attr:`budget_s`; each wait logged.
