@@ -112,7 +112,11 @@ class StoreProxy:
                 client, _ = listener.accept()
             except OSError:
                 return  # cut
-            server = socket.create_connection(("127.0.0.1", self.target_port))
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:  # the store itself is down: the client sees its connection closed
+                client.close()
+                continue
             with self._lock:
                 self._sockets += [client, server]
             for a, b in ((client, server), (server, client)):
