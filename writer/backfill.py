@@ -383,7 +383,7 @@ def _read_input(spark: SparkSession, plan: Plan, paths: Sequence[str | Path], re
 
 
 def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_url: str,
-             progress: Progress, retry: WriteRetry) -> BackfillReport:
+             progress: Progress, retry: WriteRetry, notice: Callable[[str], None] | None = None) -> BackfillReport:
     """Compute and write the tiles of one window, then record its coverage (module docstring).
 
     Every write, and the coverage record, waits out an unavailable store
@@ -427,6 +427,8 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
     # the store as the writes begin: one that restarts from here on may lose some of them (a restart
     # before, during the read, loses none of this run's)
     pinned = retry.call(lambda: _pinned(retry, redis_url))
+    if spark.sparkContext.master.startswith("local"):  # the driver says it (StoreWatch), not every task
+        pinned.log_waits = False
 
     stopping = threading.Event()  # set when the run fails or is stopped: no state's write job starts after it
 
@@ -450,7 +452,10 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
     done = 0
     tag = f"scowl-backfill-{uuid.uuid4().hex}"  # the write jobs of every pool thread (writer.session.with_job_tags)
     pool = ThreadPoolExecutor(max_workers=CONCURRENT_JOBS)
+    watch = StoreWatch(redis_url, notice or _log_notice, pinned.budget_s) if pinned.budget_s > 0 else None
     try:
+        if watch is not None:
+            watch.start()
         futures = [pool.submit(with_job_tags(write_state, [tag]), st) for st in apart]
         if together:
             def write_together() -> tuple[None, dict[str, int]]:
@@ -481,6 +486,8 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
         raise
     finally:
         pool.shutdown()
+        if watch is not None:
+            watch.stop()
     for df in frames.values():
         df.unpersist()
     if owned:
@@ -527,6 +534,76 @@ def _pinned(retry: WriteRetry, redis_url: str) -> WriteRetry:
         client.close()
 
 
+def _log_notice(text: str) -> None:
+    """A notice of a run without a ``notice`` callback: logged (``scowl.backfill``, warning)."""
+    import logging
+
+    logging.getLogger("scowl.backfill").warning("%s", text)
+
+
+class StoreWatch:
+    """While a run's writes go on, asks the store every :attr:`interval_s` whether it answers, and says when not.
+
+    The write tasks wait out an outage themselves (``writer.redisio.WriteRetry``);
+    this tells the user, on the driver, once when the store stops answering
+    and once when it answers again, instead of a line from every waiting
+    task (under ``local[*]`` those would cut through the command's progress
+    display). Asks with ``INFO server`` on every primary
+    (``writer.redisio.store_identity``), each call with a 2 s timeout.
+
+    Args:
+        url: the store.
+        notice: called with each message (``scowl backfill`` prints it).
+        budget_s: the run's ``store_retry_s`` (named in the message).
+        interval_s: seconds between two asks.
+    """
+
+    def __init__(self, url: str, notice: Callable[[str], None], budget_s: float, interval_s: float = 1.0):
+        self.url = url
+        self.notice = notice
+        self.budget_s = budget_s
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="scowl-store-watch", daemon=True)
+
+    def start(self) -> None:
+        """Start asking (a daemon thread)."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop asking and wait for the thread (at most one ask's timeout)."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        import redis
+
+        from writer.redisio import store_identity, store_outage
+
+        client = None
+        down_since: float | None = None
+        while not self._stop.wait(self.interval_s):
+            try:
+                if client is None:
+                    client = connect(self.url, socket_timeout=2.0)
+                store_identity(client)
+            except redis.RedisError as e:
+                if client is not None:
+                    client.close()
+                    client = None
+                outage = store_outage(e)
+                if down_since is None and outage is not None:
+                    down_since = time.monotonic()
+                    self.notice(f"store unavailable ({outage}): the writes wait for it, up to --store-retry "
+                                f"{self.budget_s:g}s")
+                continue
+            if down_since is not None:
+                self.notice(f"store answers again after {time.monotonic() - down_since:.0f}s")
+                down_since = None
+        if client is not None:
+            client.close()
+
+
 def _store_state(plan: Plan, redis_url: str) -> tuple[dict[str, list[tuple[int, int]]], dict[str, int]]:
     """Return ``(coverage per state, online-writer start per state)`` from the store."""
     client = connect(redis_url)
@@ -570,6 +647,7 @@ def run_backfill(
     progress: Progress | None = None,
     force: bool = False,
     store_retry_s: float = DEFAULT_STORE_RETRY_S,
+    notice: Callable[[str], None] | None = None,
 ) -> BackfillReport:
     """Backfill every state of ``plan`` from the events in ``paths`` over one run window (SPEC §5.6).
 
@@ -590,6 +668,9 @@ def run_backfill(
             that answers as another server process than at the start (it
             restarted, or a cluster failed over) stops the run, since what it
             had not persisted may be lost (``writer.redisio.WriteRetry``).
+        notice: called with a line when the store stops answering during
+            the writes and when it answers again (:class:`StoreWatch`);
+            default: logged.
 
     Returns:
         A :class:`BackfillReport`.
@@ -618,7 +699,7 @@ def run_backfill(
             s = inp.span[0] if start_ms is None else start_ms
             e = inp.span[1] if end_ms is None else end_ms
             win = _window(plan, states, s, e, *retry.call(lambda: _store_state(plan, redis_url)), force)
-        return _execute(spark, plan, inp, win, redis_url, report_progress, retry)
+        return _execute(spark, plan, inp, win, redis_url, report_progress, retry, notice)
     finally:
         inp.events.unpersist()
         inp.raw.unpersist()
@@ -633,11 +714,12 @@ def run_auto_backfill(
     progress: Progress | None = None,
     force: bool = False,
     store_retry_s: float = DEFAULT_STORE_RETRY_S,
+    notice: Callable[[str], None] | None = None,
 ) -> AutoReport:
     """Backfill exactly what each state lacks within the input's span (``--auto``, module docstring).
 
     Args:
-        spark, plan, paths, redis_url, rejected_dir, store_retry_s: as :func:`run_backfill`.
+        spark, plan, paths, redis_url, rejected_dir, store_retry_s, notice: as :func:`run_backfill`.
         progress: optional callback ``(phase, done, total)``; run phases are
             prefixed ``run <i>/<n>: ``.
         force: ignore the online path's writes (fill up to the span's end).
@@ -674,7 +756,7 @@ def run_auto_backfill(
             prefix = f"run {i}/{len(wins)}: "
             report.runs.append(_execute(spark, plan, inp, win, redis_url,
                                         lambda phase, done, total: report_progress(prefix + phase, done, total),
-                                        retry))
+                                        retry, notice))
         return report
     finally:
         inp.events.unpersist()

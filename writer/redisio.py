@@ -281,14 +281,18 @@ class WriteRetry:
             ``None`` for calls that write nothing (no check).
         max_wait_s: the longest pause.
         label: names the job in the waits' log lines (``"backfill"``).
+        log_waits: log each wait (logger ``scowl.writes``, warning); off
+            where the driver reports the outage itself (under ``local[*]``
+            the executors' lines would cut through the command's progress).
     """
 
     def __init__(self, budget_s: float, identity: tuple[str, ...] | None = None, max_wait_s: float = 30.0,
-                 label: str = "job"):
+                 label: str = "job", log_waits: bool = True):
         self.budget_s = budget_s
         self.identity = identity
         self.max_wait_s = max_wait_s
         self.label = label
+        self.log_waits = log_waits
 
     def check(self, client: redis.Redis | redis.RedisCluster) -> None:
         """Raise :class:`StoreRestarted` unless ``client``'s store is the one the job began with.
@@ -309,7 +313,7 @@ class WriteRetry:
         Raises:
             redis.RedisError: the store failed.
         """
-        return WriteRetry(self.budget_s, store_identity(client), self.max_wait_s, self.label)
+        return WriteRetry(self.budget_s, store_identity(client), self.max_wait_s, self.label, self.log_waits)
 
     def call(self, once: Callable[[], T]) -> T:
         """``once()``, made again while the store is unavailable, for up to :attr:`budget_s`; each wait logged.
@@ -326,7 +330,7 @@ class WriteRetry:
             log.warning("%s: store unavailable (%s); retry %d in %.0fs (%.0fs of --store-retry %gs spent)",
                         self.label, outage, attempt, pause, waited, self.budget_s)
 
-        return retry_outages(once, self.budget_s, announce, max_wait_s=self.max_wait_s)
+        return retry_outages(once, self.budget_s, announce if self.log_waits else None, max_wait_s=self.max_wait_s)
 
 
 def used_memory(client: redis.Redis | redis.RedisCluster) -> int:

@@ -105,7 +105,9 @@ def run_backfill_with_progress(plan, events, url, start_ms, end_ms, master, auto
         spark = start_spark(master, events=events)
         prog.update(spark_task, completed=1)
         try:
-            retry = {} if store_retry_s is None else {"store_retry_s": store_retry_s}
+            retry = {"notice": lambda text: console.print(f"backfill: {text}", highlight=False)}
+            if store_retry_s is not None:
+                retry["store_retry_s"] = store_retry_s
             if auto:
                 return run_auto_backfill(spark, plan, events, url, rejected_dir=scowl_home() / "rejected",
                                          progress=cb, force=force, **retry)

@@ -209,3 +209,37 @@ def test_store_identity_names_every_primary_and_a_changed_one_is_a_restart(redis
     WriteRetry(0, nodes).check(client)
     with pytest.raises(StoreRestarted, match="the store restarted under the job"):
         WriteRetry(0, nodes[:-1] + (nodes[-1][:-1] + "x",)).check(client)
+
+
+def test_store_watch_says_once_when_the_store_stops_answering_and_once_when_it_answers_again(tmp_path):
+    """``writer.backfill.StoreWatch``: a line when the store stops answering (not one per ask, nor one per waiting
+    task), a line when it answers again, nothing while it answers."""
+    import re
+    import time
+
+    from writer.backfill import StoreWatch
+
+    server = StoreServer(tmp_path)
+    server.start()
+    proxy = StoreProxy(server.port)
+    said: list[str] = []
+    watch = StoreWatch(proxy.url, said.append, 300, interval_s=0.1)
+    try:
+        watch.start()
+        time.sleep(0.5)
+        assert said == []
+        proxy.cut()
+        time.sleep(1.5)  # ~15 asks while it is down
+        assert len(said) == 1 and said[0].startswith("store unavailable (ConnectionError: ") and said[0].endswith(
+            "): the writes wait for it, up to --store-retry 300s"), said
+        proxy.restore()
+        deadline = time.monotonic() + 10
+        while len(said) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(said) == 2 and re.fullmatch(r"store answers again after \d+s", said[1]), said
+        time.sleep(0.3)
+        assert len(said) == 2
+    finally:
+        watch.stop()
+        proxy.close()
+        server.stop()
