@@ -21,7 +21,7 @@ and ``PEXPIRE rk ttl_ms`` once per key per pipeline.
 With a ``writer.redisio.WriteRetry`` (``scowl backfill --store-retry``), a
 pipeline that meets an unavailable store is built again and re-sent on a new
 connection, and every connection first checks that the store is the server
-process the run began with (:class:`_Pipelines`).
+process it was as the run's writes began (:class:`_Pipelines`).
 
 Serving's generated scripts keep ``_m`` in a tiled hash, the latest
 resolution tile they wrote (``compiler.algebra.lua``: a read at or after it
