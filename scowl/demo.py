@@ -63,12 +63,16 @@ def topology_dir() -> Path:
 class _Server:
     """uvicorn in a background thread, for the demo and benchmarks."""
 
-    def __init__(self, app, port: int):
+    def __init__(self, app, port: int = 0):
         import uvicorn
 
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.url = f"http://127.0.0.1:{port}"
+        from scowl.common import bind_address
+
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+        self.socket = bind_address(config)  # port 0: a free one, bound here (no window for another process)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
 
     def __enter__(self) -> "_Server":
         self.thread.start()
@@ -82,10 +86,16 @@ class _Server:
     def __exit__(self, *exc) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+        self.socket.close()
 
 
-def serve_in_thread(app, port: int) -> _Server:
-    """Return a context manager running ``app`` on ``127.0.0.1:port``."""
+def serve_in_thread(app, port: int = 0) -> _Server:
+    """Return a context manager running ``app`` on ``127.0.0.1:port`` (0, the default: a free port; its ``url``
+    names the one bound).
+
+    Raises:
+        scowl.common.UserError: the port cannot be bound.
+    """
     return _Server(app, port)
 
 
@@ -111,7 +121,6 @@ def run_demo(days: int = 7, console: Console | None = None, home: Path | None = 
     from compiler import compile_dir
     from scowl.common import open_store, plural, redact_url, scowl_home
     from scowl.demo_data import iter_events, write_timeline
-    from scowl.embedded import free_port
     from scowl.progress import backfill_progress, job_progress
     from serving.app import create_app
     from serving.settings import Settings, SettingsError
@@ -175,7 +184,7 @@ def run_demo(days: int = 7, console: Console | None = None, home: Path | None = 
 
         app = create_app(plan, settings, redis_url=url)
         responses: list[dict] = []
-        with serve_in_thread(app, free_port()) as srv, httpx.Client(base_url=srv.url, timeout=60) as client:
+        with serve_in_thread(app) as srv, httpx.Client(base_url=srv.url, timeout=60) as client:
             t = time.perf_counter()
             with job_progress(console) as prog:
                 task = prog.add_task("replaying December through POST /batch", total=len(live))

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import typer
 
-from scowl.common import UserError, compile_topology, console, open_store, redact_url
+from scowl.common import UserError, bind_address, bind_failure, compile_topology, console, open_store, redact_url
 from scowl import sched
 
 if TYPE_CHECKING:
@@ -352,56 +352,8 @@ def listen_slots(config: "uvicorn.Config") -> "list[socket.socket]":
     except OSError as e:
         for sock in slots:
             sock.close()
-        raise UserError(_bind_failure(config, e)) from None
+        raise UserError(bind_failure(config, e)) from None
     return slots
-
-
-def bind_address(config: "uvicorn.Config") -> "socket.socket":
-    """A socket bound to ``config``'s address, inheritable, not yet listening (uvicorn's ``Config.bind_socket``).
-
-    As uvicorn binds it: IPv6 if the host holds a ``:``, ``SO_REUSEADDR``
-    set; a Unix socket (``config.uds``) or an inherited ``fd`` is left to
-    uvicorn itself. Unlike uvicorn, a failure is a :class:`UserError` of
-    one line (uvicorn logs the error and exits), so that ``scowl serve``
-    says "serving ..." only once the port is its own.
-
-    Args:
-        config: the ``uvicorn.Config`` (``host``, ``port``: 0 picks a free
-            port).
-
-    Returns:
-        The bound socket (``getsockname()[1]`` is the port).
-
-    Raises:
-        UserError: the address cannot be bound, e.g. ``cannot listen on
-            127.0.0.1:8000: address already in use (another process listens
-            there; give another --port)``.
-    """
-    import socket
-
-    if config.uds is not None or config.fd is not None:
-        return config.bind_socket()
-    family = socket.AF_INET6 if config.host and ":" in config.host else socket.AF_INET
-    sock = socket.socket(family=family, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((config.host, config.port))
-    except OSError as e:
-        sock.close()
-        raise UserError(_bind_failure(config, e)) from None
-    sock.set_inheritable(True)
-    return sock
-
-
-def _bind_failure(config: "uvicorn.Config", error: OSError) -> str:
-    """The one-line message of a failed bind of ``config``'s address."""
-    import errno
-
-    reason = (error.strerror or str(error)).lower()
-    hint = {errno.EADDRINUSE: " (another process listens there; give another --port)",
-            errno.EACCES: " (ports below 1024 need privileges; give another --port)",
-            errno.EADDRNOTAVAIL: " (no interface of this host has that address; see --host)"}.get(error.errno, "")
-    return f"cannot listen on {config.host}:{config.port}: {reason}{hint}"
 
 
 def _supervise(config: "uvicorn.Config", slots: "list[socket.socket]", policy: str = "normal") -> int | None:

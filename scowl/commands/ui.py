@@ -40,7 +40,7 @@ def ui(
     """
     import uvicorn
 
-    from scowl.commands.serve import bind_address
+    from scowl.common import bind_address
     from scowl.signals import graceful_server_class
     from scowl.ui import install_ui
     from serving.app import create_app
