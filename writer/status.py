@@ -274,6 +274,74 @@ def stream_status(redis_url: str, key: str) -> StreamStatus:
     return out
 
 
+@dataclass
+class ServerStatus:
+    """The store's server(s) as ``scowl status`` reports them: software, uptime, memory, persistence.
+
+    Attributes:
+        software: ``"Valkey 8.1.8"`` or ``"Redis 7.2.4"`` (a cluster: its first primary's).
+        primaries: 1 for a standalone store, else the cluster's primaries.
+        uptime_s: the shortest uptime of them (seconds since the newest start).
+        used_memory: bytes, all primaries together.
+        maxmemory: bytes, all primaries together (0: no limit).
+        policy: ``maxmemory-policy`` (of the first primary).
+        aof_fsync: ``appendfsync`` when the append-only file is on, else ``None``.
+        save: the snapshot schedule (``CONFIG GET save``; ``""`` none), ``None`` when ``CONFIG`` is refused.
+        last_save_s: epoch seconds of the last snapshot (the oldest of the primaries').
+    """
+
+    software: str
+    primaries: int
+    uptime_s: int
+    used_memory: int
+    maxmemory: int
+    policy: str
+    aof_fsync: str | None
+    save: str | None
+    last_save_s: int
+
+
+def server_status(redis_url: str) -> ServerStatus:
+    """Return the store's :class:`ServerStatus` (``INFO server``, ``memory``, ``persistence``; ``CONFIG GET``).
+
+    What persists is what a restart keeps (README, "Not there yet"): an
+    append-only file keeps every write up to its ``appendfsync``, snapshots
+    what the last one held, neither nothing written since the server started
+    (the embedded store saves a snapshot only when scowl stops it).
+
+    Args:
+        redis_url: the store (a cluster: any node).
+
+    Raises:
+        redis.RedisError: the store is unreachable.
+    """
+    client = connect(redis_url)
+    try:
+        if isinstance(client, redis.RedisCluster):
+            nodes = [n.redis_connection for n in client.get_primaries()]
+        else:
+            nodes = [client]
+        infos = [n.info() for n in nodes]
+        first, node = infos[0], nodes[0]
+        try:
+            save = str(node.config_get("save").get("save", ""))
+            fsync = str(node.config_get("appendfsync").get("appendfsync", ""))
+        except redis.ResponseError:  # CONFIG renamed or refused (a managed store)
+            save, fsync = None, "unknown"
+        name = "Valkey" if first.get("valkey_version") or first.get("server_name") == "valkey" else "Redis"
+        version = first.get("valkey_version") or first.get("redis_version", "?")
+        return ServerStatus(
+            software=f"{name} {version}", primaries=len(nodes),
+            uptime_s=min(int(i.get("uptime_in_seconds", 0)) for i in infos),
+            used_memory=sum(int(i.get("used_memory", 0)) for i in infos),
+            maxmemory=sum(int(i.get("maxmemory", 0)) for i in infos),
+            policy=str(first.get("maxmemory_policy", "?")),
+            aof_fsync=fsync if all(int(i.get("aof_enabled", 0)) for i in infos) else None,
+            save=save, last_save_s=min(int(i.get("rdb_last_save_time", 0)) for i in infos))
+    finally:
+        client.close()
+
+
 #: Where ``scowl stream`` keeps its own records inside a checkpoint (``writer.stream``): the stream id and source
 #: (``stream.json``) and one record per micro-batch (``batches/<batch id, 12 digits>.json``, with the checkpoint's
 #: running totals); Spark's own files are under ``spark/``.

@@ -1,7 +1,9 @@
 """``scowl status DIR`` (SPEC §5.6, §6): per aggregate state, coverage, gaps, online start and size in the store.
 
 The numbers come from ``writer.status.store_status``. The output is a
-listing that does not depend on the terminal's width, one block per state:
+listing that does not depend on the terminal's width: the store, its server
+and what a restart of it keeps (:func:`server_lines`), then one block per
+state:
 
     departure.departures_1h
       Count, window 1h, resolution 1s, state 30b863a1c2d3e4f5
@@ -41,7 +43,7 @@ def status(directory: Path = typer.Argument(..., metavar="DIR", help="Topology d
     import redis
 
     from serving.settings import Settings, SettingsError
-    from writer.status import checkpoint_status, store_status, stream_status
+    from writer.status import checkpoint_status, server_status, store_status, stream_status
 
     plan = compile_topology(directory)
     try:
@@ -53,10 +55,13 @@ def status(directory: Path = typer.Argument(..., metavar="DIR", help="Topology d
         try:
             states = store_status(plan, url)
             stream = stream_status(url, stream_key) if stream_key else None
+            server = server_status(url)
         except redis.RedisError as e:
             raise UserError(f"store unavailable: {e}") from None
     console.print(f"store {redact_url(url)}: {plural(len(states), 'aggregate state')}",
                   highlight=False)
+    for line in server_lines(server):
+        console.print(line, highlight=False)
     for s in states:
         console.print("")
         for line in state_lines(s):
@@ -71,6 +76,49 @@ def status(directory: Path = typer.Argument(..., metavar="DIR", help="Topology d
         console.print("")
         for line in checkpoint_lines(root, checkpoints):
             console.print(line, highlight=False)
+
+
+def server_lines(server, now_s: int | None = None) -> list[str]:
+    """Return the lines on the store's server (a ``writer.status.ServerStatus``) under the ``store`` line.
+
+    ``  server Valkey 8.1.8, up 2h 5m; memory 81.9 MB, no maxmemory (policy noeviction)`` and a
+    ``  persistence ...`` line saying what a restart keeps: every write up to the append-only file's
+    fsync, the last snapshot, or (neither) nothing written since the server started.
+
+    Args:
+        server: the status.
+        now_s: the current epoch seconds (default: now).
+    """
+    import time
+
+    now_s = int(time.time()) if now_s is None else now_s
+    nodes = f" ({server.primaries} primaries)" if server.primaries > 1 else ""
+    limit = (f"of maxmemory {server.maxmemory / 1e6:,.1f} MB" if server.maxmemory else "no maxmemory")
+    lines = [f"  server {server.software}{nodes}, up {_rough(server.uptime_s)}; memory "
+             f"{server.used_memory / 1e6:,.1f} MB, {limit} (policy {server.policy})"]
+    if server.aof_fsync is not None:
+        keeps = {"always": "every write", "everysec": "every write but up to the last second's",
+                 "no": "every write the OS has flushed"}.get(server.aof_fsync, "what its append-only file holds")
+        lines.append(f"  persistence append-only file, fsync {server.aof_fsync}: a restart keeps {keeps}")
+    elif server.save:
+        ago = _rough(max(0, now_s - server.last_save_s))
+        lines.append(f"  persistence snapshots (save {server.save}), the last {ago} ago: a restart loses what "
+                     "was written since the last one")
+    elif server.save is None:
+        lines.append("  persistence unknown (CONFIG is refused): ask the store's operator what a restart keeps")
+    else:
+        lines.append("  persistence none while it runs (no append-only file, no snapshot schedule): a crash "
+                     "loses every state written since it started (the embedded store saves when scowl stops it)")
+    return lines
+
+
+def _rough(seconds: int) -> str:
+    """A duration for a person: seconds under 2 minutes, then whole minutes, from 2 days whole hours (``2h5m``)."""
+    if seconds >= 2 * 86_400:
+        seconds -= seconds % 3_600
+    elif seconds >= 120:
+        seconds -= seconds % 60
+    return format_duration_s(seconds)
 
 
 def checkpoint_lines(root: Path, checkpoints: list, now_ms: int | None = None) -> list[str]:

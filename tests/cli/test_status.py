@@ -82,7 +82,9 @@ def test_status_names_inline_aggregates_by_their_feature_and_text(redis_url, tmp
     h = {a.text or a.name: a.aggregate.definition_hash for a in plan.events["pay"].features if a.aggregate}
     r = scowl("status", str(tmp_path), env={**os.environ, "SCOWL_REDIS_URL": redis_url, "COLUMNS": "80"})
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == [
+    lines = r.stdout.splitlines()
+    assert lines[1].startswith("  server ") and lines[2].startswith("  persistence ")  # (the test below)
+    assert lines[:1] + lines[3:] == [
         f"store {redis_url}: 3 aggregate states",
         "",
         "pay.n",
@@ -183,3 +185,43 @@ def _iso(ms: int) -> str:
     from compiler.typesystem import format_time
 
     return format_time(ms)
+
+
+def test_status_says_what_the_server_is_and_what_a_restart_of_it_keeps(redis_url, redis_cluster, tmp_path):
+    """The lines under ``store``: software, uptime, memory, and persistence as a restart sees it: the test
+    store (no append-only file, no snapshots), a store with an append-only file fsynced always, a snapshot
+    schedule (from a ``ServerStatus``), and a 3-master cluster."""
+    import re
+
+    from scowl.commands.status import server_lines
+    from tests.store_server import StoreServer
+    from writer.status import ServerStatus, server_status
+
+    topo = tmp_path / "topo"
+    topo.mkdir()
+    (topo / "t.scowl").write_text(TOPOLOGY)
+    r = scowl("status", str(topo), env={**os.environ, "SCOWL_REDIS_URL": redis_url, "COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert re.fullmatch(r"  server Valkey \d+\.\d+\.\d+, up \d+[smhd]\S*; memory [\d,.]+ MB, no maxmemory "
+                        r"\(policy \S+\)", lines[1]), lines[1]
+    assert lines[2] == ("  persistence none while it runs (no append-only file, no snapshot schedule): a crash loses "
+                        "every state written since it started (the embedded store saves when scowl stops it)")
+    server = StoreServer(tmp_path / "aof")
+    (tmp_path / "aof").mkdir()
+    server.start()
+    try:
+        aof = server_status(server.url)
+        assert aof.aof_fsync == "always" and aof.primaries == 1
+        assert server_lines(aof)[1] == "  persistence append-only file, fsync always: a restart keeps every write"
+    finally:
+        server.stop()
+    snap = ServerStatus("Redis 7.2.4", 1, 7_385, 81_900_000, 1_000_000_000, "noeviction", None, "3600 1 300 100",
+                        1_000_000)
+    assert server_lines(snap, now_s=1_000_000 + 330) == [
+        "  server Redis 7.2.4, up 2h3m; memory 81.9 MB, of maxmemory 1,000.0 MB (policy noeviction)",
+        "  persistence snapshots (save 3600 1 300 100), the last 5m ago: a restart loses what was written since "
+        "the last one"]
+    cluster = server_status(redis_cluster.url)
+    assert cluster.primaries == redis_cluster.masters
+    assert f"({redis_cluster.masters} primaries)" in server_lines(cluster)[0]
