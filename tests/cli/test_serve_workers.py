@@ -456,3 +456,25 @@ def test_metrics_dir_is_made_for_the_workers_or_taken_from_the_environment(tmp_p
     with metrics_dir() as used:
         assert used == given and sorted(p.name for p in given.iterdir()) == ["notes.txt"]
     assert given.is_dir() and os.environ["PROMETHEUS_MULTIPROC_DIR"] == str(given)
+
+
+def test_bind_address_failures_are_one_line_each():
+    """``scowl.common.bind_address``: a busy port and an address no interface holds are a ``UserError`` of one
+    line naming the address and what to change; a free port 0 is bound to a real port."""
+    import uvicorn
+
+    from scowl.common import UserError, bind_address
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(UserError) as e:
+            bind_address(uvicorn.Config("x:y", host="127.0.0.1", port=port))
+        assert str(e.value) == (f"cannot listen on 127.0.0.1:{port}: address already in use (another process "
+                                "listens there; give another --port)")
+    with pytest.raises(UserError, match=r"^cannot listen on 192\.0\.2\.1:8000: cannot assign requested address "
+                                        r"\(no interface of this host has that address; see --host\)$"):
+        bind_address(uvicorn.Config("x:y", host="192.0.2.1", port=8000))  # TEST-NET-1: never local
+    with bind_address(uvicorn.Config("x:y", host="127.0.0.1", port=0)) as sock:
+        assert sock.getsockname()[1] != 0 and sock.get_inheritable()
