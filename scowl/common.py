@@ -364,7 +364,7 @@ def bind_address(config: "uvicorn.Config") -> "socket.socket":
 
 
 def bind_failure(config: "uvicorn.Config", error: OSError) -> str:
-    """The one-line message of a failed bind of ``config``'s address (``uvicorn.Config``; ``error``: the ``OSError``)."""
+    """The one-line message of a failed bind of ``config``'s address (``error``: the ``OSError``)."""
     import errno
 
     reason = (error.strerror or str(error)).lower()

@@ -462,7 +462,8 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
                 parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
                 rows = state_rows_all(frames, together, ws, we, key_partitions=parts)
                 per_g: dict[int, int] = {}
-                batches = rows.rdd.mapPartitions(lambda it: [write_keys(it, url, forced, pinned)])  # planned (seconds, cold)
+                # planned (seconds, cold)
+                batches = rows.rdd.mapPartitions(lambda it: [write_keys(it, url, forced, pinned)])
                 if stopping.is_set():
                     raise RuntimeError("backfill stopped")
                 for counts in batches.collect():

@@ -113,6 +113,7 @@ def serve(
             api = create_app(p, settings, redis_url=url)  # with workers too: an unsupported plan fails here
         except NotImplementedError as e:
             raise UserError(str(e)) from None
+        unanswered = _store_note(url)  # a store that is down is not fatal: the API says so until it answers
         if workers == 1:
             from scowl.ui import install_ui
 
@@ -125,6 +126,8 @@ def serve(
             console.print(f"serving {directory} on {bound} (store {redact_url(url)})")
             if ui:
                 console.print(f"feature explorer: {bound}/ui")
+            if unanswered:
+                console.print(unanswered, highlight=False)
             with sock:
                 _starting(lambda: graceful_server_class()(config).run(sockets=[sock]), host, port)
             return
@@ -136,12 +139,37 @@ def serve(
         def serving(bound_port: int) -> None:
             console.print(f"serving {directory} on http://{host}:{bound_port} with {workers} workers "
                           f"({sched.SCHED_NAMES[policy]}; store {redact_url(url)})")
+            if unanswered:
+                console.print(unanswered, highlight=False)
 
         with _environment(SCOWL_TOPOLOGY=str(directory.resolve()), SCOWL_REDIS_URL=url):
             stop_signal = run_workers(config, policy, on_bound=serving)
         if stop_signal is None:  # the supervisor gave up: a worker failed before serving (uvicorn logged why)
             raise UserError(f"the API workers could not start on {host}:{port} (see the message above)")
         signal.raise_signal(stop_signal)  # now the handlers of scowl.signals.signals_stop: Stopped, clean-up
+
+
+def _store_note(url: str) -> str | None:
+    """The note ``scowl serve`` prints when its store does not answer ``PING`` at start (``None`` when it does).
+
+    Serving starts anyway, as a service behind a load balancer should: each
+    event is answered 503 ``store-unavailable`` and ``GET /ready`` 503 until
+    the store answers (SPEC §4), so a wrong ``SCOWL_REDIS_URL`` shows at once
+    instead of at the first event.
+    """
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+    try:
+        client.ping()
+    except redis.RedisError as e:
+        reason = str(e).strip().splitlines()[0].rstrip(".") if str(e).strip() else type(e).__name__
+        given = " (is SCOWL_REDIS_URL right?)" if os.environ.get("SCOWL_REDIS_URL") else ""
+        return (f"note: the store does not answer ({reason}): events are answered 503 store-unavailable, and "
+                f"GET /ready 503, until it does{given}")
+    finally:
+        client.close()
+    return None
 
 
 def worker_app() -> "FastAPI":

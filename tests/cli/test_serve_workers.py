@@ -352,7 +352,43 @@ def test_port_zero_serves_on_the_port_it_prints(tmp_path, n):
         assert port != 0
         status = wait_for(lambda: _health(port), 60, "/health to answer")
         assert status == 200
+        assert "note:" not in cmd.out.read_text()  # the embedded store answers
         assert cmd.stop(signal.SIGTERM) == 128 + signal.SIGTERM
+
+
+def test_serve_on_a_store_that_does_not_answer_says_so_and_answers_503(tmp_path):
+    """``SCOWL_REDIS_URL`` naming a port nothing listens on: serve starts (a service waits for its store), prints
+    one note naming the store's error, and ``/ready`` and ``POST /event`` answer 503 ``store-unavailable``."""
+    import re
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    cmd = Command(tmp_path, "serve", "examples/flights", "--port", "0",
+                  env={"SCOWL_REDIS_URL": f"redis://127.0.0.1:{dead}"})
+    with cmd:
+        note = wait_for(lambda: re.search(r"^note: .*$", cmd.out.read_text(), re.M) or cmd.proc.poll() is not None
+                        and "exited", 60, "the note")
+        assert note != "exited", cmd.err.read_text()
+        assert note.group(0) == (f"note: the store does not answer (Error 111 connecting to 127.0.0.1:{dead}. "
+                                 "Connection refused): events are answered 503 store-unavailable, and GET /ready "
+                                 "503, until it does (is SCOWL_REDIS_URL right?)")
+        port = int(re.search(r"on http://127\.0\.0\.1:(\d+)", cmd.out.read_text()).group(1))
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        wait_for(lambda: _health(port), 60, "/health to answer")
+        conn.request("GET", "/ready")
+        ready = conn.getresponse()
+        assert ready.status == 503 and json.loads(ready.read())["error"]["code"] == "store-unavailable"
+        assert post_status(conn, departure(1)) == 503
+        assert cmd.stop(signal.SIGTERM) == 128 + signal.SIGTERM
+
+
+def post_status(conn: http.client.HTTPConnection, event: dict) -> int:
+    """``POST /event``'s status code for ``event`` on ``conn`` (the body read and dropped)."""
+    conn.request("POST", "/event", body=json.dumps(event), headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    r.read()
+    return r.status
 
 
 def _health(port: int) -> int | None:

@@ -91,16 +91,18 @@ def wait_for(predicate, timeout_s: float, what: str):
 
 
 class Command:
-    """``python -m scowl ARGS`` in its own process group with a private ``SCOWL_HOME`` and no ``SCOWL_REDIS_URL``.
+    """``python -m scowl ARGS`` in its own process group with a private ``SCOWL_HOME`` and no ``SCOWL_REDIS_URL``
+    (unless ``env``, added to the environment, gives one).
 
     The whole group is killed (SIGKILL) on exit if still there, so a failed
     test leaves nothing behind.
     """
 
-    def __init__(self, tmp_path: Path, *args: str):
+    def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None):
         self.home = tmp_path / "home"
-        env = {k: v for k, v in os.environ.items() if k != "SCOWL_REDIS_URL"}
-        env.update(SCOWL_HOME=str(self.home), COLUMNS="80", SCOWL_API_KEYS="")
+        environ = {k: v for k, v in os.environ.items() if k != "SCOWL_REDIS_URL"}
+        environ.update(SCOWL_HOME=str(self.home), COLUMNS="80", SCOWL_API_KEYS="", **(env or {}))
+        env = environ
         self.out = tmp_path / "out.txt"
         self.err = tmp_path / "err.txt"
         with self.out.open("w") as out, self.err.open("w") as err:
