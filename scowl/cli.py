@@ -114,23 +114,17 @@ app = typer.Typer(
 def version_text() -> str:
     """``scowl <version> (Python <v>, PySpark <v>, <embedded store's version line>)`` for ``scowl --version``.
 
-    Versions come from the installed distributions (``importlib.metadata``;
-    ``0+unknown`` for one not installed, as ``/metrics``' ``scowl_build_info``)
+    Versions come from the installed distributions
+    (``serving.app.installed_version``, as ``/metrics``' ``scowl_build_info``)
     and the embedded store's ``--version`` (``scowl.embedded.server_binary``;
     "no embedded store" when none is found), so that a bug report names
     what ran.
     """
     import platform
     import subprocess
-    from importlib.metadata import PackageNotFoundError, version
-
-    def installed(name: str) -> str:
-        try:
-            return version(name)
-        except PackageNotFoundError:
-            return "0+unknown"
 
     from scowl.embedded import EmbeddedStoreError, server_binary
+    from serving.app import installed_version as installed
 
     try:
         line = subprocess.run([server_binary(), "--version"], capture_output=True, text=True, timeout=10).stdout

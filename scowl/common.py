@@ -137,14 +137,15 @@ def scowl_home() -> Path:
 STORE_URL_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
-def check_store(url: str) -> None:
-    """Raise :class:`UserError` unless the store at ``url`` answers ``PING`` (before a job that needs it starts).
+def store_error(url: str) -> str | None:
+    """Ask the store at ``url`` for ``PING`` (5 s timeouts); return redis-py's reason when it does not answer.
 
     Args:
         url: a store URL (:func:`open_store`); any node of a cluster answers.
 
-    Raises:
-        UserError: ``store unavailable: <redis-py's reason>``.
+    Returns:
+        ``None`` when it answers, else the error's first line without its
+        final period (``"Error 111 connecting to 127.0.0.1:1. Connection refused"``).
     """
     import redis
 
@@ -152,9 +153,25 @@ def check_store(url: str) -> None:
     try:
         client.ping()
     except redis.RedisError as e:
-        raise UserError(f"store unavailable: {e}") from None
+        text = str(e).strip()
+        return text.splitlines()[0].rstrip(".") if text else type(e).__name__
     finally:
         client.close()
+    return None
+
+
+def check_store(url: str) -> None:
+    """Raise :class:`UserError` unless the store at ``url`` answers ``PING`` (before a job that needs it starts).
+
+    Args:
+        url: a store URL (:func:`open_store`); any node of a cluster answers.
+
+    Raises:
+        UserError: ``store unavailable: <redis-py's reason>`` (:func:`store_error`).
+    """
+    error = store_error(url)
+    if error is not None:
+        raise UserError(f"store unavailable: {error}")
 
 
 @contextmanager

@@ -74,7 +74,7 @@ def create_app(plan: Plan, settings: Settings | None = None, redis_url: str | No
         finally:
             await store.close()
 
-    version = _version()
+    version = installed_version()
     set_build_info(version, plan.dumps() + b"\n")  # what `scowl plan DIR --json` prints
     app = ScowlAPI(title="scowl", version=version, lifespan=lifespan)
     app.state.plan = plan
@@ -89,12 +89,13 @@ def create_app(plan: Plan, settings: Settings | None = None, redis_url: str | No
     return app
 
 
-def _version() -> str:
-    """scowl's installed version (``importlib.metadata``), or ``"0+unknown"`` when it is not installed."""
+def installed_version(distribution: str = "scowl") -> str:
+    """The installed version of ``distribution`` (``importlib.metadata``), or ``"0+unknown"`` when it is not
+    installed (``/metrics``' ``scowl_build_info``, ``scowl --version``)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("scowl")
+        return version(distribution)
     except PackageNotFoundError:
         return "0+unknown"
 

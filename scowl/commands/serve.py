@@ -157,19 +157,14 @@ def _store_note(url: str) -> str | None:
     the store answers (SPEC §4), so a wrong ``SCOWL_REDIS_URL`` shows at once
     instead of at the first event.
     """
-    import redis
+    from scowl.common import store_error
 
-    client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
-    try:
-        client.ping()
-    except redis.RedisError as e:
-        reason = str(e).strip().splitlines()[0].rstrip(".") if str(e).strip() else type(e).__name__
-        given = " (is SCOWL_REDIS_URL right?)" if os.environ.get("SCOWL_REDIS_URL") else ""
-        return (f"note: the store does not answer ({reason}): events are answered 503 store-unavailable, and "
-                f"GET /ready 503, until it does{given}")
-    finally:
-        client.close()
-    return None
+    reason = store_error(url)
+    if reason is None:
+        return None
+    given = " (is SCOWL_REDIS_URL right?)" if os.environ.get("SCOWL_REDIS_URL") else ""
+    return (f"note: the store does not answer ({reason}): events are answered 503 store-unavailable, and "
+            f"GET /ready 503, until it does{given}")
 
 
 def worker_app() -> "FastAPI":
