@@ -426,9 +426,7 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
     forced = win.force
     # the store as the writes begin: one that restarts from here on may lose some of them (a restart
     # before, during the read, loses none of this run's)
-    pinned = retry.call(lambda: _pinned(retry, redis_url))
-    if spark.sparkContext.master.startswith("local"):  # the driver says it (StoreWatch), not every task
-        pinned.log_waits = False
+    pinned = retry.pinned(redis_url)
 
     stopping = threading.Event()  # set when the run fails or is stopped: no state's write job starts after it
 
@@ -510,29 +508,17 @@ def _execute(spark: SparkSession, plan: Plan, inp: _Input, win: _Window, redis_u
     return report
 
 
-def _write_retry(store_retry_s: float) -> WriteRetry:
+def _write_retry(spark: SparkSession, store_retry_s: float) -> WriteRetry:
     """The run's :class:`writer.redisio.WriteRetry`: ``store_retry_s`` of waiting per outage, not yet pinned to a
-    server process (:func:`_pinned`, as a run's writes begin).
+    server process (``WriteRetry.pinned``, as a run's writes begin). Under ``local[*]`` the tasks log no waits:
+    the driver says it once (:class:`StoreWatch`).
 
     Raises:
         ValueError: ``store_retry_s`` < 0.
     """
     if store_retry_s < 0:
         raise ValueError("store_retry_s must be >= 0")
-    return WriteRetry(store_retry_s, label="backfill")
-
-
-def _pinned(retry: WriteRetry, redis_url: str) -> WriteRetry:
-    """``retry`` checking against the store's server process as it is now (``WriteRetry.pinned``).
-
-    Raises:
-        redis.RedisError: the store failed.
-    """
-    client = connect(redis_url)
-    try:
-        return retry.pinned(client)
-    finally:
-        client.close()
+    return WriteRetry(store_retry_s, label="backfill", log_waits=not spark.sparkContext.master.startswith("local"))
 
 
 def _log_notice(text: str) -> None:
@@ -690,7 +676,7 @@ def run_backfill(
     """
     report_progress = progress or (lambda phase, done, total: None)
     states = list(plan.states.values())
-    retry = _write_retry(store_retry_s)
+    retry = _write_retry(spark, store_retry_s)
     win = None
     if start_ms is not None and end_ms is not None:  # refuse before reading the input
         win = _window(plan, states, start_ms, end_ms, *retry.call(lambda: _store_state(plan, redis_url)), force)
@@ -733,7 +719,7 @@ def run_auto_backfill(
         one runs.
     """
     report_progress = progress or (lambda phase, done, total: None)
-    retry = _write_retry(store_retry_s)
+    retry = _write_retry(spark, store_retry_s)
     inp = _read_input(spark, plan, paths, rejected_dir, report_progress)
     try:
         coverage, online = retry.call(lambda: _store_state(plan, redis_url))

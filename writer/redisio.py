@@ -307,13 +307,21 @@ class WriteRetry:
         if now != self.identity:
             raise StoreRestarted(f"{RESTARTED_TEXT}: what it had not persisted of this run's writes may be lost")
 
-    def pinned(self, client: redis.Redis | redis.RedisCluster) -> "WriteRetry":
-        """This retry, checking against ``client``'s store as it is now (:func:`store_identity`).
+    def pinned(self, url: str) -> "WriteRetry":
+        """This retry, checking against the store at ``url`` as it is now (:func:`store_identity`), its outages
+        waited out as any call's (:meth:`call`).
 
         Raises:
-            redis.RedisError: the store failed.
+            redis.RedisError: the store failed (past :attr:`budget_s`).
         """
-        return WriteRetry(self.budget_s, store_identity(client), self.max_wait_s, self.label, self.log_waits)
+        def identity() -> tuple[str, ...]:
+            client = connect(url)
+            try:
+                return store_identity(client)
+            finally:
+                client.close()
+
+        return WriteRetry(self.budget_s, self.call(identity), self.max_wait_s, self.label, self.log_waits)
 
     def call(self, once: Callable[[], T]) -> T:
         """``once()``, made again while the store is unavailable, for up to :attr:`budget_s`; each wait logged.

@@ -18,6 +18,17 @@ n_user := Count(by user last 1 hour)
 seq_user := Sequence(user by user limit 2)
 """
 
+def status_lines(tmp_path, redis_url: str, columns: str = "80") -> list[str]:
+    """``scowl status`` of a topology directory holding :data:`TOPOLOGY` over ``redis_url``: its output lines
+    (exit 0 asserted)."""
+    topo = tmp_path / "topo"
+    topo.mkdir(exist_ok=True)
+    (topo / "t.scowl").write_text(TOPOLOGY)
+    r = scowl("status", str(topo), env={**os.environ, "SCOWL_REDIS_URL": redis_url, "COLUMNS": columns})
+    assert r.returncode == 0, r.stderr
+    return r.stdout.splitlines()
+
+
 DAY = 86_400_000
 START = 1_704_067_200_000  # 2024-01-01T00:00:00Z
 
@@ -48,12 +59,7 @@ def test_status_after_two_disjoint_backfills(spark, store_url, tmp_path):
     assert {s.function: s.keys for s in states}["Sequence"] == 3
     assert sorted(f for s in states for f in s.features) == ["login.n_user", "login.seq_user"]
 
-    topo = tmp_path / "topo"
-    topo.mkdir()
-    (topo / "t.scowl").write_text(TOPOLOGY)
-    r = scowl("status", str(topo), env={**os.environ, "SCOWL_REDIS_URL": redis_url, "COLUMNS": "200"})
-    assert r.returncode == 0, r.stderr
-    lines = r.stdout.splitlines()
+    lines = status_lines(tmp_path, redis_url, columns="200")
     i = lines.index("login.seq_user")
     assert lines[i + 1].startswith("  Sequence limit 2, window 30d, resolution 1m, state ")
     assert lines[i + 2:i + 6] == ["  backfilled 2024-01-01T00:00:00.000Z .. 2024-01-02T00:00:00.000Z",
@@ -197,12 +203,7 @@ def test_status_says_what_the_server_is_and_what_a_restart_of_it_keeps(redis_url
     from tests.store_server import StoreServer
     from writer.status import ServerStatus, server_status
 
-    topo = tmp_path / "topo"
-    topo.mkdir()
-    (topo / "t.scowl").write_text(TOPOLOGY)
-    r = scowl("status", str(topo), env={**os.environ, "SCOWL_REDIS_URL": redis_url, "COLUMNS": "80"})
-    assert r.returncode == 0, r.stderr
-    lines = r.stdout.splitlines()
+    lines = status_lines(tmp_path, redis_url)
     assert re.fullmatch(r"  server Valkey \d+\.\d+\.\d+, up \d+[smhd]\S*; memory [\d,.]+ MB, no maxmemory "
                         r"\(policy \S+\)", lines[1]), lines[1]
     assert lines[2] == ("  persistence none while it runs (no append-only file, no snapshot schedule): a crash loses "

@@ -42,13 +42,8 @@ def test_a_backfill_whose_store_goes_away_is_one_line_and_records_nothing(spark,
     server = StoreServer(tmp_path)
     server.start()
     events = tmp_path / "events.jsonl"
-    events.write_bytes(b"".join(orjson.dumps({"_type": "login", "_time": 1_700_000_000_000 + 1000 * i,
-                                              "user": f"u{i % 7}"}) + b"\n" for i in range(500)))
-
-    def progress(phase: str, done: int, total: int) -> None:
-        if phase == "tiles" and done == 0:
-            server.kill()  # its append-only file: the restart below shows what the store held
-
+    _logins(events, 500)
+    progress = at_tiles_start(server.kill)  # its append-only file: the restart below shows what the store held
     try:
         with pytest.raises(Exception) as failed:
             run_backfill(spark, compile_text(TOPOLOGY), [events], server.url, progress=progress, store_retry_s=0)
@@ -67,6 +62,16 @@ def test_a_backfill_whose_store_goes_away_is_one_line_and_records_nothing(spark,
         server.stop()
 
 
+def at_tiles_start(*actions):
+    """A ``run_backfill`` progress callback that calls each of ``actions`` as the tiles phase starts (the store
+    has been read, nothing written yet)."""
+    def progress(phase: str, done: int, total: int) -> None:
+        if phase == "tiles" and done == 0:
+            for action in actions:
+                action()
+    return progress
+
+
 def _logins(path, n: int) -> None:
     path.write_bytes(b"".join(orjson.dumps({"_type": "login", "_time": 1_700_000_000_000 + 1000 * i,
                                             "user": f"u{i % 7}"}) + b"\n" for i in range(n)))
@@ -83,12 +88,7 @@ def test_a_backfill_waits_out_a_lost_connection_and_writes_what_an_uninterrupted
     _logins(events, 3000)
     plan = compile_text(TOPOLOGY)
     restored = threading.Timer(3.0, proxy.restore)
-
-    def progress(phase: str, done: int, total: int) -> None:
-        if phase == "tiles" and done == 0:
-            proxy.cut()  # the store runs on: its run_id is the same when the connections come back
-            restored.start()
-
+    progress = at_tiles_start(proxy.cut, restored.start)  # the store runs on: the same run_id when it is back
     try:
         report = run_backfill(spark, plan, [events], proxy.url, progress=progress, store_retry_s=60)
         assert restored.finished.is_set()
@@ -113,12 +113,7 @@ def test_a_backfill_whose_store_restarts_under_it_stops_with_one_line(spark, tmp
     events = tmp_path / "events.jsonl"
     _logins(events, 500)
     started = threading.Timer(2.0, server.start)
-
-    def progress(phase: str, done: int, total: int) -> None:
-        if phase == "tiles" and done == 0:
-            server.kill()  # nothing acknowledged is lost (append-only file), but the job cannot know that
-            started.start()
-
+    progress = at_tiles_start(server.kill, started.start)  # nothing acknowledged is lost, but the job cannot know
     try:
         with pytest.raises(Exception) as failed:
             run_backfill(spark, compile_text(TOPOLOGY), [events], server.url, progress=progress, store_retry_s=60)
